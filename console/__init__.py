@@ -1,0 +1,379 @@
+"""Terminal output for lecture scripts: section headers, aligned tables, observations.
+
+Every ``format_*`` function is pure and returns plain text (no trailing newline, no
+trailing whitespace on any line); the matching ``print_*`` function prints that text,
+styled with ANSI bold/colour only when the target stream is a terminal and the
+``NO_COLOR`` environment variable is unset or empty (https://no-color.org).
+
+Widths are display widths in terminal columns, measured with ``wcwidth.wcswidth``, so
+CJK and other wide characters count as 2 columns and combining marks as 0.
+This package knows nothing of numerics.
+"""
+
+from __future__ import annotations
+
+import numbers
+import os
+import re
+import sys
+from typing import Sequence, TextIO
+
+from wcwidth import wcswidth, wcwidth
+
+__all__ = [
+    "display_width", "is_numeric", "use_color",
+    "format_header", "format_table", "format_observations",
+    "print_header", "print_table", "print_observations",
+]
+
+HEADER_WIDTH = 72
+OBSERVATIONS_WIDTH = 100
+
+_BOLD, _CYAN, _RESET = "\x1b[1m", "\x1b[36m", "\x1b[0m"
+
+# A decimal number as a lecture table writes it: optional sign, optional thousands
+# separators, fraction, exponent, and one unit-free suffix (% or a ratio's x).
+_NUMBER = re.compile(
+    r"(?=\D*\d)[+-]?(?:\d{1,3}(?:,\d{3})+|\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?[%x]?"
+    r"|[+-]?(?:inf|nan)", re.IGNORECASE)
+
+
+def display_width(text: str) -> int:
+    """Return the number of terminal columns `text` occupies.
+
+    Parameters
+    ----------
+    text : str
+        One line of printable text.
+
+    Returns
+    -------
+    int
+        Display width in columns (wide characters 2, combining marks 0), as computed by
+        ``wcwidth.wcswidth``.
+
+    Raises
+    ------
+    ValueError
+        If `text` contains a control character (newline, tab, escape, ...), whose width
+        on a terminal is undefined.
+    """
+    width = wcswidth(text)
+    if width < 0:
+        raise ValueError(f"text contains a control character: {text!r}")
+    return width
+
+
+def is_numeric(cell: object) -> bool:
+    """Return whether a table cell is a number and so is right-aligned.
+
+    Parameters
+    ----------
+    cell : object
+        A table cell: ints, floats and other ``numbers.Number`` (numpy scalars included,
+        bool excluded) are numbers; so are strings such as ``"12.5%"``, ``"-3.1"``,
+        ``"+6.0"``, ``"1,234"``, ``"1e-3"``, ``"2.5x"``, ``"inf"``.
+
+    Returns
+    -------
+    bool
+        True if the cell is numeric.
+    """
+    if isinstance(cell, bool):
+        return False
+    if isinstance(cell, numbers.Number):
+        return True
+    if isinstance(cell, str):
+        return _NUMBER.fullmatch(cell.strip()) is not None
+    return False
+
+
+def use_color(stream: TextIO) -> bool:
+    """Return whether output to `stream` should carry ANSI styling.
+
+    Parameters
+    ----------
+    stream : file-like
+        The target stream.
+
+    Returns
+    -------
+    bool
+        True only if ``stream.isatty()`` is true and ``NO_COLOR`` is unset or empty
+        (https://no-color.org). Streams without a working ``isatty`` count as not a terminal.
+    """
+    if os.environ.get("NO_COLOR"):
+        return False
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):  # no isatty, or a closed file
+        return False
+
+
+def _style(text: str, code: str, color: bool) -> str:
+    return f"{code}{text}{_RESET}" if color and text else text
+
+
+def _pad(text: str, width: int, right: bool) -> str:
+    fill = " " * (width - display_width(text))
+    return fill + text if right else text + fill
+
+
+def format_header(title: str, *, color: bool = False) -> str:
+    """Return a section header: a blank line, a rule, the title, a rule.
+
+    Parameters
+    ----------
+    title : str
+        The section title, one line.
+    color : bool, optional
+        Wrap the title in ANSI bold cyan. Default False (plain text).
+
+    Returns
+    -------
+    str
+        Four lines joined by newlines, the first empty; the rules are ``=`` repeated to
+        ``max(72, display width of title)`` columns.
+
+    Raises
+    ------
+    TypeError
+        If `title` is not a str.
+    ValueError
+        If `title` is empty or blank, or contains a control character such as a newline.
+    """
+    if not isinstance(title, str):
+        raise TypeError(f"title must be a str, got {type(title).__name__}")
+    title = title.strip()
+    if not title:
+        raise ValueError("title must not be empty")
+    rule = "=" * max(HEADER_WIDTH, display_width(title))
+    return "\n".join(["", rule, _style(title, _BOLD + _CYAN, color), rule])
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]], *,
+                 color: bool = False) -> str:
+    """Return an aligned text table (a GitHub Markdown pipe table).
+
+    Parameters
+    ----------
+    headers : sequence of str
+        Column titles, at least one.
+    rows : sequence of sequences
+        Each row has exactly ``len(headers)`` cells; each cell is shown as ``str(cell)``.
+    color : bool, optional
+        Show the header cells in ANSI bold. Default False (plain text).
+
+    Returns
+    -------
+    str
+        Lines ``| cell | cell |``, a ``|---|---|`` rule under the headers. Numeric cells
+        (see `is_numeric`) are right-aligned, other cells left-aligned; a header is
+        right-aligned when every cell in its column is numeric. Columns are padded to the
+        same display width, so every line has the same display width and every ``|``
+        falls at the same column on every line.
+
+    Raises
+    ------
+    TypeError
+        If `headers` or a row is a str rather than a sequence of cells.
+    ValueError
+        If `headers` is empty, a row's length differs from ``len(headers)`` (the message
+        names the row index), or a cell contains a control character such as a newline.
+    """
+    if isinstance(headers, str):
+        raise TypeError("headers must be a sequence of str, not a str")
+    headers = [str(h) for h in headers]
+    if not headers:
+        raise ValueError("headers must not be empty")
+    body = []
+    for i, row in enumerate(rows):
+        if isinstance(row, str):
+            raise TypeError(f"row {i} is a str, not a sequence of cells")
+        row = list(row)
+        if len(row) != len(headers):
+            raise ValueError(f"row {i} has {len(row)} cells, expected {len(headers)} "
+                             f"(one per header)")
+        body.append(row)
+
+    def text(cell: object, where: str) -> str:
+        s = str(cell)
+        if wcswidth(s) < 0:
+            raise ValueError(f"{where} contains a control character: {s!r}")
+        return s
+
+    head = [text(h, f"header {j}") for j, h in enumerate(headers)]
+    cells = [[text(c, f"row {i}, column {j}") for j, c in enumerate(r)]
+             for i, r in enumerate(body)]
+    right = [[is_numeric(c) for c in r] for r in body]
+    n = len(head)
+    widths = [max(display_width(s) for s in [head[j]] + [r[j] for r in cells])
+              for j in range(n)]
+    head_right = [bool(body) and all(r[j] for r in right) for j in range(n)]
+
+    def line(parts: list[str]) -> str:
+        return "| " + " | ".join(parts) + " |"
+
+    out = [line([_style(_pad(h, w, r), _BOLD, color)
+                 for h, w, r in zip(head, widths, head_right)]),
+           "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    out += [line([_pad(c, w, r) for c, w, r in zip(row, widths, rr)])
+            for row, rr in zip(cells, right)]
+    return "\n".join(out)
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    """Greedy word wrap to `width` display columns; words wider than a line are split
+    between characters (which also lets CJK text without spaces wrap)."""
+    lines: list[str] = []
+    cur, cur_w = "", 0
+    for word in text.split():
+        w = display_width(word)
+        if cur and cur_w + 1 + w <= width:
+            cur, cur_w = f"{cur} {word}", cur_w + 1 + w
+            continue
+        if cur and w <= width:
+            lines.append(cur)
+            cur, cur_w = word, w
+            continue
+        if cur:  # an over-long word: fill the rest of this line first
+            cur, cur_w = cur + " ", cur_w + 1
+        for ch in word:
+            cw = wcwidth(ch)
+            # zero-width characters (combining marks) always stay with their base
+            if cw > 0 and cur_w + cw > width and cur.strip():
+                lines.append(cur.rstrip())
+                cur, cur_w = "", 0
+            cur, cur_w = cur + ch, cur_w + max(cw, 0)
+    if cur:
+        lines.append(cur)
+    return lines
+
+
+def format_observations(lines: Sequence[str], *, title: str = "What to notice",
+                        width: int = OBSERVATIONS_WIDTH, color: bool = False) -> str:
+    """Return a titled, numbered list of observations wrapped to `width` columns.
+
+    Parameters
+    ----------
+    lines : sequence of str
+        The observations, one per item. Whitespace inside an item (newlines included)
+        is collapsed to single spaces before wrapping.
+    title : str, optional
+        The heading, followed by a colon. Default ``"What to notice"``.
+    width : int, optional
+        Maximum display width of every output line, in columns. Default 100.
+    color : bool, optional
+        Show the heading in ANSI bold and the item numbers in cyan. Default False.
+
+    Returns
+    -------
+    str
+        The heading line, then items ``"1. text"`` with right-aligned numbers; wrapped
+        continuation lines are indented to where the text starts (hanging indent).
+
+    Raises
+    ------
+    TypeError
+        If `lines` is a str rather than a sequence of str, or an item is not a str.
+    ValueError
+        If `lines` is empty, an item is blank, or `width` leaves fewer than 2 columns
+        for text after the number (a wide character needs 2).
+    """
+    if isinstance(lines, str):
+        raise TypeError("lines must be a sequence of str, not a str")
+    lines = list(lines)
+    if not lines:
+        raise ValueError("lines must contain at least one observation")
+    indent = len(f"{len(lines)}. ")
+    if width - indent < 2:
+        raise ValueError(f"width {width} is too small: need at least {indent + 2} columns")
+    out = [_style(f"{title}:", _BOLD, color)]
+    for i, item in enumerate(lines, 1):
+        if not isinstance(item, str):
+            raise TypeError(f"observation {i - 1} is a {type(item).__name__}, not a str")
+        wrapped = _wrap(item, width - indent)
+        if not wrapped:
+            raise ValueError(f"observation {i - 1} is blank")
+        marker = _style(f"{i}.".rjust(indent - 1), _CYAN, color)
+        out.append(f"{marker} {wrapped[0]}")
+        out += [" " * indent + rest for rest in wrapped[1:]]
+    return "\n".join(out)
+
+
+def print_header(title: str, *, file: TextIO | None = None) -> None:
+    """Print `format_header(title)` to `file`, styled if `file` is a terminal.
+
+    Parameters
+    ----------
+    title : str
+        The section title.
+    file : file-like, optional
+        Target stream; default ``sys.stdout`` (looked up at call time).
+
+    Returns
+    -------
+    None
+
+    Raises
+    ------
+    TypeError, ValueError
+        As `format_header`.
+    """
+    file = sys.stdout if file is None else file
+    print(format_header(title, color=use_color(file)), file=file)
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]], *,
+                file: TextIO | None = None) -> None:
+    """Print `format_table(headers, rows)` to `file`, styled if `file` is a terminal.
+
+    Parameters
+    ----------
+    headers : sequence of str
+        Column titles.
+    rows : sequence of sequences
+        Table rows, ``len(headers)`` cells each.
+    file : file-like, optional
+        Target stream; default ``sys.stdout`` (looked up at call time).
+
+    Returns
+    -------
+    None
+
+    Raises
+    ------
+    TypeError, ValueError
+        As `format_table`.
+    """
+    file = sys.stdout if file is None else file
+    print(format_table(headers, rows, color=use_color(file)), file=file)
+
+
+def print_observations(lines: Sequence[str], *, title: str = "What to notice",
+                       width: int = OBSERVATIONS_WIDTH, file: TextIO | None = None) -> None:
+    """Print `format_observations(lines)` to `file`, styled if `file` is a terminal.
+
+    Parameters
+    ----------
+    lines : sequence of str
+        The observations.
+    title : str, optional
+        The heading. Default ``"What to notice"``.
+    width : int, optional
+        Maximum display width of a line, in columns. Default 100.
+    file : file-like, optional
+        Target stream; default ``sys.stdout`` (looked up at call time).
+
+    Returns
+    -------
+    None
+
+    Raises
+    ------
+    TypeError, ValueError
+        As `format_observations`.
+    """
+    file = sys.stdout if file is None else file
+    print(format_observations(lines, title=title, width=width, color=use_color(file)),
+          file=file)
