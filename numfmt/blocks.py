@@ -1,0 +1,156 @@
+"""Scaled floating-point quantization: one mechanism, from a whole-tensor scale to block scales.
+
+A block of ``block`` consecutive elements along the last axis shares one scale ``s``; each element
+is stored as ``elem.round(x / s)``, and the value is ``element * s * tensor_scale``. The presets:
+
+- :func:`tensor_scaled`: one exact scale ``amax / elem.max_value`` for the whole tensor.
+- :func:`mx_quantize`: OCP Microscaling (MX) v1.0, section 6.3: blocks of 32, shared scale
+  ``2^(floor(log2 amax) - emax_elem)`` stored as E8M0, elements saturate at the element format's max.
+- :func:`nvfp4_quantize`: NVIDIA NVFP4: E2M1 elements in blocks of 16, block scales in E4M3,
+  and an FP32 tensor scale ``amax / (6 * 448)`` so that block scales use E4M3's whole range.
+- :func:`block_quantize`: the general form, with the scale kind as a parameter, for ablations.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from numfmt._validate import as_calibration_array, check_block
+from numfmt.formats import E8M0, FP4_E2M1, FP8_E4M3, FloatFormat
+
+#: Scale kinds of :func:`block_quantize` and the bits each stored scale costs.
+SCALE_BITS = {"e8m0": 8, "e4m3": 8, "exact": 32}
+
+
+class BlockQuantized(NamedTuple):
+    """Result of a scaled quantization; ``values`` first, so ``result[0]`` is the tensor."""
+
+    values: np.ndarray       #: dequantized, float64, shape of x
+    elements: np.ndarray     #: element values on the element format's grid, float64, shape of x
+    scales: np.ndarray       #: stored block scales, float64, shape x.shape[:-1] + (n_blocks,)
+    tensor_scale: float      #: second-level FP32 scale (NVFP4); 1.0 where there is none
+    clipped: float           #: fraction of elements whose |x / scale| exceeded elem.max_value
+    bits_per_element: float  #: element bits + scale bits / block (tensor scale not counted)
+
+
+def _check_elem(elem) -> FloatFormat:
+    if not isinstance(elem, FloatFormat) or not elem.signed:
+        raise TypeError(f"elem must be a signed FloatFormat such as FP4_E2M1, got {elem!r}")
+    return elem
+
+
+def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0") -> BlockQuantized:
+    """Quantize ``x`` to ``elem`` with one scale per ``block`` elements along the last axis.
+
+    Parameters
+    ----------
+    x : array_like of real numbers, shape (..., K), non-empty and finite
+    elem : FloatFormat
+        Element format (signed), e.g. ``FP4_E2M1``.
+    block : int
+        Block size; must divide ``K``.
+    scale_format : {"e8m0", "e4m3", "exact"}
+        ``"e8m0"``: power of two ``2^(floor(log2 amax) - elem.emax)``, exponent clamped to
+        E8M0's [-127, 127] (OCP MX v1.0 section 6.3). ``"e4m3"``: FP32 tensor scale
+        ``g = amax_tensor / (elem.max_value * 448)``, block scale ``E4M3(amax / elem.max_value / g)``
+        (NVFP4). ``"exact"``: ``amax / elem.max_value`` in float64 (an FP32-stored ideal).
+
+    Returns
+    -------
+    BlockQuantized
+        ``values`` and ``elements`` with the shape of ``x``; ``scales`` of shape
+        ``x.shape[:-1] + (K // block,)``; ``bits_per_element = elem.bits + scale bits / block``.
+        An all-zero block gets scale 1.0 (E8M0, exact) and zero elements. An E4M3 block scale
+        that underflows to 0 is stored as 0 and its block decodes to zeros, as hardware does.
+
+    Raises
+    ------
+    TypeError
+        If ``x`` is not real-valued, ``elem`` is not a signed FloatFormat, ``block`` not an int.
+    ValueError
+        If ``x`` is empty or non-finite, ``block`` does not divide ``K``, or ``scale_format``
+        is unknown.
+    """
+    x = as_calibration_array(x)
+    elem = _check_elem(elem)
+    if scale_format not in SCALE_BITS:
+        raise ValueError(f"scale_format must be one of {tuple(SCALE_BITS)}, got {scale_format!r}")
+    block = check_block(x.shape[-1], block)
+    xb = x.reshape(x.shape[:-1] + (x.shape[-1] // block, block))  # (..., n_blocks, block)
+    amax = np.abs(xb).max(axis=-1)                                  # (..., n_blocks)
+    tensor_scale = 1.0
+    if scale_format == "e8m0":
+        _, k = np.frexp(amax)  # amax = f * 2**k, f in [0.5, 1): floor(log2 amax) = k - 1
+        exponent = np.clip(k - 1 - elem.emax, E8M0.emin, E8M0.emax)
+        scales = np.where(amax > 0, np.ldexp(1.0, exponent), 1.0)
+    elif scale_format == "e4m3":
+        t_amax = float(amax.max())
+        if t_amax > 0:
+            tensor_scale = float(np.float32(t_amax / (elem.max_value * FP8_E4M3.max_value)))
+        scales = FP8_E4M3.round(amax / elem.max_value / tensor_scale)
+    else:
+        scales = np.where(amax > 0, amax / elem.max_value, 1.0)
+
+    full = scales * tensor_scale                                    # (..., n_blocks)
+    safe = np.where(full > 0, full, 1.0)[..., None]
+    y = xb / safe
+    clipped = float(np.mean(np.abs(y) > elem.max_value))
+    elements = elem.round(y)
+    elements[full == 0] = 0.0
+    values = elements * safe
+    return BlockQuantized(values.reshape(x.shape), elements.reshape(x.shape), scales,
+                          tensor_scale, clipped, elem.bits + SCALE_BITS[scale_format] / block)
+
+
+def mx_quantize(x, elem: FloatFormat, block: int = 32) -> BlockQuantized:
+    """OCP MX quantization: ``elem`` elements, one E8M0 power-of-two scale per ``block``.
+
+    MXFP8 is ``mx_quantize(x, FP8_E4M3)`` (or FP8_E5M2), MXFP6 uses FP6_E2M3 / FP6_E3M2, MXFP4
+    uses FP4_E2M1; each costs ``elem.bits + 8 / 32`` bits per element. Shapes, errors and
+    return value as :func:`block_quantize` with ``scale_format="e8m0"``.
+
+    References: OCP Microscaling Formats (MX) Specification v1.0, sections 5.3 and 6.3.
+    """
+    return block_quantize(x, elem, block, "e8m0")
+
+
+def nvfp4_quantize(x, block: int = 16) -> BlockQuantized:
+    """NVFP4: E2M1 elements, one E4M3 scale per 16, and an FP32 tensor scale amax / (6 * 448).
+
+    4.5 bits per element (the tensor scale is not counted). Shapes, errors and return value as
+    :func:`block_quantize` with ``elem=FP4_E2M1, scale_format="e4m3"``.
+
+    References: NVIDIA, "Introducing NVFP4 for Efficient and Accurate Low-Precision Inference",
+    2025; NVIDIA Transformer Engine NVFP4 recipe (two-level scaling).
+    """
+    return block_quantize(x, FP4_E2M1, block, "e4m3")
+
+
+def tensor_scaled(x, elem: FloatFormat) -> BlockQuantized:
+    """Quantize ``x`` to ``elem`` with one exact scale ``amax / elem.max_value`` for the tensor.
+
+    Parameters
+    ----------
+    x : array_like of real numbers, any shape, non-empty and finite
+    elem : FloatFormat, signed
+
+    Returns
+    -------
+    BlockQuantized
+        ``tensor_scale`` holds the scale (1.0 for an all-zero tensor); ``scales`` is ones of
+        shape ``x.shape[:-1] + (1,)``; ``bits_per_element = elem.bits``; ``clipped`` is 0.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`block_quantize`.
+    """
+    x = as_calibration_array(x)
+    elem = _check_elem(elem)
+    amax = float(np.abs(x).max())
+    s = amax / elem.max_value if amax > 0 else 1.0
+    elements = elem.round(x / s)
+    return BlockQuantized(elements * s, elements, np.ones(x.shape[:-1] + (1,)), s, 0.0,
+                          float(elem.bits))

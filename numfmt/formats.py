@@ -1,0 +1,341 @@
+"""Small floating-point formats as one type: FP16 and BF16 down to FP4 E2M1 and the E8M0 scale.
+
+A format is a sign bit (except E8M0), ``exp_bits`` exponent bits with a ``bias``, and ``man_bits``
+mantissa bits. Three conventions for the all-ones exponent exist in the formats deep learning uses:
+
+``"ieee"``  the top exponent is reserved: mantissa 0 is +-Inf, anything else NaN (FP16, BF16, E5M2).
+``"fn"``    "finite": no Inf; only the all-ones exponent *and* mantissa is NaN, so the top binade
+            carries numbers (E4M3: max 1.75 * 2^8 = 448). E8M0 has no mantissa, so its whole top
+            code 0xFF is NaN.
+``"none"``  every code is a number: no Inf, no NaN (the OCP MX element formats E2M3, E3M2, E2M1).
+
+References: OCP 8-bit Floating Point Specification (OFP8) rev. 1.0, 2023; OCP Microscaling
+Formats (MX) Specification v1.0, 2023, section 5 (element and scale formats); IEEE 754-2019.
+Every rounding here agrees bit for bit with ml_dtypes (tests/test_formats.py shows where).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from numfmt._validate import as_real_array
+
+_SPECIALS = ("ieee", "fn", "none")
+_MODES = ("nearest", "stochastic")
+_U64 = np.uint64
+
+
+@dataclass(frozen=True)
+class FloatFormat:
+    """A binary floating-point format with round, encode and decode on numpy arrays.
+
+    Parameters
+    ----------
+    name : str
+        Standard name, e.g. ``"E4M3"``.
+    exp_bits, man_bits : int
+        Widths of the exponent and mantissa (fraction) fields.
+    bias : int
+        Exponent bias: a normal code with exponent field ``E`` means ``1.m * 2**(E - bias)``.
+    specials : {"ieee", "fn", "none"}
+        Which special values the all-ones exponent encodes (see the module docstring).
+    signed : bool
+        Whether there is a sign bit. Only the E8M0 scale format is unsigned.
+    subnormals : bool
+        Whether exponent field 0 holds subnormals (and zero). E8M0 has neither: its code 0 is
+        the normal number 2^-127.
+    """
+
+    name: str
+    exp_bits: int
+    man_bits: int
+    bias: int
+    specials: str
+    signed: bool = True
+    subnormals: bool = True
+
+    def __post_init__(self):
+        if self.specials not in _SPECIALS:
+            raise ValueError(f"specials must be one of {_SPECIALS}, got {self.specials!r}")
+        if not (1 <= self.exp_bits <= 11 and 0 <= self.man_bits <= 52):
+            raise ValueError("exp_bits must be in [1, 11] and man_bits in [0, 52]")
+
+    def __repr__(self) -> str:
+        return f"FloatFormat({self.name})"
+
+    # ------------------------------------------------------------------ derived constants
+    @property
+    def bits(self) -> int:
+        """Total storage width in bits."""
+        return int(self.signed) + self.exp_bits + self.man_bits
+
+    @property
+    def emax(self) -> int:
+        """Unbiased exponent of the largest finite binade."""
+        top = (1 << self.exp_bits) - 1
+        if self.specials == "ieee" or (self.specials == "fn" and self.man_bits == 0):
+            top -= 1  # the whole all-ones exponent is taken by Inf/NaN
+        return top - self.bias
+
+    @property
+    def emin(self) -> int:
+        """Unbiased exponent of the smallest normal binade."""
+        return (1 if self.subnormals else 0) - self.bias
+
+    @property
+    def max_value(self) -> float:
+        """Largest finite value, e.g. 448.0 for E4M3 and 57344.0 for E5M2."""
+        top_mantissa = (1 << self.man_bits) - 1
+        if self.specials == "fn" and self.man_bits > 0:
+            top_mantissa -= 1  # all-ones mantissa in the top binade is NaN
+        return float(np.ldexp(1.0 + top_mantissa / (1 << self.man_bits), self.emax))
+
+    @property
+    def min_normal(self) -> float:
+        """Smallest positive normal value, 2**emin."""
+        return float(np.ldexp(1.0, self.emin))
+
+    @property
+    def min_subnormal(self) -> float:
+        """Smallest positive value, 2**(emin - man_bits) (``min_normal`` without subnormals)."""
+        return float(np.ldexp(1.0, self.emin - (self.man_bits if self.subnormals else 0)))
+
+    @property
+    def has_inf(self) -> bool:
+        return self.specials == "ieee"
+
+    @property
+    def has_nan(self) -> bool:
+        return self.specials != "none"
+
+    @property
+    def code_dtype(self) -> np.dtype:
+        """Smallest unsigned integer dtype that holds one code (uint8 or uint16)."""
+        return np.dtype(np.uint8 if self.bits <= 8 else np.uint16)
+
+    # ------------------------------------------------------------------ rounding
+    def round(self, x, saturate: bool = True, mode: str = "nearest", rng=None) -> np.ndarray:
+        """Round real numbers onto this format's grid.
+
+        Parameters
+        ----------
+        x : array_like of real numbers, any shape
+            float64 input is rounded once, directly (never through float32 first).
+        saturate : bool, default True
+            ``True``: overflow and +-Inf clamp to +-``max_value``. ``False``: follow the format
+            on overflow (E5M2, FP16, BF16 give +-Inf; E4M3 and E8M0 give NaN). Formats with
+            neither Inf nor NaN (E2M3, E3M2, E2M1) always saturate.
+        mode : {"nearest", "stochastic"}
+            ``"nearest"``: round to nearest, ties to even (IEEE 754 roundTiesToEven), including
+            in the subnormal range. ``"stochastic"``: round up to the next grid value with
+            probability equal to the fractional position between the two neighbours, so the
+            result is unbiased; values already on the grid are unchanged.
+        rng : numpy.random.Generator or int or None
+            Source of the uniform draws for stochastic rounding (an int seeds a new Generator).
+
+        Returns
+        -------
+        ndarray of float64, the shape of ``x``
+            NaN stays NaN. Signed zero is kept. For E8M0 (unsigned, no zero), zero and
+            negative numbers give NaN and positive values below 2**-127 give 2**-127.
+
+        Raises
+        ------
+        TypeError
+            If ``x`` is not real-valued.
+        ValueError
+            If ``mode`` is unknown.
+
+        Notes
+        -----
+        Agrees bit for bit with ``x.astype(ml_dtypes.<format>)`` in every case ml_dtypes defines,
+        with ``saturate=False`` for E4M3, E5M2, FP16, BF16 and E8M0. ml_dtypes converts NaN
+        into E2M1/E2M3/E3M2 as -0 (they have no NaN); here NaN stays NaN. E8M0 rounds ties
+        upward (1.5 -> 2, 3 -> 4), as ml_dtypes does.
+        """
+        if mode not in _MODES:
+            raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
+        x = as_real_array(x)
+        shape = x.shape
+        x = x.reshape(-1)
+        a = np.abs(x)
+        if mode == "nearest":
+            r = self._nearest_magnitude(a)
+        else:
+            r = self._stochastic_magnitude(a, np.random.default_rng(rng))
+        if not self.subnormals:  # E8M0: no zero and no subnormals below 2**emin
+            np.maximum(r, self.min_normal, out=r)
+        with np.errstate(invalid="ignore"):
+            overflow = r > self.max_value
+        if saturate or self.specials == "none":
+            np.minimum(r, self.max_value, out=r)
+        else:
+            r[overflow] = np.inf if self.has_inf else np.nan
+        if self.signed:
+            np.copysign(r, x, out=r)
+        else:
+            r[(x <= 0) | np.isnan(x)] = np.nan
+        return r.reshape(shape)
+
+    def _nearest_magnitude(self, a: np.ndarray) -> np.ndarray:
+        """Round non-negative float64 magnitudes to nearest (ties even; ties up for E8M0)."""
+        # Normal range: clear the low (52 - man_bits) bits of the float64 pattern after adding
+        # half a unit in the last place; a carry out of the mantissa bumps the exponent, which
+        # is exactly the step into the next binade.
+        shift = 52 - self.man_bits
+        half = _U64(1 << (shift - 1))
+        b = a.view(_U64)
+        if self.man_bits == 0:  # E8M0: ties round up (ml_dtypes' convention)
+            rb = b + half
+        else:
+            rb = (b >> _U64(shift)) & _U64(1)
+            rb += b
+            rb += half - _U64(1)
+        rb &= _U64(~((1 << shift) - 1) & 0xFFFF_FFFF_FFFF_FFFF)
+        r = rb.view(np.float64)
+        r[np.isnan(a)] = np.nan  # a NaN payload must not round into Inf
+        if self.subnormals:
+            # Subnormal range: adding 2**(emin - man_bits + 52) makes the float64 unit in the
+            # last place equal to the format's smallest subnormal, so the FPU's own
+            # round-to-nearest-even does the work.
+            c = np.ldexp(1.0, self.emin - self.man_bits + 52)
+            small = a < self.min_normal
+            if small.any():
+                r[small] = (a[small] + c) - c
+        return r
+
+    def _stochastic_magnitude(self, a: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """Round non-negative magnitudes down or up with probability given by the position."""
+        finite = np.isfinite(a)
+        safe = np.where(finite, a, 0.0)
+        _, k = np.frexp(safe)  # safe = f * 2**k with f in [0.5, 1)
+        e = np.maximum(k - 1, self.emin)
+        quantum = np.ldexp(1.0, e - self.man_bits)
+        steps = safe / quantum  # exact: quantum is a power of two
+        low = np.floor(steps)
+        up = rng.random(a.shape) < (steps - low)
+        r = (low + up) * quantum
+        return np.where(finite, r, a)
+
+    # ------------------------------------------------------------------ bit patterns
+    def encode(self, x, saturate: bool = True) -> np.ndarray:
+        """Round ``x`` to this format and return the bit patterns.
+
+        Parameters
+        ----------
+        x : array_like of real numbers, any shape
+        saturate : bool, default True
+            Passed to :meth:`round`.
+
+        Returns
+        -------
+        ndarray of uint8 (formats of 8 bits or fewer) or uint16, the shape of ``x``
+            The codes, right-aligned (a 4-bit code uses the low nibble). Equal to ml_dtypes'
+            bit patterns for every representable value; NaN gives the pattern ml_dtypes uses
+            (0x7F for E4M3, 0x7E for E5M2, 0xFF for E8M0, sign bit from the input).
+
+        Raises
+        ------
+        ValueError
+            If ``x`` contains NaN (or a value that rounds to NaN) and the format has no NaN.
+        """
+        r = self.round(x, saturate=saturate)
+        nan = np.isnan(r)
+        if nan.any() and not self.has_nan:
+            raise ValueError(f"{self.name} has no NaN: cannot encode NaN")
+        m, bias = self.man_bits, self.bias
+        a = np.where(nan, 0.0, np.abs(r))
+        _, k = np.frexp(a)
+        e = np.where(a >= self.min_normal, k - 1, self.emin)
+        normal = a >= self.min_normal
+        exp_field = np.where(normal, e + bias, 0)
+        frac = np.where(normal, np.ldexp(a, -e) - 1.0, np.ldexp(a, -self.emin))
+        mant = np.rint(np.ldexp(frac, m))
+        top_exp = (1 << self.exp_bits) - 1
+        inf = np.isinf(a)
+        exp_field = np.where(inf, top_exp, exp_field)
+        mant = np.where(inf, 0, mant)
+        if self.specials == "ieee":
+            nan_exp, nan_mant = top_exp, 1 << (m - 1)
+        else:
+            nan_exp, nan_mant = top_exp, (1 << m) - 1
+        exp_field = np.where(nan, nan_exp, exp_field)
+        mant = np.where(nan, nan_mant, mant)
+        code = (exp_field.astype(np.int64) << m) | mant.astype(np.int64)
+        if self.signed:
+            code |= np.signbit(r).astype(np.int64) << (self.exp_bits + m)
+        return code.astype(self.code_dtype)
+
+    def decode(self, codes) -> np.ndarray:
+        """Return the values of bit patterns ``codes``.
+
+        Parameters
+        ----------
+        codes : array_like of integers in [0, 2**bits), any shape
+
+        Returns
+        -------
+        ndarray of float64, the shape of ``codes``
+
+        Raises
+        ------
+        TypeError
+            If ``codes`` is not an integer array.
+        ValueError
+            If a code is negative or does not fit in ``bits`` bits.
+        """
+        codes = np.asarray(codes)
+        if codes.dtype == np.bool_ or codes.dtype.kind not in "iu":
+            raise TypeError(f"codes must be integers, got dtype {codes.dtype}")
+        if codes.size and (codes.min() < 0 or codes.max() >= (1 << self.bits)):
+            raise ValueError(f"{self.name} codes must lie in [0, {(1 << self.bits) - 1}]")
+        return self._table[codes.astype(np.intp)]
+
+    @cached_property
+    def _table(self) -> np.ndarray:
+        """Value of every code, computed from the field definitions (not from encode)."""
+        c = np.arange(1 << self.bits, dtype=np.int64)
+        m = self.man_bits
+        mant = c & ((1 << m) - 1)
+        exp = (c >> m) & ((1 << self.exp_bits) - 1)
+        normal = np.ldexp(1.0 + mant / (1 << m), exp - self.bias)
+        if self.subnormals:
+            sub = np.ldexp(mant.astype(np.float64), self.emin - m)
+            val = np.where(exp == 0, sub, normal)
+        else:
+            val = normal
+        top = exp == (1 << self.exp_bits) - 1
+        if self.specials == "ieee":
+            val = np.where(top, np.where(mant == 0, np.inf, np.nan), val)
+        elif self.specials == "fn":
+            val = np.where(top & (mant == (1 << m) - 1), np.nan, val)
+        if self.signed:
+            val = np.where((c >> (self.bits - 1)) & 1, -val, val)
+        val.setflags(write=False)
+        return val
+
+    def values(self) -> np.ndarray:
+        """Every finite value of the format, ascending, with a single zero.
+
+        Returns
+        -------
+        ndarray of float64, 1-D (E2M1: 15 values from -6 to 6).
+        """
+        t = self._table
+        return np.unique(t[np.isfinite(t)] + 0.0)  # + 0.0 turns -0.0 into +0.0
+
+
+FP16 = FloatFormat("FP16", 5, 10, 15, "ieee")
+BF16 = FloatFormat("BF16", 8, 7, 127, "ieee")
+FP8_E4M3 = FloatFormat("E4M3", 4, 3, 7, "fn")
+FP8_E5M2 = FloatFormat("E5M2", 5, 2, 15, "ieee")
+FP6_E2M3 = FloatFormat("E2M3", 2, 3, 1, "none")
+FP6_E3M2 = FloatFormat("E3M2", 3, 2, 3, "none")
+FP4_E2M1 = FloatFormat("E2M1", 2, 1, 1, "none")
+E8M0 = FloatFormat("E8M0", 8, 0, 127, "fn", signed=False, subnormals=False)
+
+#: Every format by its standard name.
+FORMATS = {f.name: f for f in (FP16, BF16, FP8_E4M3, FP8_E5M2, FP6_E2M3, FP6_E3M2, FP4_E2M1, E8M0)}

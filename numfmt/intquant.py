@@ -1,0 +1,166 @@
+"""Integer quantization: a scale, a zero point, and codes on a uniform grid.
+
+``q = clamp(round(x / scale) + zero_point, qmin, qmax)`` and ``x_hat = (q - zero_point) * scale``,
+with round half to even. Symmetric quantization uses the restricted signed range
+``[-(2^(b-1) - 1), 2^(b-1) - 1]`` and zero point 0; asymmetric (affine) quantization uses the
+unsigned range ``[0, 2^b - 1]`` over ``[min, max]`` widened to contain 0, with an integer zero
+point so that 0 is represented exactly.
+
+References: Jacob et al., "Quantization and Training of Neural Networks for Efficient
+Integer-Arithmetic-Only Inference", CVPR 2018, section 2; Nagel et al., "A White Paper on Neural
+Network Quantization", 2021, section 2.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from numfmt._validate import as_calibration_array, as_real_array, check_block
+
+GRANULARITIES = ("tensor", "channel", "group")
+MIN_BITS, MAX_BITS = 2, 16
+
+
+class IntQuantized(NamedTuple):
+    """Result of :func:`quantize_int`; unpacks as ``values, codes, scale, zero_point``."""
+
+    values: np.ndarray      #: dequantized values, float64, shape of x
+    codes: np.ndarray       #: integer codes, int64, shape of x
+    scale: np.ndarray       #: float64, see quantize_int for the shape
+    zero_point: np.ndarray  #: int64, same shape as scale
+
+
+def int_range(bits: int, symmetric: bool = True) -> tuple[int, int]:
+    """Return ``(qmin, qmax)``: ``(-(2^(b-1)-1), 2^(b-1)-1)`` if symmetric, else ``(0, 2^b-1)``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        If ``bits`` is not an integer in [2, 16].
+    """
+    if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)):
+        raise TypeError(f"bits must be an integer, got {bits!r}")
+    if not MIN_BITS <= bits <= MAX_BITS:
+        raise ValueError(f"bits must be in [{MIN_BITS}, {MAX_BITS}], got {bits}")
+    if symmetric:
+        return -(2 ** (bits - 1) - 1), 2 ** (bits - 1) - 1
+    return 0, 2**bits - 1
+
+
+def quantize_affine(x, scale, zero_point=0, qmin: int = -127, qmax: int = 127) -> np.ndarray:
+    """Return the codes ``clamp(round_half_even(x / scale) + zero_point, qmin, qmax)``.
+
+    Parameters
+    ----------
+    x : array_like of real numbers
+    scale : array_like, positive, broadcastable against ``x``
+    zero_point : array_like of integers, broadcastable against ``x``
+    qmin, qmax : int
+        The code range, ``qmin <= qmax``.
+
+    Returns
+    -------
+    ndarray of int64, the broadcast shape. NaN is refused; +-Inf clamps to qmin/qmax.
+
+    Raises
+    ------
+    ValueError
+        If a scale is not positive and finite, ``x`` contains NaN, or ``qmin > qmax``.
+    """
+    x = as_real_array(x)
+    scale = as_real_array(scale, "scale")
+    if not (np.isfinite(scale).all() and (scale > 0).all()):
+        raise ValueError("scale must be positive and finite")
+    if np.isnan(x).any():
+        raise ValueError("x contains NaN: it has no integer code")
+    if qmin > qmax:
+        raise ValueError(f"qmin ({qmin}) must not exceed qmax ({qmax})")
+    q = np.rint(x / scale)
+    q += zero_point
+    np.clip(q, qmin, qmax, out=q)
+    return q.astype(np.int64)
+
+
+def dequantize_affine(codes, scale, zero_point=0) -> np.ndarray:
+    """Return ``(codes - zero_point) * scale`` as float64 (shapes broadcast)."""
+    return (np.asarray(codes, dtype=np.float64) - zero_point) * np.asarray(scale, np.float64)
+
+
+def quantize_int(x, bits: int, symmetric: bool = True, granularity: str = "tensor",
+                 group: int | None = None, clip: float = 1.0) -> IntQuantized:
+    """Quantize ``x`` to ``bits``-bit integers with scales calibrated from its range.
+
+    Parameters
+    ----------
+    x : array_like of real numbers, shape (..., K), non-empty and finite
+    bits : int in [2, 16]
+    symmetric : bool, default True
+        True: signed restricted range, zero point 0, ``scale = clip * amax / qmax``.
+        False: unsigned ``[0, 2^b - 1]`` over ``[min(x, 0), max(x, 0)] * clip``, with
+        ``scale = clip * (max - min) / (2^b - 1)`` and integer ``zero_point = round(-clip * min / scale)``.
+    granularity : {"tensor", "channel", "group"}
+        One scale for the whole tensor; one per row (reducing over the last axis); or one per
+        ``group`` consecutive elements along the last axis.
+    group : int, only with granularity="group"
+        Group size; must divide ``K``.
+    clip : float in (0, 1]
+        Fraction of the calibrated range to keep; values beyond it saturate.
+
+    Returns
+    -------
+    IntQuantized
+        ``values`` (float64, shape of x), ``codes`` (int64, shape of x), ``scale`` (float64)
+        and ``zero_point`` (int64) with shape ``(1,) * x.ndim`` for "tensor",
+        ``x.shape[:-1] + (1,)`` for "channel" (both broadcast against ``x``), and
+        ``x.shape[:-1] + (K // group, 1)`` for "group" (broadcasts against ``x`` reshaped to
+        ``x.shape[:-1] + (K // group, group)``). An all-zero tensor, row or group gets scale
+        1.0 and codes 0, so it dequantizes to zeros. A 0-d ``x`` is treated as shape (1,).
+
+    Raises
+    ------
+    TypeError
+        If ``x`` is not real-valued, or ``bits``/``group`` is not an integer.
+    ValueError
+        If ``x`` is empty or non-finite, ``bits`` is outside [2, 16], ``clip`` is outside (0, 1],
+        ``granularity`` is unknown, ``group`` is missing, given without "group", or does not
+        divide the last axis.
+
+    Examples
+    --------
+    The integer-only matmul ``y = A @ W.T`` with asymmetric activations and per-row symmetric
+    weights: ``y = s_a * s_w.T * (qa @ qw.T - z_a * qw.sum(axis=1))``.
+    """
+    x = as_calibration_array(x)
+    qmin, qmax = int_range(bits, symmetric)
+    if not (isinstance(clip, (int, float, np.floating, np.integer)) and 0.0 < clip <= 1.0):
+        raise ValueError(f"clip must be a number in (0, 1], got {clip!r}")
+    if granularity not in GRANULARITIES:
+        raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
+    if granularity == "group":
+        if group is None:
+            raise ValueError('granularity="group" needs a group size, e.g. group=32')
+        group = check_block(x.shape[-1], group, "group")
+        xg = x.reshape(x.shape[:-1] + (x.shape[-1] // group, group))
+        axis = -1
+    else:
+        if group is not None:
+            raise ValueError(f'group={group} is only meaningful with granularity="group"')
+        xg = x
+        axis = None if granularity == "tensor" else -1
+
+    if symmetric:
+        scale = np.abs(xg).max(axis=axis, keepdims=True) * (clip / qmax)
+        zero_point = np.zeros(scale.shape, dtype=np.int64)
+        scale[scale == 0] = 1.0
+    else:
+        lo = np.minimum(xg.min(axis=axis, keepdims=True), 0.0) * clip
+        hi = np.maximum(xg.max(axis=axis, keepdims=True), 0.0) * clip
+        scale = (hi - lo) / qmax
+        scale[scale == 0] = 1.0
+        zero_point = np.clip(np.rint(-lo / scale), qmin, qmax).astype(np.int64)
+
+    codes = quantize_affine(xg, scale, zero_point, qmin, qmax)
+    values = dequantize_affine(codes, scale, zero_point)
+    return IntQuantized(values.reshape(x.shape), codes.reshape(x.shape), scale, zero_point)
