@@ -168,12 +168,11 @@ class FloatFormat:
             r = self._stochastic_magnitude(a, np.random.default_rng(rng))
         if not self.subnormals:  # E8M0: no zero and no subnormals below 2**emin
             np.maximum(r, self.min_normal, out=r)
-        with np.errstate(invalid="ignore"):
-            overflow = r > self.max_value
         if saturate or self.specials == "none":
             np.minimum(r, self.max_value, out=r)
         else:
-            r[overflow] = np.inf if self.has_inf else np.nan
+            with np.errstate(invalid="ignore"):
+                r[r > self.max_value] = np.inf if self.has_inf else np.nan
         if self.signed:
             np.copysign(r, x, out=r)
         else:

@@ -161,6 +161,16 @@ def quantize_int(x, bits: int, symmetric: bool = True, granularity: str = "tenso
         scale[scale == 0] = 1.0
         zero_point = np.clip(np.rint(-lo / scale), qmin, qmax).astype(np.int64)
 
-    codes = quantize_affine(xg, scale, zero_point, qmin, qmax)
-    values = dequantize_affine(codes, scale, zero_point)
-    return IntQuantized(values.reshape(x.shape), codes.reshape(x.shape), scale, zero_point)
+    # The steps of quantize_affine and dequantize_affine, in place on one buffer (x is
+    # already validated and these arrays can hold millions of values).
+    q = xg / scale
+    np.rint(q, out=q)
+    if not symmetric:
+        q += zero_point
+    np.maximum(q, qmin, out=q)
+    np.minimum(q, qmax, out=q)
+    codes = q.astype(np.int64)
+    if not symmetric:
+        q -= zero_point
+    q *= scale
+    return IntQuantized(q.reshape(x.shape), codes.reshape(x.shape), scale, zero_point)
