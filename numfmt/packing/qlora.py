@@ -1,0 +1,394 @@
+"""QLoRA storage: blockwise absmax 4-bit codebooks, NF4, double quantization.
+
+QLoRA stores a weight tensor, flattened, in blocks of 64 values. Each block
+keeps its absolute maximum (absmax) as an FP32 scale; each value is divided by
+it, lands in [-1, 1], and is replaced by the index of the nearest of 16 levels.
+The levels are a *codebook*; NF4 is the codebook whose levels are quantiles of
+a normal distribution, so each level is used about equally often by normally
+distributed weights.
+
+Cost: 4 bits + 32/64 bits of scale = 4.5 bits per parameter. Double
+quantization stores the FP32 absmax values themselves in 8 bits, in blocks of
+256 with one FP32 scale each, after subtracting their mean (one FP32 for the
+tensor): 4 + 8/64 + 32/(64 * 256) = 4.127 bits per parameter.
+
+The QLoRA paper stores the second level as 8-bit floats (bitsandbytes' dynamic
+map). Here the second level is a plain symmetric INT8 code, which is easier to
+read and has a simple error bound (half a step); ``center=False`` gives the
+unsigned, uncentered variant for comparison.
+
+References
+----------
+Dettmers, Pagnoni, Holtzman, Zettlemoyer, "QLoRA: Efficient Finetuning of
+Quantized LLMs" (2023), section 3 and appendix E (NF4 levels); bitsandbytes
+``create_normal_map`` and ``quantize_4bit`` (element 2i in the high nibble).
+"""
+
+from dataclasses import dataclass
+from statistics import NormalDist
+
+import numpy as np
+
+from ..formats import FP4_E2M1
+from ._checks import as_float_array, check_ndim
+from .nibbles import pack_nibbles, unpack_nibbles
+
+__all__ = [
+    "NF4_OFFSET", "nf4_levels", "int4_levels", "fp4_levels",
+    "AbsmaxQuantized", "absmax_quantize", "absmax_dequantize",
+    "DoubleQuantizedScales", "double_quantize", "double_dequantize",
+    "QLoRATensor", "qlora_quantize", "qlora_dequantize", "qlora_bits_per_parameter",
+]
+
+#: Top quantile of NF4, 1 - (1/30 + 1/32) / 2: halfway between the edge
+#: quantiles of 15 and 16 equal-probability bins (bitsandbytes uses 0.9677083).
+NF4_OFFSET = 1.0 - (1.0 / 30 + 1.0 / 32) / 2
+
+
+def nf4_levels():
+    """The 16 NormalFloat-4 levels, ascending, from their definition.
+
+    Eight levels are normal quantiles at probabilities ``linspace(d, 1/2, 9)[:-1]``,
+    seven are the negatives of the quantiles at ``linspace(d, 1/2, 8)[:-1]``, plus
+    an exact 0; all are divided by the largest, so the codebook spans [-1, 1].
+    ``d`` is :data:`NF4_OFFSET`. The asymmetry (8 positive, 7 negative) buys an
+    exact zero with 16 codes.
+
+    Returns
+    -------
+    numpy.ndarray of float64, shape (16,)
+        Agrees with the table in QLoRA appendix E to within 2e-7.
+
+    References
+    ----------
+    QLoRA (2023), section 3 "4-bit NormalFloat"; bitsandbytes ``create_normal_map``.
+    """
+    quantile = NormalDist().inv_cdf
+    positive = [quantile(p) for p in np.linspace(NF4_OFFSET, 0.5, 9)[:-1]]
+    negative = [-quantile(p) for p in np.linspace(NF4_OFFSET, 0.5, 8)[:-1]]
+    levels = np.sort(np.array(positive + negative + [0.0]))
+    return levels / levels[-1]
+
+
+def int4_levels():
+    """Symmetric INT4 as a codebook: k / 7 for k = -7..7 (15 levels, float64)."""
+    return np.arange(-7, 8) / 7.0
+
+
+def fp4_levels():
+    """FP4 E2M1 as a codebook: the 15 distinct E2M1 values / 6, ascending (float64).
+
+    References
+    ----------
+    OCP Microscaling Formats (MX) v1.0, section 5.3.3.
+    """
+    return FP4_E2M1.values() / FP4_E2M1.max_value
+
+
+def _check_levels(levels):
+    lv = as_float_array(levels, "levels")
+    check_ndim(lv, 1, "levels")
+    if not 2 <= lv.size <= 16 or np.any(np.diff(lv) <= 0) or lv[0] < -1 or lv[-1] > 1:
+        raise ValueError("levels must be 2 to 16 strictly increasing values in [-1, 1]")
+    return lv
+
+
+def _check_block(block, name="block"):
+    if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {block!r}")
+    return int(block)
+
+
+@dataclass(frozen=True)
+class AbsmaxQuantized:
+    """Blockwise absmax codebook quantization of a flattened tensor.
+
+    Attributes
+    ----------
+    codes : uint8 (size,)
+        Index into ``levels`` of each element, in C order.
+    absmax : float32 (n_blocks,)
+        max |x| of each block of ``block`` consecutive elements (the last may be short).
+    levels : float64 (L,)
+    shape : tuple
+    block : int
+    """
+
+    codes: np.ndarray
+    absmax: np.ndarray
+    levels: np.ndarray
+    shape: tuple
+    block: int
+
+
+def absmax_quantize(x, levels, block=64):
+    """Quantize ``x`` blockwise: scale each block by its absmax, pick the nearest level.
+
+    Parameters
+    ----------
+    x : array_like of float, any shape
+        Flattened in C order; a short last block is allowed.
+    levels : array_like of float, shape (L,)
+        Strictly increasing codebook in [-1, 1], 2 <= L <= 16 (e.g. :func:`nf4_levels`).
+    block : int, default 64
+
+    Returns
+    -------
+    AbsmaxQuantized
+        ``absmax`` is rounded to FP32, as stored. Ties between two levels go to
+        the lower one. A block of zeros has absmax 0 and decodes to 0 if 0 is a level.
+
+    Raises
+    ------
+    TypeError
+        If ``x`` is not a real array.
+    ValueError
+        If ``x`` is empty or holds NaN or inf, ``levels`` is not a valid
+        codebook, or ``block`` is not a positive integer.
+
+    References
+    ----------
+    QLoRA (2023), equations (1)-(2); bitsandbytes ``quantize_4bit``.
+    """
+    arr = as_float_array(x)
+    if arr.size == 0:
+        raise ValueError("x is empty")
+    lv = _check_levels(levels)
+    block = _check_block(block)
+    flat = arr.ravel()
+    n_blocks = -(-flat.size // block)
+    padded = np.zeros(n_blocks * block)
+    padded[:flat.size] = flat
+    blocks = padded.reshape(n_blocks, block)
+    absmax = np.abs(blocks).max(axis=1).astype(np.float32)
+    safe = np.where(absmax > 0, absmax.astype(np.float64), 1.0)
+    normalized = blocks / safe[:, None]
+    midpoints = (lv[1:] + lv[:-1]) / 2
+    codes = np.searchsorted(midpoints, normalized, side="left").astype(np.uint8)
+    return AbsmaxQuantized(codes.ravel()[:flat.size], absmax, lv, arr.shape, block)
+
+
+def absmax_dequantize(q, absmax=None):
+    """Values of an :class:`AbsmaxQuantized`: ``levels[code] * absmax[block]``.
+
+    Parameters
+    ----------
+    q : AbsmaxQuantized
+    absmax : array_like of float, shape (n_blocks,), optional
+        Block scales to use instead of ``q.absmax`` (e.g. double-quantized ones).
+
+    Returns
+    -------
+    numpy.ndarray of float64, shape ``q.shape``
+
+    Raises
+    ------
+    TypeError
+        If ``q`` is not an AbsmaxQuantized.
+    ValueError
+        If ``absmax`` has the wrong length.
+    """
+    if not isinstance(q, AbsmaxQuantized):
+        raise TypeError(f"expected an AbsmaxQuantized, got {type(q).__name__}")
+    scales = q.absmax if absmax is None else np.asarray(absmax)
+    if scales.shape != q.absmax.shape:
+        raise ValueError(f"absmax has shape {scales.shape}, expected {q.absmax.shape}")
+    block_of = np.arange(q.codes.size) // q.block
+    return (q.levels[q.codes] * scales.astype(np.float64)[block_of]).reshape(q.shape)
+
+
+@dataclass(frozen=True)
+class DoubleQuantizedScales:
+    """FP32 block scales stored in 8 bits.
+
+    Attributes
+    ----------
+    codes : int8 (n,) if centered, else uint8 (n,)
+    super_scales : float32 (ceil(n / block),)
+        Step size of each block of ``block`` codes.
+    offset : float32
+        Mean subtracted before quantizing (0 when not centered).
+    block : int
+    """
+
+    codes: np.ndarray
+    super_scales: np.ndarray
+    offset: np.float32
+    block: int
+
+
+def double_quantize(scales, block=256, center=True):
+    """Quantize positive FP32 block scales to 8 bits, blockwise (QLoRA double quantization).
+
+    centered (default): c' = c - mean(c); per block of ``block`` values,
+    step = max |c'| / 127, code = round(c' / step) in [-127, 127] (int8).
+    Not centered: step = max c / 255, code = round(c / step) in [0, 255] (uint8).
+    Either way the error of each reconstructed scale is at most half a step.
+
+    Parameters
+    ----------
+    scales : array_like of float, shape (n,)
+        Non-negative first-level scales (absmax values).
+    block : int, default 256
+    center : bool, default True
+
+    Returns
+    -------
+    DoubleQuantizedScales
+        Steps and offset are FP32.
+
+    Raises
+    ------
+    TypeError
+        If ``scales`` is not a real array.
+    ValueError
+        If ``scales`` is not a non-empty 1-D array of finite non-negative values,
+        or ``block`` is not a positive integer.
+
+    References
+    ----------
+    QLoRA (2023), section 3 "Double Quantization" (blocks of 256, mean subtracted).
+    """
+    c = as_float_array(scales, "scales")
+    check_ndim(c, 1, "scales")
+    if c.size == 0 or np.any(c < 0):
+        raise ValueError("scales must be a non-empty array of non-negative values")
+    block = _check_block(block)
+    offset = np.float32(c.mean()) if center else np.float32(0.0)
+    centered = c - np.float64(offset)
+    n_blocks = -(-c.size // block)
+    padded = np.zeros(n_blocks * block)
+    padded[:c.size] = centered
+    blocks = padded.reshape(n_blocks, block)
+    qmax = 127 if center else 255
+    step = (np.abs(blocks).max(axis=1) / qmax).astype(np.float32)
+    safe = np.where(step > 0, step.astype(np.float64), 1.0)
+    codes = np.clip(np.round(blocks / safe[:, None]), -qmax if center else 0, qmax)
+    dtype = np.int8 if center else np.uint8
+    return DoubleQuantizedScales(codes.ravel()[:c.size].astype(dtype), step, offset, block)
+
+
+def double_dequantize(dq):
+    """Reconstructed scales, float64 (n,): ``codes * step[block] + offset``.
+
+    Raises
+    ------
+    TypeError
+        If ``dq`` is not a DoubleQuantizedScales.
+    """
+    if not isinstance(dq, DoubleQuantizedScales):
+        raise TypeError(f"expected a DoubleQuantizedScales, got {type(dq).__name__}")
+    block_of = np.arange(dq.codes.size) // dq.block
+    return dq.codes.astype(np.float64) * dq.super_scales.astype(np.float64)[block_of] \
+        + np.float64(dq.offset)
+
+
+@dataclass(frozen=True)
+class QLoRATensor:
+    """A weight tensor in QLoRA storage.
+
+    Attributes
+    ----------
+    data : uint8 (ceil(size / 2),)
+        4-bit codes, two per byte, element 2i in the high nibble (bitsandbytes order).
+    absmax : float32 (n_blocks,) or DoubleQuantizedScales
+    levels : float64 (16,)
+    shape : tuple
+    block : int
+    """
+
+    data: np.ndarray
+    absmax: object
+    levels: np.ndarray
+    shape: tuple
+    block: int
+
+    @property
+    def size(self):
+        """Number of parameters."""
+        return int(np.prod(self.shape))
+
+    @property
+    def nbytes(self):
+        """Bytes stored: packed codes, scales, and the double-quantization state."""
+        if isinstance(self.absmax, DoubleQuantizedScales):
+            scale_bytes = self.absmax.codes.nbytes + self.absmax.super_scales.nbytes + 4
+        else:
+            scale_bytes = self.absmax.nbytes
+        return self.data.nbytes + scale_bytes
+
+    @property
+    def bits_per_parameter(self):
+        """8 * nbytes / size: what storage really costs per weight, in bits."""
+        return 8 * self.nbytes / self.size
+
+
+def qlora_quantize(x, levels=None, block=64, double_quant=True, scale_block=256, center=True):
+    """Quantize a tensor the QLoRA way: NF4 codes in blocks of 64, optionally double-quantized scales.
+
+    Parameters
+    ----------
+    x : array_like of float, any shape
+    levels : array_like of float, shape (16,), optional
+        Codebook; defaults to :func:`nf4_levels`.
+    block : int, default 64
+    double_quant : bool, default True
+    scale_block, center
+        Passed to :func:`double_quantize`.
+
+    Returns
+    -------
+    QLoRATensor
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`absmax_quantize` and :func:`double_quantize`.
+
+    References
+    ----------
+    QLoRA (2023), equation (6) (NF4 with double quantization).
+    """
+    lv = nf4_levels() if levels is None else levels
+    q = absmax_quantize(x, lv, block)
+    data = pack_nibbles(q.codes, pad=q.codes.size % 2 == 1, order="high_first")
+    absmax = double_quantize(q.absmax, scale_block, center) if double_quant else q.absmax
+    return QLoRATensor(data, absmax, q.levels, q.shape, q.block)
+
+
+def qlora_dequantize(t):
+    """Values (float64, ``t.shape``) of a :class:`QLoRATensor`.
+
+    Raises
+    ------
+    TypeError
+        If ``t`` is not a QLoRATensor.
+    """
+    if not isinstance(t, QLoRATensor):
+        raise TypeError(f"expected a QLoRATensor, got {type(t).__name__}")
+    codes = unpack_nibbles(t.data, count=t.size, order="high_first")
+    if isinstance(t.absmax, DoubleQuantizedScales):
+        absmax = double_dequantize(t.absmax)
+    else:
+        absmax = t.absmax.astype(np.float64)
+    block_of = np.arange(t.size) // t.block
+    return (t.levels[codes] * absmax[block_of]).reshape(t.shape)
+
+
+def qlora_bits_per_parameter(block=64, double_quant=True, scale_block=256, code_bits=4):
+    """Storage cost in bits per parameter, in the limit of a large tensor.
+
+    ``code_bits + 32 / block`` without double quantization;
+    ``code_bits + 8 / block + 32 / (block * scale_block)`` with it.
+    Defaults give 4.127 (4.5 without).
+
+    Raises
+    ------
+    ValueError
+        If ``block`` or ``scale_block`` is not a positive integer.
+    """
+    block = _check_block(block)
+    scale_block = _check_block(scale_block, "scale_block")
+    if not double_quant:
+        return code_bits + 32 / block
+    return code_bits + 8 / block + 32 / (block * scale_block)
