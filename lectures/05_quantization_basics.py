@@ -34,8 +34,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from console import print_header, print_observations, print_table
-from numfmt import (FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, block_quantize, mx_quantize,
-                    nvfp4_quantize, quantize_int, rel_error, sqnr_db, tensor_scaled)
+from numfmt import (FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FloatFormat, block_quantize, int_range,
+                    mx_quantize, nvfp4_quantize, quantize_int, rel_error, sqnr_db, tensor_scaled)
 
 INT32_MAX = 2**31 - 1
 
@@ -139,6 +139,68 @@ def clip_curve(z: np.ndarray, bits: int = 4, clips=CLIPS) -> list:
     return [rel_error(quantize_int(z, bits, clip=c)[0], z) for c in clips]
 
 
+DISTRIBUTIONS = ("Gaussian", "Laplace", "Student-t")
+
+
+def sample_distribution(name: str, n: int = 1 << 16, nu: float = 5.0, seed: int = 0) -> np.ndarray:
+    """Draw ``n`` values of a unit-scale Gaussian, Laplace or Student-t(``nu``) distribution.
+
+    The one-distribution-at-a-time sampler behind the notebook's widgets (demo 2 draws its
+    three distributions from one generator in :func:`clip_data`).
+
+    Parameters
+    ----------
+    name : {"Gaussian", "Laplace", "Student-t"}
+    n : int, positive
+    nu : float, positive
+        Degrees of freedom of the Student-t; ignored otherwise. The smaller, the heavier the
+        tails (the variance is infinite for nu <= 2).
+    seed : int
+
+    Returns
+    -------
+    ndarray of float64, shape (n,)
+
+    Raises
+    ------
+    ValueError
+        If ``name`` is unknown, ``n`` is not a positive integer, or ``nu`` is not positive.
+    """
+    if name not in DISTRIBUTIONS:
+        raise ValueError(f"name must be one of {DISTRIBUTIONS}, got {name!r}")
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"n must be a positive integer, got {n!r}")
+    if not (isinstance(nu, (int, float, np.integer, np.floating)) and nu > 0):
+        raise ValueError(f"nu must be a positive number, got {nu!r}")
+    rng = np.random.default_rng(seed)
+    if name == "Gaussian":
+        return rng.standard_normal(n)
+    if name == "Laplace":
+        return rng.laplace(size=n)
+    return rng.standard_t(nu, n)
+
+
+@dataclass
+class ClipPoint:
+    levels: np.ndarray      # every value of the grid, ascending: scale * (-qmax … qmax)
+    threshold: float        # clip point c * max|z|; beyond it, values saturate
+    clipped: float          # fraction of the values with |z| > threshold
+    error: float            # relative error (fraction)
+
+
+def clip_point(z: np.ndarray, bits: int, clip: float) -> ClipPoint:
+    """Symmetric per-tensor INT``bits`` of ``z`` clipped at ``clip * max|z|``: grid, clipped mass, error.
+
+    One point of demo 2's experiment, for any bit width and clip ratio; the notebook draws
+    it over a histogram of ``z``. Raises as :func:`numfmt.quantize_int`.
+    """
+    values, _, scale, _ = quantize_int(z, bits, clip=clip)
+    _, qmax = int_range(bits)
+    threshold = clip * float(np.abs(z).max())
+    return ClipPoint(float(scale.ravel()[0]) * np.arange(-qmax, qmax + 1), threshold,
+                     float(np.mean(np.abs(z) > threshold)), rel_error(values, z))
+
+
 def demo2_clipping(n: int = 1 << 18, seed: int = 0) -> ClipResult:
     """INT4 symmetric (codes -7 … 7) with the range cut to c·max|x|.
 
@@ -206,6 +268,14 @@ def scale_overhead_bits(granularity: str, group: int | None, k: int, scale_bits:
     return {"tensor": 0.0, "channel": scale_bits / k}.get(granularity, scale_bits / (group or 1))
 
 
+def granularity_error(M: np.ndarray, bits: int, granularity: str, group: int | None = None) -> float:
+    """Relative error of symmetric INT``bits`` of ``M`` with one scale per tensor, row or group.
+
+    Arguments and errors as :func:`numfmt.quantize_int`; returns a fraction.
+    """
+    return rel_error(quantize_int(M, bits, granularity=granularity, group=group)[0], M)
+
+
 @dataclass
 class GranularityResult:
     labels: list            # granularity labels
@@ -227,8 +297,7 @@ def demo3_granularity(seed: int = 1) -> GranularityResult:
     for name, M in data.items():
         for bits in (8, 4):
             for label, gran, group in GRANULARITY:
-                errors[(name, bits, label)] = rel_error(
-                    quantize_int(M, bits, granularity=gran, group=group)[0], M)
+                errors[(name, bits, label)] = granularity_error(M, bits, gran, group)
     return GranularityResult([g[0] for g in GRANULARITY],
                              [scale_overhead_bits(g, s, k) for _, g, s in GRANULARITY], errors)
 
@@ -294,6 +363,17 @@ def quantize_row(label: str, x: np.ndarray) -> tuple[np.ndarray, float]:
     return res.values, res.bits_per_element
 
 
+def block_format_point(x: np.ndarray, elem: FloatFormat, block: int,
+                       scale_format: str) -> tuple[float, float, float]:
+    """Quantize ``x`` with ``elem`` elements, one ``scale_format`` scale per ``block``.
+
+    Returns ``(bits per element, relative error, clipped fraction)``; arguments and errors as
+    :func:`numfmt.block_quantize`.
+    """
+    res = block_quantize(x, elem, block, scale_format)
+    return res.bits_per_element, rel_error(res.values, x), res.clipped
+
+
 @dataclass
 class BlockFormatResult:
     formats: list           # [(label, bits per element, rel error, SQNR dB)]
@@ -324,8 +404,8 @@ def demo4_block_formats(n: int = 1 << 20, seed: int = 0) -> BlockFormatResult:
     ablation = {}
     for block in (32, 16):
         for kind, _ in SCALE_KINDS:
-            res = block_quantize(x, FP4_E2M1, block, kind)
-            ablation[(block, kind)] = (rel_error(res.values, x), res.clipped)
+            _, err, clipped = block_format_point(x, FP4_E2M1, block, kind)
+            ablation[(block, kind)] = (err, clipped)
     return BlockFormatResult(formats, mxfp8_clipped, ablation)
 
 
@@ -377,6 +457,14 @@ class PropagationResult:
         return [s1 - s0 for (_, s0), (_, s1) in zip(self.sqnr, self.sqnr[1:])]
 
 
+def sqnr_by_bits(z: np.ndarray, bits=range(2, 9), granularity: str = "channel") -> list:
+    """SQNR in dB of symmetric INTb of ``z`` for each b in ``bits``: ``[(b, SQNR), ...]``.
+
+    Arguments and errors as :func:`numfmt.quantize_int` (``granularity`` "tensor" or "channel").
+    """
+    return [(b, sqnr_db(quantize_int(z, b, granularity=granularity)[0], z)) for b in bits]
+
+
 def demo5_error_propagation(seed: int = 0) -> PropagationResult:
     """Quantize W (Student-t, 1024 × 4096), then compare the error of Y = W·X with W's own.
 
@@ -397,9 +485,7 @@ def demo5_error_propagation(seed: int = 0) -> PropagationResult:
                       ("INT4 groups of 128", quantize_int(W, 4, granularity="group", group=128)[0])):
         rows.append((label, rel_error(Wq, W), rel_error(Wq @ X, Y)))
     z = rng.standard_normal((256, 4096))
-    sqnr = [(bits, sqnr_db(quantize_int(z, bits, granularity="channel")[0], z))
-            for bits in range(2, 9)]
-    return PropagationResult(rows, sqnr)
+    return PropagationResult(rows, sqnr_by_bits(z))
 
 
 def show_demo5(r: PropagationResult) -> None:
