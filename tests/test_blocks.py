@@ -1,0 +1,155 @@
+"""Block scaling (MX, NVFP4, general) against hand derivations and an ml_dtypes-based reference."""
+
+import math
+import warnings
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from numfmt import (E8M0, FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E5M2, block_quantize,
+                    mx_quantize, nvfp4_quantize, tensor_scaled)
+
+ML = {FP4_E2M1: ml_dtypes.float4_e2m1fn, FP6_E2M3: ml_dtypes.float6_e2m3fn,
+      FP6_E3M2: ml_dtypes.float6_e3m2fn, FP8_E4M3: ml_dtypes.float8_e4m3fn,
+      FP8_E5M2: ml_dtypes.float8_e5m2}
+ML_MAX = {f: float(ml_dtypes.finfo(t).max) for f, t in ML.items()}
+
+
+def ml_elem_round(fmt, y):
+    """Round to ``fmt`` with ml_dtypes, saturating first (ml_dtypes' FP8 overflows to NaN/Inf)."""
+    y = np.clip(y, -ML_MAX[fmt], ML_MAX[fmt])
+    return y.astype(ML[fmt]).astype(np.float64)
+
+
+def mx_reference(x, fmt, block):
+    """OCP MX v1.0 section 6.3, written block by block with math.frexp and ml_dtypes."""
+    emax_elem = math.frexp(ML_MAX[fmt])[1] - 1
+    out = np.empty_like(x)
+    for i in range(0, x.size, block):
+        b = x[i:i + block]
+        amax = float(np.abs(b).max())
+        scale = 2.0 ** (math.frexp(amax)[1] - 1 - emax_elem) if amax > 0 else 1.0
+        out[i:i + block] = ml_elem_round(fmt, b / scale) * scale
+    return out
+
+
+def test_nvfp4_hand_case():
+    # Tensor amax 2688 -> tensor scale 2688 / (6 * 448) = 1. Block scale E4M3(2688 / 6) = 448.
+    # 2688 / 448 = 6 -> 6; -1000 / 448 = -2.23 -> E2M1 -2 -> -896; 0.5 / 448 -> 0.
+    x = np.zeros(16)
+    x[:3] = [2688.0, -1000.0, 0.5]
+    r = nvfp4_quantize(x)
+    assert r.values.tolist() == [2688.0, -896.0] + [0.0] * 14
+    assert r.tensor_scale == 1.0 and r.scales.tolist() == [448.0]
+    assert r.bits_per_element == 4.5
+
+
+def test_mx_all_zero_block_gives_zeros_without_nan_or_warning():
+    x = np.concatenate([np.zeros(32), np.linspace(-1, 1, 32)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for fmt in (FP4_E2M1, FP6_E2M3, FP8_E4M3):
+            r = mx_quantize(x, fmt)
+            assert np.all(r.values[:32] == 0.0) and np.all(np.isfinite(r.values))
+        assert np.all(nvfp4_quantize(np.zeros(32)).values == 0.0)
+        assert np.all(tensor_scaled(np.zeros(8), FP8_E4M3).values == 0.0)
+
+
+def test_mx_scale_hand_cases():
+    # E2M1 emax = 2. amax 5: floor(log2 5) = 2 -> scale 2^0. amax 0.3: floor(log2 0.3) = -2 ->
+    # scale 2^-4, and 0.3 / 2^-4 = 4.8 rounds to E2M1's 4 (nearer than 6) -> 0.25.
+    r = mx_quantize(np.r_[5.0, np.zeros(31), 0.3, np.zeros(31)], FP4_E2M1)
+    assert r.scales.tolist() == [1.0, 2.0**-4]
+    assert r.values[0] == 4.0 and r.values[32] == 0.25   # 5 -> 4 (tie 5 between 4 and 6 -> even 4)
+
+
+def test_mxfp8_saturates_a_block_maximum_above_448():
+    # floor(log2 500) = 8 = E4M3's emax -> scale 1, and 500 > 448 saturates.
+    r = mx_quantize(np.r_[500.0, np.ones(31)], FP8_E4M3)
+    assert r.scales.tolist() == [1.0] and r.values[0] == 448.0
+    assert r.clipped == 1 / 32
+
+
+@pytest.mark.parametrize("fmt", [FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E5M2], ids=str)
+def test_mx_matches_the_spec_reference(fmt):
+    rng = np.random.default_rng(5)
+    x = rng.standard_t(4, 32 * 64) * np.exp(rng.uniform(-8, 8, 32 * 64).repeat(1))
+    r = mx_quantize(x, fmt)
+    assert np.array_equal(r.values, mx_reference(x, fmt, 32))
+    assert r.bits_per_element == fmt.bits + 8 / 32
+    # Stored scales are E8M0 values: they survive an E8M0 round trip.
+    assert np.array_equal(E8M0.decode(E8M0.encode(r.scales)), r.scales)
+
+
+def test_nvfp4_matches_an_ml_dtypes_reference():
+    rng = np.random.default_rng(6)
+    x = rng.standard_t(5, 16 * 256) * 0.02
+    g = float(np.float32(np.abs(x).max() / (6 * 448)))
+    amax = np.abs(x.reshape(-1, 16)).max(axis=1)
+    s = (amax / 6 / g).astype(ml_dtypes.float8_e4m3fn).astype(np.float64)   # no overflow: <= 448
+    expected = (ml_elem_round(FP4_E2M1, x.reshape(-1, 16) / (s * g)[:, None]) * (s * g)[:, None])
+    r = nvfp4_quantize(x)
+    assert r.tensor_scale == g
+    assert np.array_equal(r.scales, s) and np.array_equal(r.values, expected.ravel())
+
+
+def test_e4m3_block_scale_that_underflows_decodes_to_zero():
+    # The second block's amax is 1e-9 of the tensor's: its E4M3 scale rounds to 0.
+    x = np.r_[np.full(16, 1000.0), np.full(16, 1e-6)]
+    r = nvfp4_quantize(x)
+    assert r.scales[1] == 0.0 and np.all(r.values[16:] == 0.0) and np.all(np.isfinite(r.values))
+
+
+def test_exact_scale_never_clips_and_uses_the_top_of_the_grid():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((4, 64))
+    r = block_quantize(x, FP4_E2M1, 16, "exact")
+    assert r.clipped == 0.0
+    assert np.all(np.abs(r.elements).reshape(-1, 16).max(axis=1) == 6.0)
+    assert r.bits_per_element == 4 + 32 / 16
+
+
+def test_blocks_run_along_the_last_axis():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((3, 5, 64))
+    r = mx_quantize(x, FP4_E2M1)
+    assert r.values.shape == x.shape and r.scales.shape == (3, 5, 2)
+    for i in range(3):
+        for j in range(5):
+            assert np.array_equal(r.values[i, j], mx_quantize(x[i, j], FP4_E2M1).values)
+
+
+def test_values_are_elements_times_scales():
+    x = np.random.default_rng(4).standard_normal(64)
+    for r in (mx_quantize(x, FP6_E2M3), nvfp4_quantize(x), tensor_scaled(x, FP8_E4M3)):
+        blocks = r.elements.reshape(r.scales.shape + (-1,))
+        assert np.array_equal(r.values, (blocks * (r.scales * r.tensor_scale)[..., None]).ravel())
+        assert np.all(np.isin(r.elements, np.r_[FP4_E2M1.values(), FP6_E2M3.values(),
+                                                FP8_E4M3.values()]))
+
+
+def test_tensor_scaled_uses_amax_over_max_value():
+    x = np.array([-3.0, 1.0, 0.3])
+    r = tensor_scaled(x, FP4_E2M1)
+    assert r.tensor_scale == 0.5 and r.values.tolist() == [-3.0, 1.0, 0.25]
+    assert r.bits_per_element == 4.0
+
+
+# --------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize("call,exc,msg", [
+    (lambda: mx_quantize(np.ones(40), FP4_E2M1), ValueError, "does not divide"),
+    (lambda: nvfp4_quantize(np.ones((2, 24))), ValueError, "does not divide"),
+    (lambda: mx_quantize(np.ones(32), "E2M1"), TypeError, "FloatFormat"),
+    (lambda: mx_quantize(np.ones(32), E8M0), TypeError, "signed"),
+    (lambda: mx_quantize(np.r_[np.nan, np.ones(31)], FP4_E2M1), ValueError, "non-finite"),
+    (lambda: nvfp4_quantize(np.r_[np.inf, np.ones(15)]), ValueError, "non-finite"),
+    (lambda: nvfp4_quantize(np.array([])), ValueError, "empty"),
+    (lambda: tensor_scaled(np.array([]), FP8_E4M3), ValueError, "empty"),
+    (lambda: block_quantize(np.ones(32), FP4_E2M1, 32, "fp16"), ValueError, "scale_format"),
+    (lambda: block_quantize(np.ones(32), FP4_E2M1, 0), ValueError, "positive"),
+    (lambda: block_quantize(np.array(["x"] * 32), FP4_E2M1, 32), TypeError, "real numbers"),
+])
+def test_bad_input(call, exc, msg):
+    with pytest.raises(exc, match=msg):
+        call()

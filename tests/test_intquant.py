@@ -1,0 +1,161 @@
+"""quantize_int: hand-derived cases, properties, shapes, and errors."""
+
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from numfmt import dequantize_affine, int_range, quantize_affine, quantize_int
+
+
+def test_ties_round_half_to_even_at_scale_half():
+    # 63.5 sets amax, so scale = 63.5 / 127 = 0.5; x / 0.5 = [0.5, 1.5, 2.5, 3.5, -0.5, -1.5].
+    x = np.array([0.25, 0.75, 1.25, 1.75, -0.25, -0.75, 63.5])
+    r = quantize_int(x, 8)
+    assert r.scale.item() == 0.5
+    assert r.codes.tolist() == [0, 2, 2, 4, 0, -2, 127]
+    # Python's round() is round-half-even too: an independent check of the same ties.
+    assert r.codes[:6].tolist() == [round(v / 0.5) for v in x[:6]]
+
+
+def test_symmetric_int8_hand_case():
+    r = quantize_int(np.array([-0.5, 2.0]), 8)
+    assert r.scale.item() == 2.0 / 127        # amax / qmax
+    assert r.codes.tolist() == [-32, 127]     # -0.5 / (2/127) = -31.75 -> -32
+    assert r.zero_point.item() == 0
+
+
+def test_asymmetric_hand_case():
+    # [min, max] = [-1, 3]: scale = 4 / 255, zero point = round(1 / scale) = round(63.75) = 64.
+    r = quantize_int(np.array([-1.0, 0.0, 3.0]), 8, symmetric=False)
+    assert r.scale.item() == 4.0 / 255
+    assert r.zero_point.item() == 64
+    assert r.codes.tolist() == [0, 64, 255]
+    assert r.values[1] == 0.0
+
+
+def test_asymmetric_range_is_widened_to_contain_zero():
+    r = quantize_int(np.array([2.0, 3.0, 4.0]), 4, symmetric=False)
+    assert r.zero_point.item() == 0 and r.scale.item() == 4.0 / 15
+
+
+@pytest.mark.parametrize("gran,group", [("tensor", None), ("channel", None), ("group", 8)])
+def test_zero_is_exact_in_every_asymmetric_grid(gran, group):
+    rng = np.random.default_rng(0)
+    x = rng.normal(0.7, 1.0, (6, 32))
+    x[:, ::5] = 0.0
+    r = quantize_int(x, 4, symmetric=False, granularity=gran, group=group)
+    assert np.all(r.values[x == 0.0] == 0.0)
+    assert r.zero_point.dtype == np.int64 and r.codes.min() >= 0 and r.codes.max() <= 15
+
+
+@pytest.mark.parametrize("gran,group,shape", [
+    ("tensor", None, (1, 1, 1)), ("channel", None, (2, 3, 1)), ("group", 4, (2, 3, 3, 1))])
+def test_scale_and_zero_point_shapes(gran, group, shape):
+    x = np.arange(1.0, 73.0).reshape(2, 3, 12)
+    r = quantize_int(x, 8, granularity=gran, group=group)
+    assert r.scale.shape == shape and r.zero_point.shape == shape
+    assert r.values.shape == x.shape and r.codes.shape == x.shape and r.codes.dtype == np.int64
+
+
+def test_channel_and_group_scales_are_the_row_and_group_maxima():
+    x = np.array([[1.0, -4.0, 2.0, 0.5], [0.1, 0.2, -8.0, 3.0]])
+    assert quantize_int(x, 4, granularity="channel").scale.ravel().tolist() == [4 / 7, 8 / 7]
+    g = quantize_int(x, 4, granularity="group", group=2).scale.ravel()
+    np.testing.assert_allclose(g, [4 / 7, 2 / 7, 0.2 / 7, 8 / 7], rtol=1e-15)
+
+
+def test_integer_only_matmul_matches_dequantized_product():
+    rng = np.random.default_rng(1)
+    A = np.maximum(rng.standard_normal((8, 64)), 0) + 0.1   # min 0.1 > 0 still gives z = 0
+    A[0, 0] = -0.3                                           # now the zero point is not 0
+    W = rng.standard_normal((5, 64))
+    _, qa, sa, za = quantize_int(A, 8, symmetric=False)
+    _, qw, sw, _ = quantize_int(W, 8, granularity="channel")
+    assert za.item() != 0
+    y_int = sa.item() * sw.T * (qa @ qw.T - za.item() * qw.sum(axis=1))
+    y_deq = ((qa - za) * sa) @ (qw * sw).T
+    np.testing.assert_allclose(y_int, y_deq, rtol=1e-12, atol=1e-12)
+
+
+def test_clip_saturates_the_largest_values():
+    x = np.array([-10.0, -1.0, 0.6, 1.0, 10.0])
+    r = quantize_int(x, 4, clip=0.1)    # range 1.0, scale 1/7: 0.6 * 7 = 4.2
+    assert r.codes.tolist() == [-7, -7, 4, 7, 7]
+
+
+@pytest.mark.parametrize("gran,group", [("tensor", None), ("channel", None), ("group", 4)])
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_all_zero_tensor_rows_and_groups_quantize_to_zeros_without_warnings(gran, group, symmetric):
+    x = np.zeros((3, 8))
+    x[1] = np.linspace(-1, 1, 8)   # one non-zero row; the others and their groups are all zero
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r = quantize_int(x, 4, symmetric=symmetric, granularity=gran, group=group)
+        z = quantize_int(np.zeros((3, 8)), 4, symmetric=symmetric, granularity=gran, group=group)
+    assert np.all(r.values[[0, 2]] == 0) and np.all(np.isfinite(r.values))
+    assert np.all(z.values == 0) and np.all(z.codes == z.zero_point.ravel()[0])
+
+
+@settings(max_examples=60, deadline=None)
+@given(arrays(np.float64, st.integers(1, 64),
+              elements=st.floats(-1e6, 1e6, allow_nan=False, allow_subnormal=False)),
+       st.integers(2, 16), st.booleans())
+def test_codes_in_range_and_error_at_most_half_a_step(x, bits, symmetric):
+    r = quantize_int(x, bits, symmetric=symmetric)
+    qmin, qmax = (-(2 ** (bits - 1) - 1), 2 ** (bits - 1) - 1) if symmetric else (0, 2**bits - 1)
+    assert r.codes.min() >= qmin and r.codes.max() <= qmax
+    # clip = 1: nothing saturates, so each value is within half a step of its reconstruction.
+    assert np.all(np.abs(r.values - x) <= r.scale.item() / 2 * (1 + 1e-9) + 1e-300)
+
+
+def test_int_range_and_affine_helpers():
+    assert int_range(8) == (-127, 127) and int_range(8, symmetric=False) == (0, 255)
+    assert int_range(2) == (-1, 1)
+    q = quantize_affine([-9.0, -8.4, 0.2, 7.4, np.inf], 1.0, 0, -8, 7)
+    assert q.tolist() == [-8, -8, 0, 7, 7]
+    assert dequantize_affine([0, 3], 0.5, 1).tolist() == [-0.5, 1.0]
+
+
+# --------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize("x,exc,msg", [
+    (np.array([]), ValueError, "empty"),
+    (np.array([1.0, np.nan]), ValueError, "non-finite"),
+    (np.array([1.0, np.inf]), ValueError, "non-finite"),
+    (np.array(["1"]), TypeError, "real numbers"),
+    (np.array([1 + 1j]), TypeError, "real numbers"),
+])
+def test_bad_x(x, exc, msg):
+    with pytest.raises(exc, match=msg):
+        quantize_int(x, 8)
+
+
+@pytest.mark.parametrize("kwargs,exc,msg", [
+    (dict(bits=1), ValueError, r"\[2, 16\]"),
+    (dict(bits=17), ValueError, r"\[2, 16\]"),
+    (dict(bits=4.0), TypeError, "integer"),
+    (dict(bits=8, clip=0.0), ValueError, "clip"),
+    (dict(bits=8, clip=1.5), ValueError, "clip"),
+    (dict(bits=8, clip=float("nan")), ValueError, "clip"),
+    (dict(bits=8, granularity="row"), ValueError, "granularity"),
+    (dict(bits=8, granularity="group"), ValueError, "group size"),
+    (dict(bits=8, granularity="group", group=5), ValueError, "does not divide"),
+    (dict(bits=8, granularity="group", group=0), ValueError, "positive"),
+    (dict(bits=8, granularity="group", group=2.0), TypeError, "integer"),
+    (dict(bits=8, granularity="channel", group=4), ValueError, "only meaningful"),
+])
+def test_bad_parameters(kwargs, exc, msg):
+    with pytest.raises(exc, match=msg):
+        quantize_int(np.ones((2, 8)), **kwargs)
+
+
+def test_quantize_affine_rejects_bad_scale_and_nan():
+    with pytest.raises(ValueError, match="positive"):
+        quantize_affine([1.0], 0.0)
+    with pytest.raises(ValueError, match="NaN"):
+        quantize_affine([np.nan], 1.0)
+    with pytest.raises(ValueError, match="qmin"):
+        quantize_affine([1.0], 1.0, 0, 5, 4)
