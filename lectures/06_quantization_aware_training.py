@@ -1,0 +1,415 @@
+"""Lecture 06: quantization-aware training (QAT).
+
+The question: rounding has zero gradient almost everywhere, so how can a network learn weights
+that live on a 4-bit or 2-bit grid, and is it worth it compared with rounding a trained network
+afterwards (post-training quantization, PTQ)?
+
+Three demos, in order:
+
+1. The straight-through estimator (STE) on one number: the staircase, its zero derivative, the
+   surrogate gradient with its clamp mask, and a one-weight descent with and without it.
+2. Why master weights: train a linear model whose weights are *stored* in INT4 or FP8 E4M3 and
+   watch Adam's small updates round away; keep FP32 master weights (or round the store
+   stochastically) and training proceeds.
+3. PTQ against QAT on real data: a small MLP on scikit-learn's bundled digits (1,797 8x8
+   images, no download). Accuracy for FP32, then PTQ and QAT at INT8, INT4, INT2 and NVFP4
+   weights, with and without INT8 activations.
+
+How to read the output: each demo prints a table, then "What to notice" with the numbers the
+table computed. Accuracies are on a fixed held-out test split (360 images, so one image is
+0.28 percentage points).
+
+Run: ``python lectures/06_quantization_aware_training.py`` (from the repository root or from
+lectures/). Takes about 10 s on a 2-core CPU; uses CUDA when present. Deterministic: fixed
+seeds and split; the output is identical run to run on one machine.
+"""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from dataclasses import dataclass, field
+
+# cuBLAS needs this set before CUDA starts to run deterministically (no effect on CPU).
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from sklearn.datasets import load_digits  # noqa: E402
+from sklearn.model_selection import train_test_split  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
+from tqdm.auto import tqdm  # noqa: E402
+
+from console import print_header, print_observations, print_table  # noqa: E402
+from numfmt import FP8_E4M3  # noqa: E402
+from numfmt.qat import (QParams, adam_update, fake_quantize, fake_quantize_float,  # noqa: E402
+                        ste_backward)
+from numfmt.qat_torch import QATLinear  # noqa: E402
+
+# ==================================================================== 1. the straight-through estimator
+STE_GRID = QParams(np.array(1.0), np.array(0), -8, 7)  # scale 1, codes [-8, 7]
+STE_EXAMPLE = np.array([-8.6, -8.4, -8.0, 7.0, 7.4, 7.6])
+
+
+@dataclass
+class STEDemo:
+    x: np.ndarray            # (N,) inputs swept across the range and beyond
+    values: np.ndarray       # (N,) the staircase fake_quantize(x)
+    mask: np.ndarray         # (N,) STE surrogate derivative (1 inside, 0 where clamped)
+    example: list            # rows: x, fake quant, STE mask
+    target: float            # the 1-D descent's target
+    w_true: np.ndarray       # (steps+1,) weight under the true gradient (always zero)
+    w_ste: np.ndarray        # (steps+1,) weight under the STE
+    q_ste: np.ndarray        # (steps+1,) its quantized value
+
+
+def ste_demo(target: float = 2.6, w0: float = -5.3, lr: float = 0.1, steps: int = 60) -> STEDemo:
+    """The staircase and its surrogate gradient; gradient descent on ``(Q(w) - target)^2``.
+
+    Notice: the true derivative of Q is zero between the steps, so the true gradient never
+    moves ``w``. The STE pretends dQ/dw = 1 inside the range: ``w`` walks to the target and then
+    hovers around the rounding boundary between the two grid points that bracket it.
+    """
+    x = np.linspace(-10.0, 9.0, 381)
+    fq = fake_quantize(x, STE_GRID)
+    ex = fake_quantize(STE_EXAMPLE, STE_GRID)
+    rows = [[f"{a:+.1f}", f"{b:+.0f}", int(c)] for a, b, c in zip(STE_EXAMPLE, ex.values, ex.mask)]
+    w_true, w_ste = [w0], [w0]
+    for _ in range(steps):
+        for hist, use_ste in ((w_true, False), (w_ste, True)):
+            w = np.array([hist[-1]])
+            q = fake_quantize(w, STE_GRID)
+            dloss_dq = 2.0 * (q.values - target)
+            # The true derivative of a staircase is 0 wherever it exists.
+            grad = ste_backward(dloss_dq, q) if use_ste else 0.0 * dloss_dq
+            hist.append(float(w[0] - lr * grad[0]))
+    w_ste = np.array(w_ste)
+    return STEDemo(x, fq.values, fq.mask.astype(float), rows, target, np.array(w_true), w_ste,
+                   fake_quantize(w_ste, STE_GRID).values)
+
+
+def print_ste(d: STEDemo) -> None:
+    print_header("1. The straight-through estimator: scale 1, codes [-8, 7]")
+    print_table(["x", "fake quant", "STE mask"], d.example)
+    n = len(d.w_ste) - 1
+    steps = [0, 5, 10, 15, n - 3, n - 2, n - 1, n]
+    print_table(["step", "w (true gradient)", "w (STE)", "Q(w) (STE)"],
+                [[s, f"{d.w_true[s]:+.3f}", f"{d.w_ste[s]:+.3f}", f"{d.q_ste[s]:+.0f}"]
+                 for s in steps])
+    tail = d.q_ste[-20:]
+    print_observations([
+        "Rounding alone keeps the gradient: -8.4 rounds to -8, a code inside the range, so its "
+        "mask is 1. Only -8.6 and 7.6, whose codes -9 and 8 are clamped, get a zero mask.",
+        f"With the true gradient (zero almost everywhere) w stays at {d.w_true[-1]:+.1f} for "
+        f"{len(d.w_true) - 1} steps.",
+        f"With the STE, w reaches the target {d.target} and Q(w) then alternates between "
+        f"{tail.min():+.0f} and {tail.max():+.0f}, the grid points around it: the latent weight "
+        "hovers at the rounding boundary (the oscillation QAT is known for).",
+    ])
+
+
+# ==================================================================== 2. why master weights
+@dataclass
+class MasterDemo:
+    steps: int
+    lr: float
+    int4_step: float
+    rows: list                                   # name, start, final loss, weights moved
+    curves: dict = field(default_factory=dict)   # name -> (steps+1,) loss
+
+
+def _regression(seed: int = 0, n: int = 256, k: int = 16):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, k))                  # (N, K)
+    w_star = rng.uniform(-1.5, 1.5, size=k)      # (K,)
+    return x, x @ w_star
+
+
+def master_weights_demo(steps: int = 400, lr: float = 0.01, seed: int = 0) -> MasterDemo:
+    """Train ``y = X w`` with Adam while the weights are stored in INT4 or FP8 E4M3.
+
+    Notice: Adam moves each weight by about ``lr`` per step. Stored directly on a grid whose
+    half-step is larger than that, the update rounds back to the old value and the loss stalls.
+    With FP32 master weights the update accumulates and the forward pass uses the fake-quantized
+    view; stochastic rounding of the store moves a weight a whole step with probability
+    (update / step), so it is right on average and trains too, with noise.
+    """
+    x, y = _regression(seed)
+    k = x.shape[1]
+    int4_step = 0.25
+    int4 = QParams(np.array(int4_step), np.array(0), -7, 7)   # fixed INT4 grid, range +-1.75
+
+    def loss(w):
+        return 0.5 * float(np.mean((x @ w - y) ** 2))
+
+    def grad(w):
+        return x.T @ (x @ w - y) / len(y)
+
+    quantizers = {
+        "INT4": lambda w, r, g: fake_quantize(w, int4, r, g),
+        "E4M3": lambda w, r, g: fake_quantize_float(w, FP8_E4M3, 1.0, r, g),
+    }
+    runs = {"FP32": ("fp32", None)}
+    for fmt in quantizers:
+        runs[f"{fmt} store, nearest"] = ("store", (fmt, "nearest"))
+        runs[f"{fmt} store, stochastic"] = ("store", (fmt, "stochastic"))
+        runs[f"{fmt} view of FP32 master"] = ("master", (fmt, "nearest"))
+    out = MasterDemo(steps, lr, int4_step, [])
+    for name, (kind, spec) in runs.items():
+        rng = np.random.default_rng(seed + 1)
+        w, m, v = np.zeros(k), np.zeros(k), np.zeros(k)   # the stored (or master) weights
+        moved = np.zeros(k, dtype=bool)
+        used = w
+        curve = [loss(used)]
+        for t in range(1, steps + 1):
+            if kind == "master":
+                fq = quantizers[spec[0]](w, "nearest", None)
+                used = fq.values                           # forward uses the view
+                g = ste_backward(grad(used), fq)
+            else:
+                g = grad(w)
+            new, m, v = adam_update(w, g, m, v, t, lr)
+            if kind == "store":
+                new = quantizers[spec[0]](new, spec[1], rng).values
+            moved |= new != w
+            w = new
+            used = quantizers[spec[0]](w, "nearest", None).values if kind == "master" else w
+            curve.append(loss(used))
+        out.curves[name] = np.array(curve)
+        out.rows.append([name, f"{curve[0]:.3f}", f"{curve[-1]:.4f}", f"{moved.mean():.0%}"])
+    return out
+
+
+def print_master_weights(d: MasterDemo) -> None:
+    print_header("2. Why master weights: Adam on a 16-weight linear model, weights from 0")
+    print_table(["weights", "loss at step 0", f"loss at step {d.steps}", "weights that moved"],
+                d.rows)
+    c = d.curves
+    print_observations([
+        f"Adam's steps are about lr = {d.lr}. The INT4 grid step is {d.int4_step}, so stored in "
+        f"INT4 every update rounds back to 0: the loss stays at "
+        f"{c['INT4 store, nearest'][-1]:.3f}.",
+        f"E4M3 has fine steps near zero, so the stored weights start to move, then stall where "
+        f"the spacing exceeds twice the update: loss {c['E4M3 store, nearest'][-1]:.3f} after "
+        f"{d.steps} steps.",
+        f"With FP32 master weights the loss of the quantized view falls to "
+        f"{c['INT4 view of FP32 master'][-1]:.4f} (INT4) and "
+        f"{c['E4M3 view of FP32 master'][-1]:.4f} (E4M3), against "
+        f"{c['FP32'][-1]:.4f} in FP32.",
+        f"Stochastic rounding of the store is unbiased, so it trains without a master copy: "
+        f"{c['INT4 store, stochastic'][-1]:.4f} (INT4), {c['E4M3 store, stochastic'][-1]:.4f} "
+        "(E4M3), at the price of noise.",
+    ])
+
+
+# ==================================================================== 3. PTQ against QAT on digits
+WEIGHT_FORMATS = ("INT8", "INT4", "INT2", "NVFP4")
+
+
+@dataclass
+class DigitsConfig:
+    hidden: int = 16
+    epochs: int = 30          # FP32 training
+    qat_epochs: int = 8       # QAT fine-tuning from the FP32 weights
+    batch: int = 64
+    lr: float = 3e-3
+    qat_lr: float = 1e-3
+    seed: int = 0
+    test_size: int = 360
+
+
+@dataclass
+class DigitsResult:
+    config: DigitsConfig
+    n_train: int
+    n_test: int
+    base_accuracy: float                           # FP32 after cfg.epochs (QAT starts here)
+    fp32_accuracy: float                           # FP32 after qat_epochs more (PTQ starts here)
+    rows: list                                     # weights, acts, PTQ %, QAT %
+    accuracy: dict                                 # (method, weights, acts) -> fraction
+    curves: dict = field(default_factory=dict)     # label -> per-epoch mean training loss
+
+
+def device() -> torch.device:
+    """CUDA when present, else the CPU."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def digits_data(cfg: DigitsConfig, dev: torch.device):
+    """Fixed stratified split of scikit-learn's digits; pixels 0..16 scaled to [0, 1]."""
+    x, y = load_digits(return_X_y=True)
+    x_tr, x_te, y_tr, y_te = train_test_split(x / 16.0, y, test_size=cfg.test_size,
+                                              random_state=cfg.seed, stratify=y)
+    def t(a, dt): return torch.as_tensor(a, dtype=dt, device=dev)
+    return (t(x_tr, torch.float32), t(y_tr, torch.long), t(x_te, torch.float32),
+            t(y_te, torch.long))
+
+
+def make_mlp(cfg: DigitsConfig, weights: str | None = None, acts: int | None = None,
+             base: nn.Module | None = None) -> nn.Sequential:
+    """64 -> hidden -> 10 MLP of QATLinear layers, copying ``base``'s weights when given."""
+    if base is None:
+        layers = [QATLinear(64, cfg.hidden), QATLinear(cfg.hidden, 10)]
+    else:
+        layers = [QATLinear.from_linear(base[i], weights, act_bits=acts) for i in (0, 2)]
+    return nn.Sequential(layers[0], nn.ReLU(), layers[1])
+
+
+def train(model, data, epochs: int, lr: float, seed: int, desc: str = "",
+          progress: bool = False) -> list[float]:
+    """Adam on cross-entropy; returns the mean training loss of each epoch."""
+    x, y = data[0], data[1]
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    model.train()
+    losses = []
+    for _ in tqdm(range(epochs), desc=desc, disable=not progress, leave=False):
+        order = torch.randperm(len(x), generator=gen).to(x.device)
+        total = 0.0
+        for i in range(0, len(x), 64):
+            idx = order[i:i + 64]
+            loss = F.cross_entropy(model(x[idx]), y[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            total += loss.item() * len(idx)
+        losses.append(total / len(x))
+    return losses
+
+
+@torch.no_grad()
+def calibrate(model, x: torch.Tensor, batch: int = 64) -> None:
+    """PTQ calibration: observe activation ranges on training batches (train mode, no grad)."""
+    model.train()
+    for i in range(0, len(x), batch):
+        model(x[i:i + batch])
+
+
+@torch.no_grad()
+def accuracy(model, x: torch.Tensor, y: torch.Tensor) -> float:
+    model.eval()
+    return float((model(x).argmax(dim=1) == y).float().mean())
+
+
+def ptq_vs_qat(cfg: DigitsConfig | None = None, formats=WEIGHT_FORMATS, acts=(None, 8),
+               progress: bool = False) -> DigitsResult:
+    """Train an FP32 MLP on digits, then quantize it after training (PTQ) or fine-tune it with
+    fake quantization in the loop (QAT), for each weight format, without and with INT8
+    activations.
+
+    Notice: INT8 costs nothing either way. PTQ at INT4 and NVFP4 loses a little and at INT2
+    (ternary weights) a lot; QAT, with the same training budget, wins much of it back because
+    the master weights move to places that round well.
+    """
+    cfg = cfg or DigitsConfig()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matmuls: one thread is faster and immune to busy cores
+    torch.manual_seed(cfg.seed)
+    torch.use_deterministic_algorithms(True)
+    dev = device()
+    data = digits_data(cfg, dev)
+    x_tr, _, x_te, y_te = data
+    base = make_mlp(cfg).to(dev)
+    curves = {"FP32": train(base, data, cfg.epochs, cfg.lr, cfg.seed, "FP32", progress)}
+    # Equal training budgets: PTQ rounds an FP32 model trained for the QAT epochs too.
+    fp32 = make_mlp(cfg, base=base)
+    curves["FP32"] += train(fp32, data, cfg.qat_epochs, cfg.qat_lr, cfg.seed + 1, "FP32",
+                            progress)
+    acc, rows = {}, []
+    act_bits = acts
+    for weights in formats:
+        for acts in act_bits:
+            ptq = make_mlp(cfg, weights, acts, base=fp32)
+            if acts is not None:
+                calibrate(ptq, x_tr)
+            acc[("PTQ", weights, acts)] = accuracy(ptq, x_te, y_te)
+            label = f"QAT {weights}" + (" A8" if acts else "")
+            qat = make_mlp(cfg, weights, acts, base=base)
+            curves[label] = train(qat, data, cfg.qat_epochs, cfg.qat_lr, cfg.seed + 1, label,
+                                  progress)
+            acc[("QAT", weights, acts)] = accuracy(qat, x_te, y_te)
+            rows.append([weights, "INT8" if acts else "FP32",
+                         f"{100 * acc[('PTQ', weights, acts)]:.1f}",
+                         f"{100 * acc[('QAT', weights, acts)]:.1f}"])
+    torch.set_num_threads(threads)
+    return DigitsResult(cfg, len(x_tr), len(x_te), accuracy(base, x_te, y_te),
+                        accuracy(fp32, x_te, y_te), rows, acc, curves)
+
+
+@dataclass
+class SeedSpread:
+    seeds: tuple
+    gains: dict   # weights -> list of (QAT - PTQ) accuracy in points, one per seed
+    rows: list
+
+
+def seed_spread(seeds=(0, 1, 2), formats=("INT4", "INT2"),
+                progress: bool = False) -> SeedSpread:
+    """QAT minus PTQ accuracy (weights only) for several seeds (split, init and batch order).
+
+    Notice: one run on 360 test images moves in steps of 0.28 points, so a gain of one or two
+    images can flip sign with the seed. The INT2 gain is large for every seed; the INT4 gain is
+    small and positive on average, not in every run.
+    """
+    gains = {w: [] for w in formats}
+    for seed in seeds:
+        r = ptq_vs_qat(DigitsConfig(seed=seed), formats, acts=(None,), progress=progress)
+        for w in formats:
+            gains[w].append(100 * (r.accuracy[("QAT", w, None)] - r.accuracy[("PTQ", w, None)]))
+    rows = [[w] + [f"{g:+.1f}" for g in gains[w]] + [f"{np.mean(gains[w]):+.1f}"]
+            for w in formats]
+    return SeedSpread(tuple(seeds), gains, rows)
+
+
+def print_seed_spread(s: SeedSpread) -> None:
+    print_table(["weights"] + [f"seed {k}" for k in s.seeds] + ["mean"], s.rows)
+    g4, g2 = s.gains["INT4"], s.gains["INT2"]
+    print_observations([
+        f"QAT minus PTQ accuracy, in percentage points. INT2: from {min(g2):+.1f} to "
+        f"{max(g2):+.1f} points over {len(s.seeds)} seeds. INT4: from {min(g4):+.1f} to "
+        f"{max(g4):+.1f}, mean {np.mean(g4):+.1f}, positive in {sum(g > 0 for g in g4)} of "
+        f"{len(g4)} runs: small, the size of a few images.",
+    ], title="Across seeds")
+
+
+def print_ptq_vs_qat(r: DigitsResult) -> None:
+    print_header(f"3. PTQ against QAT: a 64-{r.config.hidden}-10 MLP on scikit-learn digits")
+    c = r.config
+    print(textwrap.fill(f"{r.n_train} training and {r.n_test} test images. FP32 is trained for {c.epochs} "
+          f"epochs (test accuracy {100 * r.base_accuracy:.1f} %). QAT fine-tunes that model for "
+          f"{c.qat_epochs} epochs with the quantizer in the forward pass; PTQ rounds the FP32 "
+          f"model fine-tuned for the same {c.qat_epochs} epochs without it "
+          f"({100 * r.fp32_accuracy:.1f} %). Weight scales: one per tensor (absmax).", 100,
+                        break_on_hyphens=False))
+    print_table(["weights", "activations", "PTQ accuracy (%)", "QAT accuracy (%)"], r.rows)
+    a = r.accuracy
+    print_observations([
+        f"INT8 weights and activations: PTQ {100 * a[('PTQ', 'INT8', 8)]:.1f} % against "
+        f"{100 * r.fp32_accuracy:.1f} % in FP32, "
+        f"{round(r.n_test * abs(r.fp32_accuracy - a[('PTQ', 'INT8', 8)]))} of {r.n_test} "
+        "images apart: "
+        "256 levels are plenty for this network.",
+        f"INT4 weights: PTQ {100 * a[('PTQ', 'INT4', None)]:.1f} %, QAT "
+        f"{100 * a[('QAT', 'INT4', None)]:.1f} %: QAT wins back "
+        f"{round(r.n_test * (a[('QAT', 'INT4', None)] - a[('PTQ', 'INT4', None)]))} of the "
+        f"{r.n_test} test images.",
+        f"INT2 (ternary) weights: PTQ {100 * a[('PTQ', 'INT2', None)]:.1f} %, QAT "
+        f"{100 * a[('QAT', 'INT2', None)]:.1f} % (FP32 {100 * r.fp32_accuracy:.1f} %): with the "
+        "quantizer in the loop the network learns weights that survive rounding to three "
+        "levels, though 16 hidden units with three levels each stay well short of FP32.",
+        f"NVFP4 weights (E2M1 in blocks of 16 with E4M3 scales): PTQ "
+        f"{100 * a[('PTQ', 'NVFP4', None)]:.1f} %, QAT {100 * a[('QAT', 'NVFP4', None)]:.1f} %: "
+        "close to INT4, as its 4-bit elements with fine block scales suggest.",
+    ])
+
+
+def main() -> None:
+    print_ste(ste_demo())
+    print_master_weights(master_weights_demo())
+    print_ptq_vs_qat(ptq_vs_qat())
+    print_seed_spread(seed_spread())
+
+
+if __name__ == "__main__":
+    main()
