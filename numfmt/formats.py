@@ -160,10 +160,12 @@ class FloatFormat:
         """
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
-        x = as_real_array(x)
+        x = np.asarray(x)
+        if x.dtype.kind != "f" or x.dtype.itemsize > 8:
+            x = as_real_array(x)  # ints become float64; anything else is refused
         shape = x.shape
         x = x.reshape(-1)
-        a = np.abs(x)
+        a = np.abs(x, dtype=np.float64)  # float32 input is widened exactly, in the same pass
         if mode == "nearest":
             r = self._nearest_magnitude(a)
         else:
@@ -192,20 +194,25 @@ class FloatFormat:
         if self.man_bits == 0:  # E8M0: ties round up (ml_dtypes' convention)
             rb = b + half
         else:
-            rb = (b >> _U64(shift)) & _U64(1)
+            rb = np.right_shift(b, _U64(shift))
+            rb &= _U64(1)  # the last kept bit: adding it turns ties-up into ties-to-even
             rb += b
             rb += half - _U64(1)
         rb &= _U64(~((1 << shift) - 1) & 0xFFFF_FFFF_FFFF_FFFF)
         r = rb.view(np.float64)
-        r[np.isnan(a)] = np.nan  # a NaN payload must not round into Inf
+        nan = np.isnan(a)
+        if nan.any():
+            r[nan] = np.nan  # a NaN payload must not round into Inf
         if self.subnormals:
             # Subnormal range: adding 2**(emin - man_bits + 52) makes the float64 unit in the
             # last place equal to the format's smallest subnormal, so the FPU's own
             # round-to-nearest-even does the work.
             c = np.ldexp(1.0, self.emin - self.man_bits + 52)
             small = a < self.min_normal
-            if small.any():
-                r[small] = (a[small] + c) - c
+            if small.any():  # whole-array arithmetic beats gathering the small ones
+                sub = a + c
+                sub -= c
+                np.copyto(r, sub, where=small)
         return r
 
     def _stochastic_magnitude(self, a: np.ndarray, rng: np.random.Generator) -> np.ndarray:

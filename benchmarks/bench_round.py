@@ -1,0 +1,88 @@
+"""Time numfmt's rounding against ml_dtypes' round trip, and lecture 05 end to end.
+
+For each format: ``fmt.round(x)`` on 4M float32 values (returns float64) against
+``x.astype(ml_dtype).astype(np.float32)`` on the same values, both in this process, median of
+several runs; the results are checked bit for bit before timing. Then lecture 05 as a
+subprocess, against a bare ``python -c "import numpy"`` start-up in the same run.
+
+Run:  python benchmarks/bench_round.py [--n 4194304] [--repeat 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+
+from console import print_header, print_table
+from numfmt import BF16, E8M0, FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E5M2, FP16
+
+ROOT = Path(__file__).resolve().parents[1]
+PAIRS = [(FP8_E4M3, ml_dtypes.float8_e4m3fn), (FP8_E5M2, ml_dtypes.float8_e5m2),
+         (FP6_E2M3, ml_dtypes.float6_e2m3fn), (FP6_E3M2, ml_dtypes.float6_e3m2fn),
+         (FP4_E2M1, ml_dtypes.float4_e2m1fn), (E8M0, ml_dtypes.float8_e8m0fnu),
+         (FP16, np.float16), (BF16, ml_dtypes.bfloat16)]
+
+
+def median_seconds(fn, repeat: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def test_values(fmt, n: int) -> np.ndarray:
+    """Values inside the format's range (where both libraries define the same result)."""
+    rng = np.random.default_rng(0)
+    # E8M0's lowest binade is where ml_dtypes differs on purpose (tests/test_formats.py).
+    lo = np.log2(fmt.min_subnormal) - 1 if fmt.subnormals else np.log2(fmt.min_normal) + 1
+    hi = np.log2(fmt.max_value)
+    x = np.exp2(rng.uniform(lo, hi, n)) * rng.choice([-1.0, 1.0], n)
+    return np.abs(x).astype(np.float32) if not fmt.signed else x.astype(np.float32)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=1 << 22)
+    ap.add_argument("--repeat", type=int, default=7)
+    args = ap.parse_args()
+
+    rows = []
+    for fmt, ml in PAIRS:
+        x = test_values(fmt, args.n)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            ref = x.astype(ml).astype(np.float32)
+            ours = fmt.round(x, saturate=False)
+            identical = np.array_equal(ours, ref.astype(np.float64), equal_nan=True)
+            t_ml = median_seconds(lambda: x.astype(ml).astype(np.float32), args.repeat)
+        t_ours = median_seconds(lambda: fmt.round(x, saturate=False), args.repeat)
+        rows.append([fmt.name, f"{t_ours * 1e3:.1f}", f"{t_ml * 1e3:.1f}", f"{t_ml / t_ours:.2f}x",
+                     "yes" if identical else "NO"])
+    print_header(f"fmt.round vs ml_dtypes round trip, {args.n:,} float32 values, "
+                 f"median of {args.repeat}")
+    print_table(["format", "numfmt (ms)", "ml_dtypes (ms)", "speed-up", "bit-identical"], rows)
+
+    lecture = [sys.executable, str(ROOT / "lectures" / "05_quantization_basics.py")]
+    bare = [sys.executable, "-c", "import numpy"]
+    run = lambda cmd: subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)  # noqa: E731
+    t_lec = median_seconds(lambda: run(lecture), 3)
+    t_bare = median_seconds(lambda: run(bare), 3)
+    print_header("lecture 05 end to end (subprocess, median of 3)")
+    print_table(["what", "seconds", "ratio to python + numpy start-up"],
+                [["python lectures/05_quantization_basics.py", f"{t_lec:.2f}", f"{t_lec / t_bare:.1f}x"],
+                 ["python -c 'import numpy'", f"{t_bare:.2f}", "1.0x"]])
+
+
+if __name__ == "__main__":
+    main()
