@@ -92,6 +92,7 @@ def test_sequential_and_kahan_match_numpy_dtype_arithmetic(dtype, fmt):
         for v in x[:, j].astype(dtype):
             s = dtype(s + v)
         assert seq[j] == float(s)
+        assert sum_in_format(x[:, j], fmt, "sequential") == float(s)  # the 1-D fast path
         assert sum_in_format(x[:, j], fmt, "kahan") == kahan_numpy(x[:, j], dtype)
 
 
@@ -113,9 +114,26 @@ def test_swamping_fp16_stalls_at_2048():
     assert sum_in_format(ones, FP16, "kahan") == 4096.0
 
 
-def test_overflow_follows_the_format():
-    assert sum_in_format(np.full(5, 16129.0), FP16) == np.inf
-    assert np.isnan(sum_in_format(np.full(3, 400.0), FP8_E4M3))
+@pytest.mark.parametrize("shape", [(5,), (5, 2)])
+def test_overflow_follows_the_format(shape):
+    assert np.all(sum_in_format(np.full(shape, 16129.0), FP16) == np.inf)
+    assert np.all(np.isnan(sum_in_format(np.full(shape, 400.0), FP8_E4M3)))
+    assert np.all(sum_in_format(np.full(shape, 4.0), FP4_E2M1) == 6.0)  # no Inf, no NaN
+    assert np.all(np.isnan(sum_in_format(np.full(shape, 60000.0), FP16, "kahan")))
+
+
+@pytest.mark.parametrize("fmt", [f for f in SIGNED], ids=lambda f: f.name)
+def test_scalar_fast_path_matches_format_round(fmt):
+    from numfmt.rounding import _scalar_nearest
+    rng = np.random.default_rng(6)
+    x = np.concatenate([rng.uniform(-1.5, 1.5, 3000) * fmt.max_value,
+                        rng.standard_normal(3000) * fmt.min_normal, fmt.values(),
+                        (fmt.values()[1:] + fmt.values()[:-1]) / 2, [np.nan, np.inf, -0.0]])
+    fl = _scalar_nearest(fmt)
+    got = np.array([fl(v) for v in x.tolist()])
+    want = fmt.round(x, saturate=False)
+    assert np.array_equal(got, want, equal_nan=True)
+    assert np.array_equal(np.signbit(got), np.signbit(want))
 
 
 def test_sum_in_format_bad_input():
