@@ -154,6 +154,41 @@ def sum_in_format(x, fmt: FloatFormat, method: str = "sequential") -> np.ndarray
     return np.asarray(s, dtype=np.float64)
 
 
+def cumsum_in_format(x, fmt: FloatFormat) -> np.ndarray:
+    """Running sums of a 1-D ``x``, each rounded to nearest even in ``fmt`` (sequential order).
+
+    Parameters
+    ----------
+    x : array_like of real numbers, shape (n,), n >= 1
+        The terms, used as given (see :func:`sum_in_format`).
+    fmt : FloatFormat, signed, at most 24 mantissa bits
+
+    Returns
+    -------
+    ndarray of float64, shape (n,)
+        ``out[i] = fl(out[i-1] + x[i])``, ``out[0] = fl(x[0])``; ``out[-1]`` equals
+        ``sum_in_format(x, fmt, "sequential")``.
+
+    Raises
+    ------
+    TypeError
+        If ``x`` is not real-valued or ``fmt`` not a FloatFormat.
+    ValueError
+        If ``x`` is not 1-D with at least one term, or ``fmt`` is unsigned or wider than FP32.
+    """
+    fmt = _check_signed(fmt)
+    x = as_real_array(x)
+    if x.ndim != 1 or x.size == 0:
+        raise ValueError(f"x must be 1-D with at least one term, got shape {x.shape}")
+    fl = _scalar_nearest(fmt)
+    out = []
+    s = 0.0
+    for i, term in enumerate(x.tolist()):
+        s = fl(term) if i == 0 else fl(s + term)
+        out.append(s)
+    return np.array(out)
+
+
 def _scalar_nearest(fmt: FloatFormat):
     """Round one Python float to nearest even in ``fmt`` (``saturate=False``), without numpy.
 

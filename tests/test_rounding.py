@@ -7,7 +7,7 @@ import pytest
 
 from numfmt import BF16, E8M0, FORMATS, FP4_E2M1, FP8_E4M3, FP16
 from numfmt.anatomy import FP32
-from numfmt.rounding import round_to_format, sum_in_format
+from numfmt.rounding import cumsum_in_format, round_to_format, sum_in_format
 
 SIGNED = [f for f in FORMATS.values() if f.signed]
 
@@ -146,3 +146,23 @@ def test_sum_in_format_bad_input():
     with pytest.raises(ValueError, match="wider than FP32"):
         from numfmt import FloatFormat
         sum_in_format([1.0], FloatFormat("FP64", 11, 52, 1023, "ieee"))
+
+
+def test_cumsum_in_format_matches_numpy_float16():
+    x = np.random.default_rng(7).uniform(0, 1, 3000).astype(np.float16)
+    want, s = [], np.float16(0)
+    for v in x:
+        s = np.float16(s + v)
+        want.append(float(s))
+    got = cumsum_in_format(x.astype(np.float64), FP16)
+    assert got.tolist() == want
+    assert got[-1] == sum_in_format(x.astype(np.float64), FP16)
+
+
+def test_cumsum_in_format_bad_input():
+    with pytest.raises(ValueError, match="1-D"):
+        cumsum_in_format(np.ones((2, 2)), FP16)
+    with pytest.raises(ValueError, match="1-D"):
+        cumsum_in_format([], FP16)
+    with pytest.raises(TypeError, match="FloatFormat"):
+        cumsum_in_format([1.0], "FP16")
