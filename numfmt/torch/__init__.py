@@ -1,0 +1,31 @@
+"""numfmt on torch tensors, on the CPU or a CUDA device, bit for bit equal to numfmt on numpy.
+
+``import numfmt.torch as nt`` needs torch; ``import numfmt`` does not. Every function takes
+tensors or array-likes; a tensor is computed on its own device, anything else on
+:func:`default_device` (CUDA when available), and an explicit ``device=`` overrides both.
+Elementwise results (rounding, codes, scales, dequantized values) are bit-identical to the numpy
+implementation; the two metrics are reductions and agree to float64 summation-order rounding.
+
+Low-precision matrix multiplication (int8 with int32 accumulation, FP8 with tensor or row
+scales, block-scaled MX/NVFP4 emulation) is in :mod:`numfmt.torch.gemm`; timing helpers for
+GPUs in :mod:`numfmt.torch.bench`.
+"""
+
+try:
+    import torch  # noqa: F401
+except ImportError as err:  # pragma: no cover - exercised only without torch
+    raise ImportError("numfmt.torch needs PyTorch: pip install 'lowprec-course[torch]'") from err
+
+from numfmt.torch._core import as_real_tensor, default_device
+from numfmt.torch.blocks import (BlockQuantized, block_quantize, mx_quantize, nvfp4_quantize,
+                                 tensor_scaled)
+from numfmt.torch.formats import NATIVE_DTYPES, decode, encode, round, to_native
+from numfmt.torch.intquant import IntQuantized, dequantize_affine, quantize_affine, quantize_int
+from numfmt.torch.metrics import rel_error, sqnr_db
+
+__all__ = [
+    "default_device", "as_real_tensor", "round", "encode", "decode", "to_native",
+    "NATIVE_DTYPES", "IntQuantized", "quantize_affine", "dequantize_affine", "quantize_int",
+    "BlockQuantized", "block_quantize", "mx_quantize", "nvfp4_quantize", "tensor_scaled",
+    "rel_error", "sqnr_db",
+]

@@ -1,0 +1,130 @@
+"""Block-scaled quantization on torch tensors: the twin of :mod:`numfmt.blocks`, bit for bit.
+
+Same scales (E8M0 powers of two for MX, E4M3 block scales under an FP32 tensor scale for NVFP4,
+exact float64 scales), same element rounding, same order of float64 operations.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from numfmt._validate import check_block
+from numfmt.blocks import SCALE_BITS
+from numfmt.formats import E8M0, FP4_E2M1, FP8_E4M3, FloatFormat
+from numfmt.torch._core import as_calibration_tensor, floor_log2, pow2
+from numfmt.torch.formats import round as round_to
+
+
+class BlockQuantized(NamedTuple):
+    """Result of a scaled quantization; ``values`` first, so ``result[0]`` is the tensor."""
+
+    values: torch.Tensor     #: dequantized, float64, shape of x
+    elements: torch.Tensor   #: element values on the element grid, float64, shape of x
+    scales: torch.Tensor     #: stored block scales, float64, shape x.shape[:-1] + (n_blocks,)
+    tensor_scale: float      #: second-level FP32 scale (NVFP4); 1.0 where there is none
+    clipped: float           #: fraction of elements whose |x / scale| exceeded elem.max_value
+    bits_per_element: float  #: element bits + scale bits / block (tensor scale not counted)
+
+
+def _check_elem(elem) -> FloatFormat:
+    if not isinstance(elem, FloatFormat) or not elem.signed:
+        raise TypeError(f"elem must be a signed FloatFormat such as FP4_E2M1, got {elem!r}")
+    return elem
+
+
+def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0",
+                   device=None) -> BlockQuantized:
+    """Quantize ``x`` to ``elem`` with one scale per ``block`` elements along the last axis.
+
+    The torch twin of :func:`numfmt.block_quantize`: same parameters (plus ``device``), same
+    shapes, and tensors equal to its arrays element for element.
+
+    Parameters
+    ----------
+    x : tensor or array_like of real numbers, shape (..., K), non-empty and finite
+    elem : FloatFormat, signed (e.g. FP4_E2M1)
+    block : int dividing K
+    scale_format : {"e8m0", "e4m3", "exact"}
+    device : optional; default the device of ``x`` (a tensor) or the default device
+
+    Returns
+    -------
+    BlockQuantized
+        ``values``, ``elements`` (float64, shape of x) and ``scales`` (float64,
+        ``x.shape[:-1] + (K // block,)``) as tensors; ``tensor_scale``, ``clipped`` and
+        ``bits_per_element`` as Python floats.
+
+    Raises
+    ------
+    TypeError
+        If ``x`` is not real-valued, ``elem`` is not a signed FloatFormat, ``block`` not an int.
+    ValueError
+        If ``x`` is empty or non-finite, ``block`` does not divide K, or ``scale_format`` is
+        unknown.
+    """
+    x = as_calibration_tensor(x, device=device)
+    elem = _check_elem(elem)
+    if scale_format not in SCALE_BITS:
+        raise ValueError(f"scale_format must be one of {tuple(SCALE_BITS)}, got {scale_format!r}")
+    block = check_block(x.shape[-1], block)
+    xb = x.reshape(x.shape[:-1] + (x.shape[-1] // block, block))  # (..., n_blocks, block)
+    amax = xb.abs().amax(dim=-1)                                    # (..., n_blocks)
+    tensor_scale = 1.0
+    if scale_format == "e8m0":
+        exponent = torch.clamp(floor_log2(amax) - elem.emax, E8M0.emin, E8M0.emax)
+        scales = torch.where(amax > 0, pow2(exponent), 1.0)
+    elif scale_format == "e4m3":
+        t_amax = float(amax.max())
+        if t_amax > 0:
+            tensor_scale = float(np.float32(t_amax / (elem.max_value * FP8_E4M3.max_value)))
+        scales = round_to(amax / elem.max_value / tensor_scale, FP8_E4M3)
+    else:
+        scales = torch.where(amax > 0, amax / elem.max_value, 1.0)
+
+    full = scales * tensor_scale                                    # (..., n_blocks)
+    safe = torch.where(full > 0, full, 1.0)[..., None]              # (..., n_blocks, 1)
+    y = xb / safe
+    clipped = int((y.abs() > elem.max_value).sum()) / y.numel()
+    elements = round_to(y, elem)
+    elements = torch.where((full == 0)[..., None], 0.0, elements)
+    values = elements * safe
+    return BlockQuantized(values.reshape(x.shape), elements.reshape(x.shape), scales,
+                          tensor_scale, clipped, elem.bits + SCALE_BITS[scale_format] / block)
+
+
+def mx_quantize(x, elem: FloatFormat, block: int = 32, device=None) -> BlockQuantized:
+    """OCP MX quantization (E8M0 scale per ``block``); the twin of :func:`numfmt.mx_quantize`.
+
+    References: OCP Microscaling Formats (MX) Specification v1.0, sections 5.3 and 6.3.
+    """
+    return block_quantize(x, elem, block, "e8m0", device=device)
+
+
+def nvfp4_quantize(x, block: int = 16, device=None) -> BlockQuantized:
+    """NVFP4 (E2M1, E4M3 scale per 16, FP32 tensor scale); twin of :func:`numfmt.nvfp4_quantize`.
+
+    References: NVIDIA, "Introducing NVFP4 for Efficient and Accurate Low-Precision
+    Inference", 2025.
+    """
+    return block_quantize(x, FP4_E2M1, block, "e4m3", device=device)
+
+
+def tensor_scaled(x, elem: FloatFormat, device=None) -> BlockQuantized:
+    """One exact scale ``amax / elem.max_value`` for the tensor; twin of :func:`numfmt.tensor_scaled`.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`block_quantize`.
+    """
+    x = as_calibration_tensor(x, device=device)
+    elem = _check_elem(elem)
+    amax = float(x.abs().max())
+    s = amax / elem.max_value if amax > 0 else 1.0
+    elements = round_to(x / s, elem)
+    return BlockQuantized(elements * s, elements,
+                          torch.ones(x.shape[:-1] + (1,), dtype=torch.float64, device=x.device),
+                          s, 0.0, float(elem.bits))

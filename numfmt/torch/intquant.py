@@ -1,0 +1,134 @@
+"""Integer quantization on torch tensors: the twin of :mod:`numfmt.intquant`, bit for bit.
+
+``q = clamp(round_half_even(x / scale) + zero_point, qmin, qmax)``, ``x_hat = (q - zp) * scale``,
+with the same float64 operations in the same order as the numpy implementation, so codes, scales,
+zero points and dequantized values agree exactly.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from numfmt._validate import check_block
+from numfmt.intquant import GRANULARITIES, int_range
+from numfmt.torch._core import F64, as_calibration_tensor, as_real_tensor
+
+
+class IntQuantized(NamedTuple):
+    """Result of :func:`quantize_int`; unpacks as ``values, codes, scale, zero_point``."""
+
+    values: torch.Tensor      #: dequantized values, float64, shape of x
+    codes: torch.Tensor       #: integer codes, int64, shape of x
+    scale: torch.Tensor       #: float64, see quantize_int for the shape
+    zero_point: torch.Tensor  #: int64, same shape as scale
+
+
+def quantize_affine(x, scale, zero_point=0, qmin: int = -127, qmax: int = 127,
+                    device=None) -> torch.Tensor:
+    """Return the codes ``clamp(round_half_even(x / scale) + zero_point, qmin, qmax)``.
+
+    Parameters
+    ----------
+    x : tensor or array_like of real numbers
+    scale : tensor or array_like, positive and finite, broadcastable against ``x``
+    zero_point : int or integer tensor, broadcastable against ``x``
+    qmin, qmax : int, ``qmin <= qmax``
+    device : optional; default the device of ``x`` (a tensor) or the default device
+
+    Returns
+    -------
+    torch.Tensor of int64, the broadcast shape; equal to :func:`numfmt.quantize_affine`.
+
+    Raises
+    ------
+    ValueError
+        If a scale is not positive and finite, ``x`` contains NaN, or ``qmin > qmax``.
+    """
+    x = as_real_tensor(x, device=device)
+    scale = as_real_tensor(scale, "scale", device=x.device)
+    if not bool((torch.isfinite(scale) & (scale > 0)).all()):
+        raise ValueError("scale must be positive and finite")
+    if bool(torch.isnan(x).any()):
+        raise ValueError("x contains NaN: it has no integer code")
+    if qmin > qmax:
+        raise ValueError(f"qmin ({qmin}) must not exceed qmax ({qmax})")
+    zp = torch.as_tensor(zero_point, device=x.device).to(F64)
+    q = torch.round(x / scale) + zp  # torch.round is round-half-to-even, as np.rint
+    return torch.clamp(q, qmin, qmax).to(torch.int64)
+
+
+def dequantize_affine(codes, scale, zero_point=0) -> torch.Tensor:
+    """Return ``(codes - zero_point) * scale`` as float64 (shapes broadcast)."""
+    codes = torch.as_tensor(codes)
+    dev = codes.device
+    return ((codes.to(F64) - torch.as_tensor(zero_point, device=dev).to(F64))
+            * torch.as_tensor(scale, device=dev).to(F64))
+
+
+def quantize_int(x, bits: int, symmetric: bool = True, granularity: str = "tensor",
+                 group: int | None = None, clip: float = 1.0, device=None) -> IntQuantized:
+    """Quantize ``x`` to ``bits``-bit integers; the twin of :func:`numfmt.quantize_int`.
+
+    Parameters
+    ----------
+    x : tensor or array_like of real numbers, shape (..., K), non-empty and finite
+    bits, symmetric, granularity, group, clip
+        As :func:`numfmt.quantize_int`.
+    device : optional; default the device of ``x`` (a tensor) or the default device
+
+    Returns
+    -------
+    IntQuantized of tensors on the device
+        ``values`` (float64), ``codes`` (int64), ``scale`` (float64), ``zero_point`` (int64),
+        shaped as in :func:`numfmt.quantize_int` and equal to its results element for element.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`numfmt.quantize_int`.
+    """
+    x = as_calibration_tensor(x, device=device)
+    qmin, qmax = int_range(bits, symmetric)
+    if isinstance(clip, bool) or not (isinstance(clip, (int, float)) and 0.0 < clip <= 1.0):
+        raise ValueError(f"clip must be a number in (0, 1], got {clip!r}")
+    if granularity not in GRANULARITIES:
+        raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
+    if granularity == "group":
+        if group is None:
+            raise ValueError('granularity="group" needs a group size, e.g. group=32')
+        group = check_block(x.shape[-1], group, "group")
+        xg = x.reshape(x.shape[:-1] + (x.shape[-1] // group, group))
+    else:
+        if group is not None:
+            raise ValueError(f'group={group} is only meaningful with granularity="group"')
+        xg = x
+
+    def reduce(t, op):
+        if granularity == "tensor":
+            return op(t).reshape((1,) * t.ndim)
+        return op(t, dim=-1, keepdim=True)
+
+    if symmetric:
+        scale = reduce(xg.abs(), torch.amax) * (clip / qmax)
+        zero_point = torch.zeros(scale.shape, dtype=torch.int64, device=x.device)
+        scale = torch.where(scale == 0, 1.0, scale)
+    else:
+        lo = torch.clamp(reduce(xg, torch.amin), max=0.0) * clip
+        hi = torch.clamp(reduce(xg, torch.amax), min=0.0) * clip
+        scale = (hi - lo) / qmax
+        scale = torch.where(scale == 0, 1.0, scale)
+        zero_point = torch.clamp(torch.round(-lo / scale), qmin, qmax).to(torch.int64)
+
+    # The steps of numfmt.quantize_int in its order: the zero point is added and removed only
+    # when asymmetric, so a symmetric code 0 from a small negative x dequantizes to -0.0.
+    q = torch.round(xg / scale)
+    if not symmetric:
+        q = q + zero_point
+    q = torch.clamp(q, qmin, qmax)
+    codes = q.to(torch.int64)
+    if not symmetric:
+        q = q - zero_point
+    q = q * scale
+    return IntQuantized(q.reshape(x.shape), codes.reshape(x.shape), scale, zero_point)

@@ -1,0 +1,423 @@
+"""numfmt.torch against numfmt (numpy), bit for bit, and against torch's native dtypes.
+
+The numpy implementation is the oracle for the torch port (it is itself checked against
+ml_dtypes). Torch's own float8/float16/bfloat16 casts are a second, independent oracle; where
+torch 2.13 defines a case differently from OCP/ml_dtypes, the test name says so and asserts
+exactly what torch does.
+"""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import numfmt as nf  # noqa: E402
+import numfmt.torch as nt  # noqa: E402
+
+CUDA = torch.cuda.is_available()
+DEVICES = [
+    pytest.param("cpu"),
+    pytest.param("cuda", marks=[pytest.mark.gpu,
+                                pytest.mark.skipif(not CUDA, reason="needs a CUDA device")]),
+]
+FORMATS = list(nf.FORMATS.values())
+N_RANDOM = 1_000_000
+
+
+def bits(a) -> np.ndarray:
+    """float64 bit patterns, so that -0.0 != +0.0, with every NaN made the quiet NaN of its sign.
+
+    A NaN's payload is not part of any result (torch's vectorized CPU kernels return the
+    all-ones payload where numpy returns 0x...8000...); its sign is, because encode stores it.
+    """
+    a = a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
+    a = np.array(a, dtype=np.float64)
+    nan = np.isnan(a)
+    a[nan] = np.copysign(np.nan, np.where(np.signbit(a[nan]), -1.0, 1.0))
+    return a.view(np.int64)
+
+
+def assert_same_bits(got, want):
+    g, w = bits(got), bits(want)
+    assert g.shape == w.shape
+    bad = np.flatnonzero(g.ravel() != w.ravel())
+    assert bad.size == 0, (f"{bad.size} differ, first at {bad[0]}: got "
+                           f"{g.ravel()[bad[0]].view(np.float64)!r} want "
+                           f"{w.ravel()[bad[0]].view(np.float64)!r}")
+
+
+def random_values(fmt, n=N_RANDOM, seed=0) -> np.ndarray:
+    """n float64 values that exercise every branch of rounding into ``fmt``.
+
+    Log-uniform magnitudes from far below the smallest subnormal to far above the maximum,
+    exact grid values, exact midpoints between neighbours (the ties) and their float64
+    neighbours, the subnormal range, overflow, and the specials +-0, +-inf, +-NaN, float64
+    subnormals and the float64 maximum.
+    """
+    rng = np.random.default_rng(seed)
+    grid = fmt.values()
+    grid = grid[grid >= 0]
+    mids = (grid[:-1] + grid[1:]) / 2
+    k = n // 8
+    lo, hi = np.log2(fmt.min_subnormal) - 4, np.log2(fmt.max_value) + 4
+    parts = [
+        np.exp2(rng.uniform(lo, hi, 3 * k)),
+        rng.choice(grid, k),
+        rng.choice(mids, k),
+        np.nextafter(rng.choice(mids, k // 2), np.inf),
+        np.nextafter(rng.choice(mids, k // 2), 0.0),
+        rng.uniform(0, fmt.min_normal, k // 2),
+        np.exp2(rng.uniform(np.log2(fmt.max_value), 1000, k // 2)),
+    ]
+    specials = np.array([0.0, np.inf, np.nan, 5e-324, 1e-310, np.finfo(np.float64).max,
+                         fmt.max_value, fmt.min_subnormal, fmt.min_subnormal / 2])
+    body = np.concatenate(parts)
+    body = np.concatenate([body, np.full(n - body.size - 2 * specials.size, 1.0)])
+    x = np.concatenate([body, specials, -specials])
+    signs = np.where(rng.random(x.size) < 0.5, -1.0, 1.0)
+    signs[-2 * specials.size:] = 1.0  # the specials keep the signs written above
+    return rng.permutation(x * signs)
+
+
+# ---------------------------------------------------------------- rounding, codes, values
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
+def test_every_code_decodes_as_numpy(fmt, device):
+    codes = np.arange(1 << fmt.bits)
+    got = nt.decode(torch.from_numpy(codes).to(device), fmt)
+    assert got.device.type == device
+    assert_same_bits(got, fmt.decode(codes))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
+def test_every_value_rounds_to_itself_and_encodes_as_numpy(fmt, device):
+    values = fmt.decode(np.arange(1 << fmt.bits))
+    keep = ~np.isnan(values) if not fmt.has_nan else np.ones(values.size, bool)
+    t = torch.from_numpy(values[keep]).to(device)
+    assert_same_bits(nt.round(t, fmt, saturate=False), fmt.round(values[keep], saturate=False))
+    got = nt.encode(t, fmt, saturate=False).cpu().numpy().astype(np.int64)
+    np.testing.assert_array_equal(got, fmt.encode(values[keep], saturate=False))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("saturate", [True, False])
+@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
+def test_round_million_random_values_bit_identical(fmt, saturate, device):
+    x = random_values(fmt)
+    got = nt.round(torch.from_numpy(x).to(device), fmt, saturate=saturate)
+    assert got.dtype == torch.float64 and got.device.type == device
+    assert_same_bits(got, fmt.round(x, saturate=saturate))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
+def test_encode_million_random_values_bit_identical(fmt, device):
+    x = random_values(fmt, seed=1)
+    if not fmt.has_nan:
+        x = x[~np.isnan(x)]
+    got = nt.encode(torch.from_numpy(x).to(device), fmt)
+    assert got.dtype == (torch.uint8 if fmt.bits <= 8 else torch.int32)
+    np.testing.assert_array_equal(got.cpu().numpy().astype(np.int64), fmt.encode(x))
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in multiply:RuntimeWarning")
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
+def test_stochastic_rounding_on_the_same_draws_is_bit_identical(fmt, device):
+    x = random_values(fmt, n=200_000, seed=2)
+    u = np.random.default_rng(7).random(x.size)  # exactly the draws fmt.round(rng=7) makes
+    got = nt.round(torch.from_numpy(x).to(device), fmt, mode="stochastic",
+                   u=torch.from_numpy(u).to(device))
+    assert_same_bits(got, fmt.round(x, mode="stochastic", rng=7))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_stochastic_rounding_with_a_generator_is_unbiased(device):
+    # 1 + 3/8 lies 3/8 of the way from E4M3's 1.25 to 1.5 (spacing 2^-3 in [1, 2)).
+    n = 400_000
+    g = torch.Generator(device=device).manual_seed(0)
+    r = nt.round(torch.full((n,), 1.375 - 0.125 * 5 / 8, dtype=torch.float64, device=device),
+                 nf.FP8_E4M3, mode="stochastic", generator=g)
+    assert set(torch.unique(r).tolist()) == {1.25, 1.375}
+    p_up = float((r == 1.375).double().mean())
+    # Up with probability 3/8; 5 binomial standard deviations of a mean of n draws.
+    assert abs(p_up - 3 / 8) < 5 * np.sqrt(3 / 8 * 5 / 8 / n)
+    g2 = torch.Generator(device=device).manual_seed(0)
+    r2 = nt.round(torch.full((n,), 1.296875, dtype=torch.float64, device=device),
+                  nf.FP8_E4M3, mode="stochastic", generator=g2)
+    assert torch.equal(r, r2)  # the same seed gives the same draws
+
+
+# ---------------------------------------------------------------- integer and block quantization
+def _assert_quantized_equal(got, want):
+    for g, w in zip(got, want):
+        if isinstance(w, np.ndarray):
+            if w.dtype.kind == "f":
+                assert_same_bits(g, w)
+            else:
+                np.testing.assert_array_equal(g.cpu().numpy(), w)
+        else:
+            assert g == w  # Python floats: tensor scale, clipped fraction, bits per element
+
+
+def _test_matrix(seed=3):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_t(3, size=(48, 64)) * np.exp2(rng.integers(-20, 20, (48, 1)))
+    x[0] = 0.0            # an all-zero row: scale 1, codes 0
+    x[1, :32] = 1e-300    # blocks whose E4M3 scale underflows to zero (NVFP4)
+    x[2, 5] = -x[2].max() * 1e6
+    return x
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("granularity,group", [("tensor", None), ("channel", None),
+                                               ("group", 16)])
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("bits_", [2, 4, 8, 16])
+def test_quantize_int_bit_identical(bits_, symmetric, granularity, group, device):
+    x = _test_matrix()
+    for clip in (1.0, 0.5):
+        got = nt.quantize_int(torch.from_numpy(x).to(device), bits_, symmetric, granularity,
+                              group, clip)
+        want = nf.quantize_int(x, bits_, symmetric, granularity, group, clip)
+        assert got.codes.dtype == torch.int64 and got.zero_point.dtype == torch.int64
+        _assert_quantized_equal(got, want)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name,fn", [
+    ("MXFP8 E4M3", lambda m, x, **k: m.mx_quantize(x, nf.FP8_E4M3, **k)),
+    ("MXFP8 E5M2", lambda m, x, **k: m.mx_quantize(x, nf.FP8_E5M2, **k)),
+    ("MXFP6 E2M3", lambda m, x, **k: m.mx_quantize(x, nf.FP6_E2M3, **k)),
+    ("MXFP6 E3M2", lambda m, x, **k: m.mx_quantize(x, nf.FP6_E3M2, **k)),
+    ("MXFP4", lambda m, x, **k: m.mx_quantize(x, nf.FP4_E2M1, **k)),
+    ("NVFP4", lambda m, x, **k: m.nvfp4_quantize(x, **k)),
+    ("exact/16 E2M1", lambda m, x, **k: m.block_quantize(x, nf.FP4_E2M1, 16, "exact", **k)),
+    ("e4m3/32 E2M3", lambda m, x, **k: m.block_quantize(x, nf.FP6_E2M3, 32, "e4m3", **k)),
+    ("tensor E4M3", lambda m, x, **k: m.tensor_scaled(x, nf.FP8_E4M3, **k)),
+    ("tensor E2M1", lambda m, x, **k: m.tensor_scaled(x, nf.FP4_E2M1, **k)),
+])
+def test_block_quantizers_bit_identical(name, fn, device):
+    x = _test_matrix()
+    got = fn(nt, torch.from_numpy(x), device=device)
+    assert got.values.device.type == device
+    _assert_quantized_equal(got, fn(nf, x))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_quantize_affine_and_dequantize_match_numpy(device):
+    x = np.array([-2.5, -0.5, 0.5, 1.5, 2.5, 1e9, -np.inf])
+    got = nt.quantize_affine(torch.from_numpy(x).to(device), 0.5, 3, -8, 7)
+    np.testing.assert_array_equal(got.cpu().numpy(), nf.quantize_affine(x, 0.5, 3, -8, 7))
+    # Hand derivation: x / 0.5 = -5, -1, 1, 3, 5 (no ties), + 3, clamped to [-8, 7].
+    np.testing.assert_array_equal(got.cpu().numpy(), [-2, 2, 4, 6, 7, 7, -8])
+    assert_same_bits(nt.dequantize_affine(got, 0.5, 3), nf.dequantize_affine(got.cpu().numpy(),
+                                                                              0.5, 3))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_metrics_agree_with_numpy_to_summation_order(device):
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal(100_000)
+    q = nf.FP8_E4M3.round(x)
+    tx, tq = torch.from_numpy(x).to(device), torch.from_numpy(q).to(device)
+    # Sums of 1e5 float64 terms in different orders differ by about n * 2^-53 ~ 1e-11 at most.
+    assert nt.rel_error(tq, tx) == pytest.approx(nf.rel_error(q, x), rel=1e-11)
+    assert nt.sqnr_db(tq, tx) == pytest.approx(nf.sqnr_db(q, x), rel=1e-11)
+    assert nt.sqnr_db(tx, tx) == float("inf")
+
+
+# ---------------------------------------------------------------- torch native dtypes
+def _float32_sample(fmt, n=200_000, seed=5) -> np.ndarray:
+    """float32 values (so torch's cast rounds once) covering every branch of ``fmt``."""
+    with np.errstate(over="ignore"):  # values beyond float32's range become +-inf on purpose
+        x = random_values(fmt, n, seed).astype(np.float32)
+    return x.astype(np.float64)
+
+
+def _native(x64, dtype, device):
+    return torch.from_numpy(x64.astype(np.float32)).to(device).to(dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fmt", [nf.FP16, nf.BF16], ids=lambda f: f.name)
+def test_fp16_bf16_native_casts_agree_with_round_non_saturating(fmt, device):
+    x = _float32_sample(fmt)
+    native = _native(x, nt.NATIVE_DTYPES[fmt.name], device).to(torch.float64)
+    want = fmt.round(x, saturate=False)
+    nan = np.isnan(want)
+    np.testing.assert_array_equal(torch.isnan(native).cpu().numpy(), nan)
+    assert_same_bits(native.cpu().numpy()[~nan], want[~nan])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_e4m3_native_cast_saturates_overflow_and_inf_in_torch_2_13(device):
+    """torch 2.13's float32 -> float8_e4m3fn clamps |x| > 448, and +-inf, to +-448.
+
+    OCP FP8 leaves the overflow policy to the implementation; ml_dtypes gives NaN. Here torch's
+    cast equals numfmt's E4M3 round with saturate=True on every non-NaN input, and its codes
+    equal numfmt's encode (NaN: 0x7F / 0xFF, sign kept, the same as numfmt).
+    """
+    x = _float32_sample(nf.FP8_E4M3)
+    native = _native(x, torch.float8_e4m3fn, device)
+    assert_same_bits(native.to(torch.float64), nf.FP8_E4M3.round(x, saturate=True))
+    codes = native.view(torch.uint8).cpu().numpy()
+    np.testing.assert_array_equal(codes, nf.FP8_E4M3.encode(x, saturate=True))
+    # Hand derivation: the largest E4M3 value is 1.75 * 2^8 = 448 (code 0x7E).
+    edge = _native(np.array([464.0, 1e30, np.inf, -np.inf]), torch.float8_e4m3fn, device)
+    assert edge.to(torch.float64).tolist() == [448.0, 448.0, 448.0, -448.0]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_e5m2_native_cast_overflows_to_inf_and_writes_nan_as_0x7f(device):
+    """torch 2.13's float32 -> float8_e5m2 is IEEE-like: overflow rounds to +-inf.
+
+    It equals numfmt's E5M2 round with saturate=False on every input. The one difference in
+    codes: torch writes NaN as 0x7F (0xFF negative), numfmt and ml_dtypes as 0x7E (0xFE);
+    both are NaN in E5M2 (exponent 11111, mantissa non-zero).
+    """
+    x = _float32_sample(nf.FP8_E5M2)
+    native = _native(x, torch.float8_e5m2, device)
+    want = nf.FP8_E5M2.round(x, saturate=False)
+    got = native.to(torch.float64)
+    nan = np.isnan(want)
+    np.testing.assert_array_equal(torch.isnan(got).cpu().numpy(), nan)
+    assert_same_bits(got.cpu().numpy()[~nan], want[~nan])
+    codes = native.view(torch.uint8).cpu().numpy()
+    np.testing.assert_array_equal(codes[~nan], nf.FP8_E5M2.encode(x[~nan], saturate=False))
+    assert set(np.unique(codes[nan] & 0x7F)) == {0x7F}
+    assert set(np.unique(nf.FP8_E5M2.encode(x[nan]) & 0x7F)) == {0x7E}
+    # Hand derivation: max 1.75 * 2^15 = 57344; 61440 is the midpoint to 2^16 (which would be
+    # the next binade, i.e. inf) and its last mantissa bit is odd, so the tie goes to inf.
+    edge = _native(np.array([61439.0, 61440.0, -1e9]), torch.float8_e5m2, device)
+    assert edge.to(torch.float64).tolist() == [57344.0, np.inf, -np.inf]
+
+
+E8M0_NATIVE = pytest.mark.skipif(not hasattr(torch, "float8_e8m0fnu"),
+                                 reason="torch has no float8_e8m0fnu")
+
+
+@E8M0_NATIVE
+@pytest.mark.parametrize("device", DEVICES)
+def test_e8m0_native_cast_rounds_ties_up_on_positive_values(device):
+    """On positive finite float32, torch 2.13's cast to float8_e8m0fnu equals numfmt E8M0.
+
+    Both round to the nearest power of two with ties upward (1.5 -> 2, 3 -> 4, 0.75 -> 1),
+    clamp below 2^-127 to 2^-127 and send what rounds past 2^127 to NaN (code 0xFF). The
+    lowest binade (2^-127, 2^-126), float32 subnormals, is the exception tested below.
+    """
+    rng = np.random.default_rng(6)
+    with np.errstate(over="ignore"):  # 2^128 and above overflow float32 to inf, removed next
+        x = np.exp2(rng.uniform(-126, 129, 200_000)).astype(np.float32).astype(np.float64)
+    x = x[np.isfinite(x)]
+    x = np.concatenate([x, [1.5, 3.0, 0.75, 1.4999999, 2.0**127 * 1.5, 2.0**-130]])
+    native = _native(x, torch.float8_e8m0fnu, device)
+    codes = native.view(torch.uint8).cpu().numpy()
+    np.testing.assert_array_equal(codes, nf.E8M0.encode(x, saturate=False))
+    # Hand derivation: code = biased exponent, 2^e <-> e + 127; 1.5 -> 2 -> 128.
+    np.testing.assert_array_equal(codes[-6:], [128, 129, 127, 127, 255, 0])
+
+
+@E8M0_NATIVE
+@pytest.mark.parametrize("device", DEVICES)
+def test_e8m0_native_cast_sends_the_lowest_binade_up_to_2_pow_minus_126(device):
+    """torch 2.13 (like ml_dtypes 0.6) maps every x in (2^-127, 2^-126) to 2^-126 (code 1).
+
+    Rounded to nearest, x = 1.2 * 2^-127 is closer to 2^-127 (code 0), which numfmt returns;
+    from 1.5 * 2^-127 upward both give code 1. At or below 2^-127 both give code 0.
+    """
+    m = np.array([0.5, 1.0, 1.0001, 1.2, 1.49, 1.5, 1.9])
+    x = m * 2.0**-127
+    codes = _native(x, torch.float8_e8m0fnu, device).view(torch.uint8).cpu().numpy()
+    np.testing.assert_array_equal(codes, [0, 0, 1, 1, 1, 1, 1])
+    np.testing.assert_array_equal(nf.E8M0.encode(x), [0, 0, 0, 0, 0, 1, 1])
+
+
+@E8M0_NATIVE
+@pytest.mark.parametrize("device", DEVICES)
+def test_e8m0_native_cast_maps_zero_to_smallest_and_drops_the_sign(device):
+    """Where torch 2.13 and OCP MX / numfmt differ for E8M0: zero and negative inputs.
+
+    E8M0 has neither zero nor sign. numfmt (like ml_dtypes) gives NaN for x <= 0; torch gives
+    code 0 (2^-127) for +-0 and the code of |x| for negative x. +-inf is NaN in both.
+    """
+    x = np.array([0.0, -0.0, -1.0, -3.0, np.inf, -np.inf])
+    codes = _native(x, torch.float8_e8m0fnu, device).view(torch.uint8).cpu().numpy()
+    np.testing.assert_array_equal(codes, [0, 0, 127, 129, 255, 255])
+    assert np.isnan(nf.E8M0.round(x[:4])).all()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_native_cast_from_float64_rounds_twice_through_float32(device):
+    """torch converts float64 to float8 via float32, so it can round twice; numfmt rounds once.
+
+    x = 1 + 2^-4 + 2^-40 lies just above the E4M3 midpoint between 1 and 1.125: rounded once
+    it goes up to 1.125. float32 (24-bit significand) first rounds x to the midpoint 1 + 2^-4,
+    whose tie then goes to the even neighbour 1.0. Use float32 inputs to compare with torch.
+    """
+    x = torch.tensor([1 + 2**-4 + 2**-40], dtype=torch.float64, device=device)
+    assert x.to(torch.float8_e4m3fn).to(torch.float64).item() == 1.0
+    assert nt.round(x, nf.FP8_E4M3).item() == 1.125
+    assert nt.to_native(x, nf.FP8_E4M3).to(torch.float64).item() == 1.125
+
+
+# ---------------------------------------------------------------- devices and imports
+def test_default_device_is_cuda_exactly_when_available():
+    assert nt.default_device().type == ("cuda" if CUDA else "cpu")
+    assert nt.round([1.3], nf.BF16).device.type == nt.default_device().type
+    t = torch.tensor([1.3])
+    assert nt.round(t, nf.BF16).device == t.device
+    assert nt.round(t, nf.BF16, device="cpu").device.type == "cpu"
+
+
+def test_numfmt_imports_without_torch_and_numfmt_torch_says_what_is_missing():
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "import numfmt; assert numfmt.FP8_E4M3.max_value == 448.0\n"
+            "try:\n    import numfmt.torch\nexcept ImportError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "numfmt.torch needs PyTorch" in out.stdout
+
+
+# ---------------------------------------------------------------- bad input
+@pytest.mark.parametrize("call,err,match", [
+    (lambda: nt.round(torch.tensor([True]), nf.FP8_E4M3), TypeError, "real numbers"),
+    (lambda: nt.round(torch.tensor([1j]), nf.FP8_E4M3), TypeError, "real numbers"),
+    (lambda: nt.round(["a"], nf.FP8_E4M3), TypeError, "real numbers"),
+    (lambda: nt.round([1.0], "E4M3"), TypeError, "FloatFormat"),
+    (lambda: nt.round([1.0], nf.FP8_E4M3, mode="up"), ValueError, "mode"),
+    (lambda: nt.round([1.0, 2.0], nf.FP8_E4M3, mode="stochastic", u=[0.5]), ValueError,
+     "one draw per element"),
+    (lambda: nt.round([1.0], nf.FP8_E4M3, mode="stochastic", u=[1.0]), ValueError, r"\[0, 1\)"),
+    (lambda: nt.encode([np.nan], nf.FP4_E2M1), ValueError, "no NaN"),
+    (lambda: nt.decode(torch.tensor([1.0]), nf.FP8_E4M3), TypeError, "integers"),
+    (lambda: nt.decode([256], nf.FP8_E4M3), ValueError, r"\[0, 255\]"),
+    (lambda: nt.decode([-1], nf.FP4_E2M1), ValueError, r"\[0, 15\]"),
+    (lambda: nt.to_native([1.0], nf.FP4_E2M1), ValueError, "no native dtype"),
+    (lambda: nt.quantize_int(torch.tensor([1.0, np.nan]), 8), ValueError, "non-finite"),
+    (lambda: nt.quantize_int(torch.tensor([]), 8), ValueError, "empty"),
+    (lambda: nt.quantize_int([1.0], 1), ValueError, "bits"),
+    (lambda: nt.quantize_int([1.0], 8, clip=0.0), ValueError, "clip"),
+    (lambda: nt.quantize_int([1.0], 8, granularity="row"), ValueError, "granularity"),
+    (lambda: nt.quantize_int(np.ones((2, 6)), 8, granularity="group", group=4), ValueError,
+     "does not divide"),
+    (lambda: nt.quantize_affine([1.0], 0.0), ValueError, "positive and finite"),
+    (lambda: nt.quantize_affine([1.0], np.inf), ValueError, "positive and finite"),
+    (lambda: nt.quantize_affine([np.nan], 1.0), ValueError, "NaN"),
+    (lambda: nt.mx_quantize(np.ones((2, 48)), nf.FP4_E2M1), ValueError, "does not divide"),
+    (lambda: nt.mx_quantize(np.ones(32), nf.E8M0), TypeError, "signed FloatFormat"),
+    (lambda: nt.block_quantize(np.ones(32), nf.FP4_E2M1, 32, "ue8m0"), ValueError,
+     "scale_format"),
+    (lambda: nt.nvfp4_quantize(torch.tensor([np.inf] * 16)), ValueError, "non-finite"),
+    (lambda: nt.tensor_scaled(torch.tensor([], dtype=torch.float64), nf.FP8_E4M3), ValueError,
+     "empty"),
+    (lambda: nt.rel_error(torch.ones(3), torch.ones(4)), ValueError, "same shape"),
+    (lambda: nt.sqnr_db(torch.ones(3), torch.zeros(3)), ValueError, "all zero"),
+    (lambda: nt.rel_error(torch.tensor([np.nan]), torch.ones(1)), ValueError, "finite"),
+])
+def test_bad_input_raises_a_clear_error(call, err, match):
+    with pytest.raises(err, match=match):
+        call()
