@@ -40,3 +40,9 @@ def test_multidimensional_inputs_use_the_frobenius_norm():
 def test_bad_input(fn, q, x, exc, msg):
     with pytest.raises(exc, match=msg):
         fn(q, x)
+
+
+def test_huge_values_do_not_overflow_the_sums():
+    # (1e200)^2 overflows float64; the relative error of [1e200, 1.1e200] against [1e200, 1e200]
+    # is 0.1e200 / (sqrt(2) * 1e200) = 0.0707..., whatever the magnitude.
+    assert rel_error([1e200, 1.1e200], [1e200, 1e200]) == pytest.approx(0.1 / math.sqrt(2))
