@@ -59,7 +59,8 @@ def test_int4_every_value_round_trips():
 
 
 @SETTINGS
-@given(st.lists(st.integers(0, 15), min_size=1, max_size=65), st.sampled_from(["low_first", "high_first"]))
+@given(st.lists(st.integers(0, 15), min_size=1, max_size=65),
+       st.sampled_from(["low_first", "high_first"]))
 def test_nibble_round_trip_with_explicit_padding(codes, order):
     packed = pack_nibbles(codes, pad=True, order=order)
     assert packed.shape == ((len(codes) + 1) // 2,)
@@ -128,7 +129,8 @@ def test_nvfp4_block_bytes_by_hand():
 
 
 @SETTINGS
-@given(st.integers(1, 3), st.integers(1, 4), st.integers(0, 2**32 - 1), st.sampled_from(["mxfp4", "nvfp4"]))
+@given(st.integers(1, 3), st.integers(1, 4), st.integers(0, 2**32 - 1),
+       st.sampled_from(["mxfp4", "nvfp4"]))
 def test_block_fp4_round_trip_and_scale_bytes(rows, blocks, seed, kind):
     rng = np.random.default_rng(seed)
     block = 32 if kind == "mxfp4" else 16
@@ -252,7 +254,8 @@ def test_permute_qweight_rows_and_activation_permutation():
     (lambda: group_index([0, 0, 1, 2], 2), ValueError, "permutation"),
     (lambda: group_index([0, 1, 2], 2), ValueError, "multiple"),
     (lambda: inverse_permutation([1, 2]), ValueError, "permutation"),
-    (lambda: permute_qweight_rows(np.zeros((1, 2), np.int32), np.arange(7)), ValueError, "permutation"),
+    (lambda: permute_qweight_rows(np.zeros((1, 2), np.int32), np.arange(7)), ValueError,
+     "permutation"),
     (lambda: act_order_permutation(np.ones((2, 2))), ValueError, "1-D"),
     (lambda: gptq_dequantize(np.zeros((8, 8))), TypeError, "GPTQWeight"),
 ])
@@ -506,34 +509,47 @@ def test_qlora_packs_high_nibble_first():
     assert t.data.tolist() == [0xF0, 0x7F]
 
 
-@pytest.mark.parametrize("center", [True, False])
-def test_double_quant_error_bounds(center):
+@pytest.mark.parametrize("center, signed", [(True, True), (False, True), (False, False)])
+def test_double_quant_error_bounds(center, signed):
     rng = np.random.default_rng(10)
     x = rng.standard_normal(64 * 1024) * 0.02
     q = absmax_quantize(x, nf4_levels(), 64)
-    dq = double_quantize(q.absmax, 256, center=center)
-    assert dq.codes.dtype == (np.int8 if center else np.uint8)
-    assert dq.super_scales.shape == (4,)
+    dq = double_quantize(q.absmax, 256, center=center, signed=signed)
+    assert dq.codes.dtype == (np.int8 if signed else np.uint8)
+    assert dq.super_scales.shape == (4,) and dq.super_scales.dtype == np.float32
+    assert (dq.offset != 0) == center
     recon = double_dequantize(dq)
     step = np.repeat(dq.super_scales.astype(np.float64), 256)
     # rounding to the nearest code: at most half a step (float32 step and offset: 1e-6 slack)
     assert np.all(np.abs(recon - q.absmax) <= step / 2 * (1 + 1e-6) + 1e-9)
-    # claim of QLoRA-style storage: each weight moves by at most 1 % of its single-quantized value
-    single = absmax_dequantize(q)
-    double = absmax_dequantize(q, recon)
-    nz = single != 0
-    assert np.max(np.abs(double[nz] - single[nz]) / np.abs(single[nz])) <= 0.01
+    if center or not signed:
+        # QLoRA-style storage moves each weight by at most 1 % of its single-quantized value
+        single = absmax_dequantize(q)
+        double = absmax_dequantize(q, recon)
+        nz = single != 0
+        assert np.max(np.abs(double[nz] - single[nz]) / np.abs(single[nz])) <= 0.01
 
 
-def test_double_quant_centering_halves_the_step():
-    # absmax values crowd around their mean; centering spends the 8 bits on the spread,
-    # and the signed code has 127 steps per side against 255 for the unsigned one.
-    a = absmax_quantize(np.random.default_rng(11).standard_normal(64 * 256), nf4_levels(), 64).absmax
-    c = double_quantize(a, center=True).super_scales[0]
-    u = double_quantize(a, center=False).super_scales[0]
-    expected_c = np.abs(a - np.float32(a.mean())).max() / 127
-    assert c == pytest.approx(expected_c, rel=1e-6) and u == pytest.approx(a.max() / 255, rel=1e-6)
-    assert c < u
+def test_double_quant_steps_by_hand():
+    # absmax values crowd around their mean; a signed code without the offset leaves its
+    # negative half unused, so its step max/127 is more than twice the centered one.
+    x = np.random.default_rng(11).standard_normal(64 * 256)
+    a = absmax_quantize(x, nf4_levels(), 64).absmax
+    a64 = a.astype(np.float64)
+    centered = double_quantize(a).super_scales[0]
+    signed = double_quantize(a, center=False).super_scales[0]
+    unsigned = double_quantize(a, center=False, signed=False).super_scales[0]
+    assert centered == np.float32(np.abs(a64 - np.float32(a64.mean())).max() / 127)
+    assert signed == np.float32(a64.max() / 127) and unsigned == np.float32(a64.max() / 255)
+    assert 2 * centered < signed
+
+
+def test_double_quant_small_input_one_block():
+    dq = double_quantize(np.array([1.0, 2.0, 3.0, 4.0], np.float32))
+    assert dq.super_scales.shape == (1,) and dq.offset == np.float32(2.5)
+    # centered values -1.5 -0.5 0.5 1.5, step 1.5 / 127: codes -127, round(-42.33), 42, 127
+    assert dq.codes.tolist() == [-127, -42, 42, 127]
+    assert np.allclose(double_dequantize(dq), [1, 2, 3, 4], atol=1.5 / 127 / 2)
 
 
 def test_qlora_round_trip_equals_components():
@@ -554,10 +570,12 @@ def test_qlora_round_trip_equals_components():
     (lambda: absmax_quantize(np.ones(4), np.arange(17) / 16), ValueError, "levels"),
     (lambda: absmax_quantize(np.ones(4), [0.5, 0.2]), ValueError, "levels"),
     (lambda: absmax_dequantize(np.ones(4)), TypeError, "AbsmaxQuantized"),
-    (lambda: absmax_dequantize(absmax_quantize(np.ones(128), nf4_levels()), np.ones(3)), ValueError, "shape"),
+    (lambda: absmax_dequantize(absmax_quantize(np.ones(128), nf4_levels()), np.ones(3)),
+     ValueError, "shape"),
     (lambda: double_quantize(np.array([1.0, -1.0])), ValueError, "non-negative"),
     (lambda: double_quantize(np.ones((2, 2))), ValueError, "1-D"),
     (lambda: double_quantize(np.array([1.0, np.inf])), ValueError, "non-finite"),
+    (lambda: double_quantize(np.ones(4), center=True, signed=False), ValueError, "signed"),
     (lambda: double_dequantize(np.ones(3)), TypeError, "DoubleQuantizedScales"),
     (lambda: qlora_quantize(np.array([np.inf])), ValueError, "non-finite"),
     (lambda: qlora_dequantize(np.ones(3)), TypeError, "QLoRATensor"),

@@ -98,7 +98,8 @@ def pack_block_fp4(bq, kind):
     shape = bq.elements.shape
     k, n_blocks = shape[-1], bq.scales.shape[-1]
     if k % 2:
-        raise ValueError(f"the last axis has {k} elements; FP4 packs two per byte and needs an even count")
+        raise ValueError(f"the last axis has {k} elements; FP4 packs two per byte and needs "
+                         "an even count")
     if n_blocks == 0 or k % n_blocks:
         raise ValueError(f"{n_blocks} block scales do not tile a last axis of {k}")
     if np.any(FP4_E2M1.round(bq.elements) != bq.elements):

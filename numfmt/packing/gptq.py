@@ -86,7 +86,8 @@ def gptq_pack_qweight(codes):
     arr = as_int_array(codes)
     check_ndim(arr, 2, "codes")
     if arr.shape[0] % 8:
-        raise ValueError(f"K = {arr.shape[0]} rows must be a multiple of 8 to pack 8 codes per word")
+        raise ValueError(f"K = {arr.shape[0]} rows must be a multiple of 8 "
+                         "to pack 8 codes per word")
     check_range(arr, 0, 15)
     return np.ascontiguousarray(_pack_words(arr.T).T)
 
@@ -131,7 +132,8 @@ def gptq_pack_qzeros(zeros):
     arr = as_int_array(zeros, "zeros")
     check_ndim(arr, 2, "zeros")
     if arr.shape[1] % 8:
-        raise ValueError(f"N = {arr.shape[1]} columns must be a multiple of 8 to pack 8 zero points per word")
+        raise ValueError(f"N = {arr.shape[1]} columns must be a multiple of 8 "
+                         "to pack 8 zero points per word")
     check_range(arr, 0, 15, "zeros")
     return _pack_words(arr)
 

@@ -180,7 +180,8 @@ def marlin_unpack_int4(packed):
     words = check_int32(packed, "packed")
     check_ndim(words, 2, "packed")
     if words.shape[1] % 128 or words.shape[1] == 0 or words.shape[0] == 0:
-        raise ValueError(f"packed width {words.shape[1]} is not a positive multiple of 128 words (one tile)")
+        raise ValueError(f"packed width {words.shape[1]} is not a positive multiple of "
+                         "128 words (one tile)")
     kt, nt = words.shape[0], words.shape[1] // 128
     lanes = _unpack_words(words.reshape(kt, nt, 128)).reshape(kt, nt, 128, 8)
     rows, cols = marlin_int4_tile_map()
@@ -360,7 +361,8 @@ def fp16_from_bytes(source, n, k):
         buf = buf.ravel()
     expected = 2 * n * k
     if buf.size != expected:
-        raise ValueError(f"FP16 source has {buf.size} bytes, expected {expected} for (N={n}, K={k})")
+        raise ValueError(f"FP16 source has {buf.size} bytes, expected {expected} "
+                         f"for (N={n}, K={k})")
     return buf.view("<f2").reshape(n, k).astype(np.float16)
 
 

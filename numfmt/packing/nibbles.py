@@ -115,7 +115,8 @@ def unpack_nibbles(packed, count=None, order="low_first"):
     if count is None:
         count = full
     if count not in (full, full - 1) or count < 0:
-        raise ValueError(f"count must be {full} or {full - 1} for {arr.shape[-1]} bytes, got {count}")
+        raise ValueError(f"count must be {full} or {full - 1} for {arr.shape[-1]} bytes, "
+                         f"got {count}")
     low, high = arr & 0x0F, arr >> 4
     first, second = (low, high) if order == "low_first" else (high, low)
     out = np.stack([first, second], axis=-1).reshape(arr.shape[:-1] + (full,))
@@ -132,7 +133,7 @@ def pack_uint4(values, pad=False, order="low_first"):
 
 
 def unpack_uint4(packed, count=None, order="low_first"):
-    """Inverse of :func:`pack_uint4`: uint8 bytes (..., B) -> uint8 values (..., count) in [0, 15]."""
+    """Inverse of :func:`pack_uint4`: uint8 bytes (..., B) -> uint8 values (..., count), 0..15."""
     return unpack_nibbles(packed, count=count, order=order)
 
 

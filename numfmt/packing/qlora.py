@@ -14,8 +14,8 @@ tensor): 4 + 8/64 + 32/(64 * 256) = 4.127 bits per parameter.
 
 The QLoRA paper stores the second level as 8-bit floats (bitsandbytes' dynamic
 map). Here the second level is a plain symmetric INT8 code, which is easier to
-read and has a simple error bound (half a step); ``center=False`` gives the
-unsigned, uncentered variant for comparison.
+read and has a simple error bound (half a step); ``center=False`` and
+``signed=False`` give the variants without the mean offset, for comparison.
 
 References
 ----------
@@ -203,11 +203,11 @@ class DoubleQuantizedScales:
 
     Attributes
     ----------
-    codes : int8 (n,) if centered, else uint8 (n,)
+    codes : int8 (n,) if signed, else uint8 (n,)
     super_scales : float32 (ceil(n / block),)
         Step size of each block of ``block`` codes.
     offset : float32
-        Mean subtracted before quantizing (0 when not centered).
+        Mean subtracted before quantizing (0 when not centered), one per tensor.
     block : int
     """
 
@@ -217,13 +217,18 @@ class DoubleQuantizedScales:
     block: int
 
 
-def double_quantize(scales, block=256, center=True):
+def double_quantize(scales, block=256, center=True, signed=True):
     """Quantize positive FP32 block scales to 8 bits, blockwise (QLoRA double quantization).
 
-    centered (default): c' = c - mean(c); per block of ``block`` values,
-    step = max |c'| / 127, code = round(c' / step) in [-127, 127] (int8).
-    Not centered: step = max c / 255, code = round(c / step) in [0, 255] (uint8).
-    Either way the error of each reconstructed scale is at most half a step.
+    Per block of ``block`` values v (v = c - mean(c) if ``center``, else v = c):
+
+    * signed (int8): step = max |v| / 127, code = round(v / step) in [-127, 127];
+    * unsigned (uint8, only without centering): step = max v / 255, code in [0, 255].
+
+    The reconstruction ``code * step + mean`` is off by at most half a step. A
+    signed code without centering wastes its negative half on positive scales,
+    which doubles the step; subtracting the mean is what makes a symmetric code
+    pay off.
 
     Parameters
     ----------
@@ -231,6 +236,8 @@ def double_quantize(scales, block=256, center=True):
         Non-negative first-level scales (absmax values).
     block : int, default 256
     center : bool, default True
+        Subtract the mean (one FP32 per tensor) first, as QLoRA does.
+    signed : bool, default True
 
     Returns
     -------
@@ -243,28 +250,31 @@ def double_quantize(scales, block=256, center=True):
         If ``scales`` is not a real array.
     ValueError
         If ``scales`` is not a non-empty 1-D array of finite non-negative values,
-        or ``block`` is not a positive integer.
+        ``block`` is not a positive integer, or ``center`` is asked of an unsigned code.
 
     References
     ----------
-    QLoRA (2023), section 3 "Double Quantization" (blocks of 256, mean subtracted).
+    QLoRA (2023), section 3 "Double Quantization" (blocks of 256, mean subtracted
+    "to center the values around zero and make use of symmetric quantization").
     """
     c = as_float_array(scales, "scales")
     check_ndim(c, 1, "scales")
     if c.size == 0 or np.any(c < 0):
         raise ValueError("scales must be a non-empty array of non-negative values")
     block = _check_block(block)
+    if center and not signed:
+        raise ValueError("centered scales take both signs: center=True needs signed=True")
     offset = np.float32(c.mean()) if center else np.float32(0.0)
     centered = c - np.float64(offset)
     n_blocks = -(-c.size // block)
     padded = np.zeros(n_blocks * block)
     padded[:c.size] = centered
     blocks = padded.reshape(n_blocks, block)
-    qmax = 127 if center else 255
+    qmax = 127 if signed else 255
     step = (np.abs(blocks).max(axis=1) / qmax).astype(np.float32)
     safe = np.where(step > 0, step.astype(np.float64), 1.0)
-    codes = np.clip(np.round(blocks / safe[:, None]), -qmax if center else 0, qmax)
-    dtype = np.int8 if center else np.uint8
+    codes = np.clip(np.round(blocks / safe[:, None]), -qmax if signed else 0, qmax)
+    dtype = np.int8 if signed else np.uint8
     return DoubleQuantizedScales(codes.ravel()[:c.size].astype(dtype), step, offset, block)
 
 
@@ -323,8 +333,9 @@ class QLoRATensor:
         return 8 * self.nbytes / self.size
 
 
-def qlora_quantize(x, levels=None, block=64, double_quant=True, scale_block=256, center=True):
-    """Quantize a tensor the QLoRA way: NF4 codes in blocks of 64, optionally double-quantized scales.
+def qlora_quantize(x, levels=None, block=64, double_quant=True, scale_block=256, center=True,
+                   signed=True):
+    """Quantize a tensor the QLoRA way: NF4 codes in blocks of 64, scales optionally in 8 bits.
 
     Parameters
     ----------
@@ -333,7 +344,7 @@ def qlora_quantize(x, levels=None, block=64, double_quant=True, scale_block=256,
         Codebook; defaults to :func:`nf4_levels`.
     block : int, default 64
     double_quant : bool, default True
-    scale_block, center
+    scale_block, center, signed
         Passed to :func:`double_quantize`.
 
     Returns
@@ -352,7 +363,7 @@ def qlora_quantize(x, levels=None, block=64, double_quant=True, scale_block=256,
     lv = nf4_levels() if levels is None else levels
     q = absmax_quantize(x, lv, block)
     data = pack_nibbles(q.codes, pad=q.codes.size % 2 == 1, order="high_first")
-    absmax = double_quantize(q.absmax, scale_block, center) if double_quant else q.absmax
+    absmax = double_quantize(q.absmax, scale_block, center, signed) if double_quant else q.absmax
     return QLoRATensor(data, absmax, q.levels, q.shape, q.block)
 
 

@@ -1,0 +1,525 @@
+"""
+Lecture 07: how quantized weights are stored.
+
+The question
+    "A 4-bit model" suggests half a byte per weight, in the order of the matrix. Neither is
+    true. Every block of weights carries a scale, sometimes a zero point, sometimes a scale
+    for the scales; and a GPU kernel wants the bytes shuffled into the order its threads read
+    them. This lecture opens the files:
+
+      Demo 1  The bytes: two 4-bit codes per byte, an MXFP4 block and an NVFP4 block in hex,
+              and the bits per weight each storage format really pays, metadata included.
+      Demo 2  INT4, FP4 and NF4 on normally distributed weights, at the same 4.5 bits per
+              weight: which 16 levels waste the least?
+      Demo 3  QLoRA's double quantization: store the scales themselves in 8 bits. How many
+              bits per weight does it save, and how much error does it add?
+      Demo 4  Why kernels want permuted layouts: GPTQ's act-order rows, Marlin's 16 x 64
+              tiles, and the FP8 scale that hides an exponent-bias correction.
+
+How to read the output
+    Every number is computed when the script runs, from a 1024 x 1024 matrix of Gaussian
+    weights (standard deviation 0.02, fixed seed), so the output is the same on every run.
+    Bytes are shown in hex, lowest address first. Errors are relative errors ||q - w|| / ||w||
+    in percent; SQNR is in dB. "What to notice" closes each demo.
+
+Run
+    python lectures/07_weight_storage.py      (about 2 s on a 2-core machine)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from console import print_header, print_observations, print_table
+from numfmt import E8M0, FP4_E2M1, FP8_E4M3, FP16, mx_quantize, nvfp4_quantize, rel_error, sqnr_db
+from numfmt.packing import (
+    absmax_dequantize, absmax_quantize, act_order_permutation, double_dequantize,
+    e4m3_bits_as_fp16, fp4_levels, gptq_dequantize, gptq_pack_qweight, gptq_quantize,
+    gptq_to_marlin, gptq_unpack_qweight, int4_levels, kernel_row_order, marlin_fp8_pack,
+    marlin_fp8_unpack, marlin_int4_location, marlin_int4_tile_map, marlin_unpack_int4, nf4_levels,
+    pack_block_fp4, pack_fp4, pack_int4, pack_uint4, permute_qweight_rows,
+    qlora_bits_per_parameter, qlora_dequantize, qlora_quantize,
+)
+
+SHAPE = (1024, 1024)       # (K, N): inputs x outputs, the GPTQ orientation
+STD = 0.02                 # a typical initialisation scale for a transformer weight
+
+
+def gaussian_weights(shape=SHAPE, seed: int = 0) -> np.ndarray:
+    """The lecture's weight matrix: float64 of ``shape``, N(0, 0.02^2), fixed seed."""
+    return np.random.default_rng(seed).standard_normal(shape) * STD
+
+
+def hex_bytes(data) -> str:
+    """Bytes as two-digit upper-case hex, space separated, lowest address first."""
+    return " ".join(f"{b:02X}" for b in np.asarray(data, np.uint8).ravel())
+
+
+# ---------------------------------------------------------------------------------------------
+# Demo 1: the bytes
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class BytesResult:
+    nibble_rows: list       # [what, values, bytes in hex]
+    mx: dict                # MXFP4 block 0: values, element bytes, scale byte, scale, first decode
+    nv: dict                # NVFP4 block 0: as mx plus the tensor scale bytes and value
+    cost_rows: list         # [format, layout, element bytes, other bytes, bits per weight]
+    bits: dict              # format -> bits per weight actually paid
+    split: dict             # format -> (bits per weight in elements, bits per weight in the rest)
+
+
+def _block_dump(packed, bq, block: int) -> dict:
+    """Row 0, block 0 of a packed FP4 tensor: its bytes and how the first byte decodes."""
+    first = int(packed.elements[0, 0])
+    low = first & 0xF
+    scale = float(bq.scales[0, 0])
+    return {
+        "values": bq.values[0, :block].tolist(),
+        "element_bytes": hex_bytes(packed.elements[0, :block // 2]),
+        "scale_byte": f"{int(packed.scales[0, 0]):02X}",
+        "scale": scale,
+        "first_byte": f"{first:02X}",
+        "first_code": f"{low:X}",
+        "first_element": float(FP4_E2M1.decode(np.array([low], np.uint8))[0]),
+        "first_value": float(bq.values[0, 0]),
+        "tensor_scale": bq.tensor_scale,
+        "tensor_scale_bytes": hex_bytes(np.frombuffer(packed.tensor_scale, np.uint8)),
+        "block_bytes": block // 2 + 1,
+    }
+
+
+def demo1_bytes(seed: int = 0) -> BytesResult:
+    """Hex dumps of packed 4-bit data, then the storage bill of one 1024 x 1024 weight.
+
+    What to notice: element 0 goes in the low nibble (0xF2 holds 1.0 then -6.0). A block
+    of FP4 elements is useless without its scale byte, and NVFP4 needs a third number, an
+    FP32 for the whole tensor. The bill always exceeds 4 bits per weight: what differs is
+    how much metadata each format carries, and at what granularity.
+    """
+    gptq_word = gptq_pack_qweight(np.arange(1, 9).reshape(8, 1))
+    nibble_rows = [
+        ["int4, low nibble first", "1 -2 3 -4 5 -6 7 -8",
+         hex_bytes(pack_int4([1, -2, 3, -4, 5, -6, 7, -8]))],
+        ["uint4, low nibble first", "3 12 0 15", hex_bytes(pack_uint4([3, 12, 0, 15]))],
+        ["uint4, high nibble first (bitsandbytes)", "3 12 0 15",
+         hex_bytes(pack_uint4([3, 12, 0, 15], order="high_first"))],
+        ["FP4 E2M1, low nibble first", "1.0 -6.0 0.5 3.0",
+         hex_bytes(pack_fp4([1.0, -6.0, 0.5, 3.0]))],
+        ["GPTQ int32 word, 8 codes down a column", "1 2 3 4 5 6 7 8",
+         f"0x{int(gptq_word.view(np.uint32)[0, 0]):08X} = "
+         f"{hex_bytes(gptq_word.view(np.uint8))} in memory"],
+    ]
+
+    w = gaussian_weights(seed=seed)                                     # (K, N)
+    k, n = w.shape
+    mxq, nvq = mx_quantize(w, FP4_E2M1), nvfp4_quantize(w)
+    mxp, nvp = pack_block_fp4(mxq, "mxfp4"), pack_block_fp4(nvq, "nvfp4")
+    gptq = gptq_quantize(w, group_size=128)
+    q1 = qlora_quantize(w, double_quant=False)
+    q2 = qlora_quantize(w)
+    fp8 = marlin_fp8_pack(w.T.astype(np.float16))                        # Marlin wants (N, K)
+    fp16_bytes = w.astype(np.float16).nbytes
+    entries = [
+        ("FP16", "2 bytes per weight", fp16_bytes, 0),
+        ("FP8 E4M3, Marlin W8A16", "per-channel FP16 scale", fp8.packed.nbytes, fp8.scales.nbytes),
+        ("GPTQ INT4, groups of 128", "FP16 scale + 4-bit zero per group, int32 g_idx per row",
+         gptq.qweight.nbytes, gptq.nbytes - gptq.qweight.nbytes),
+        ("MXFP4", "E8M0 scale per 32", mxp.elements.nbytes, mxp.nbytes - mxp.elements.nbytes),
+        ("NVFP4", "E4M3 scale per 16 + FP32 per tensor", nvp.elements.nbytes,
+         nvp.nbytes - nvp.elements.nbytes),
+        ("NF4 (QLoRA)", "FP32 absmax per 64", q1.data.nbytes, q1.nbytes - q1.data.nbytes),
+        ("NF4 + double quantization", "8-bit absmax per 64, FP32 per 256 absmax",
+         q2.data.nbytes, q2.nbytes - q2.data.nbytes),
+    ]
+    bits = {name: 8 * (e + o) / w.size for name, _, e, o in entries}
+    split = {name: (8 * e / w.size, 8 * o / w.size) for name, _, e, o in entries}
+    cost_rows = [[name, layout, f"{e:,}", f"{o:,}", f"{bits[name]:.4f}"]
+                 for name, layout, e, o in entries]
+    return BytesResult(nibble_rows, _block_dump(mxp, mxq, 32), _block_dump(nvp, nvq, 16),
+                       cost_rows, bits, split)
+
+
+def show_demo1(r: BytesResult) -> None:
+    print_header("Demo 1: the bytes: packed nibbles, one MXFP4 and one NVFP4 block, the bill")
+    print_table(["packing", "values", "bytes (hex)"], r.nibble_rows)
+    mx, nv = r.mx, r.nv
+    print("\nMXFP4, row 0, block 0 (32 weights):")
+    print(f"  elements {mx['element_bytes']}")
+    print(f"  scale    {mx['scale_byte']} (E8M0) = 2^{int(np.log2(mx['scale']))}")
+    print(f"  first byte {mx['first_byte']}: low nibble {mx['first_code']} = E2M1 "
+          f"{mx['first_element']:g}, times the scale = {mx['first_value']:.6f}")
+    print("NVFP4, row 0, block 0 (16 weights):")
+    print(f"  elements {nv['element_bytes']}")
+    print(f"  scale    {nv['scale_byte']} (E4M3) = {nv['scale']:g}")
+    print(f"  tensor   {nv['tensor_scale_bytes']} (FP32, little-endian) = {nv['tensor_scale']:.6e}")
+    print(f"  first byte {nv['first_byte']}: low nibble {nv['first_code']} = E2M1 "
+          f"{nv['first_element']:g}, times both scales = {nv['first_value']:.6f}")
+    print()
+    print_table(["format (1024 x 1024 weight)", "metadata", "element bytes", "other bytes",
+                 "bits/weight"], r.cost_rows)
+    b = r.bits
+    print_observations([
+        f"No 4-bit format costs 4 bits. MXFP4 pays {b['MXFP4']:.2f} bits per weight, NVFP4 "
+        f"{b['NVFP4']:.4f}, GPTQ with groups of 128 {b['GPTQ INT4, groups of 128']:.4f}, "
+        f"QLoRA's NF4 {b['NF4 (QLoRA)']:.2f}.",
+        f"An MXFP4 block is {r.mx['block_bytes']} bytes for 32 weights; an NVFP4 block is "
+        f"{r.nv['block_bytes']} bytes for 16. NVFP4 pays twice as often for a scale, and its "
+        f"scale has {FP8_E4M3.man_bits} mantissa bits instead of {E8M0.man_bits}.",
+        f"GPTQ also stores g_idx, one int32 per input row: {32 / SHAPE[1]:.4f} bits per weight "
+        "here. Without act-order (demo 4) it is just k // 128 and carries no information.",
+        "Two nibble orders exist. OCP MX and torch's float4_e2m1fn_x2 put element 0 in the low "
+        "nibble; bitsandbytes puts it in the high nibble. Reading one with the other's rule "
+        "swaps every pair of weights and raises no error.",
+    ])
+
+
+# ---------------------------------------------------------------------------------------------
+# Demo 2: INT4, FP4 and NF4 codebooks on normally distributed weights
+# ---------------------------------------------------------------------------------------------
+CODEBOOKS = {"INT4": int4_levels, "FP4 E2M1": fp4_levels, "NF4": nf4_levels}
+BLOCK = 64
+
+
+@dataclass
+class CodebookResult:
+    rows: list              # [format, levels, bits/weight, rel error %, SQNR dB, code entropy]
+    errors: dict            # format -> rel error (fraction)
+    sqnr: dict              # format -> SQNR (dB)
+    entropy: dict           # format -> entropy of the code histogram (bits)
+    levels: dict            # format -> levels (float64 array in [-1, 1])
+    usage: dict             # format -> fraction of weights on each level
+    normalized_sample: np.ndarray   # w / absmax for the first 8192 weights
+
+
+def code_entropy(codes: np.ndarray, n_levels: int) -> float:
+    """Shannon entropy in bits of the code histogram: the information a code really carries."""
+    p = np.bincount(codes.ravel(), minlength=n_levels) / codes.size
+    p = p[p > 0]
+    return float(-(p * np.log2(p)).sum())
+
+
+def codebook_quantize(w: np.ndarray, fmt: str, block: int = BLOCK):
+    """Dequantized weights and codes of ``w`` with blockwise absmax and the named codebook."""
+    q = absmax_quantize(w, CODEBOOKS[fmt](), block)
+    return absmax_dequantize(q), q
+
+
+def demo2_codebooks(seed: int = 0) -> CodebookResult:
+    """Three sets of 16 levels, one FP32 absmax per 64 weights: 4.5 bits per weight each.
+
+    What to notice: after dividing by the block's absmax, Gaussian weights pile up near 0.
+    INT4 spaces its levels evenly, so its outer levels are rarely used. FP4 puts more levels
+    near 0. NF4 puts each level at a quantile of the normal distribution, so every level is
+    used about equally often: the codes carry the most information, and the error is lowest.
+    """
+    w = gaussian_weights(seed=seed)
+    rows, errors, sqnr, entropy, levels, usage = [], {}, {}, {}, {}, {}
+    normalized = None
+    for fmt in CODEBOOKS:
+        deq, q = codebook_quantize(w, fmt)
+        lv = q.levels
+        errors[fmt], sqnr[fmt] = rel_error(deq, w), sqnr_db(deq, w)
+        entropy[fmt] = code_entropy(q.codes, lv.size)
+        levels[fmt] = lv
+        usage[fmt] = np.bincount(q.codes, minlength=lv.size) / q.codes.size
+        rows.append([fmt, lv.size, f"{qlora_bits_per_parameter(BLOCK, double_quant=False):.2f}",
+                     f"{errors[fmt] * 100:.2f}", f"{sqnr[fmt]:.2f}", f"{entropy[fmt]:.3f}"])
+        if normalized is None:
+            scale = np.repeat(q.absmax.astype(np.float64), BLOCK)[:8192]
+            normalized = w.ravel()[:8192] / scale
+    for name, bq, bits in (("MXFP4 (for reference)", mx_quantize(w, FP4_E2M1), 4.25),
+                           ("NVFP4 (for reference)", nvfp4_quantize(w), 4.5)):
+        errors[name], sqnr[name] = rel_error(bq.values, w), sqnr_db(bq.values, w)
+        rows.append([name, 15, f"{bits:.2f}", f"{errors[name] * 100:.2f}", f"{sqnr[name]:.2f}",
+                     "-"])
+    return CodebookResult(rows, errors, sqnr, entropy, levels, usage, normalized)
+
+
+def show_demo2(r: CodebookResult) -> None:
+    print_header("Demo 2: INT4, FP4 and NF4 at 4.5 bits per weight on Gaussian weights")
+    print_table(["format (absmax per 64)", "levels", "bits/weight", "rel. error (%)", "SQNR (dB)",
+                 "code entropy (bits)"], r.rows)
+    print("\nNF4 levels: " + " ".join(f"{v:+.4f}" for v in r.levels["NF4"]))
+    e, s, h = r.errors, r.sqnr, r.entropy
+    print_observations([
+        f"NF4 has the lowest error of the three: {e['NF4'] * 100:.2f}% against "
+        f"{e['FP4 E2M1'] * 100:.2f}% for FP4 and {e['INT4'] * 100:.2f}% for INT4, a gain of "
+        f"{s['NF4'] - s['INT4']:.2f} dB over INT4 for the same bytes.",
+        f"The entropy column says why. NF4's codes carry {h['NF4']:.3f} bits of their 4; INT4's "
+        f"carry {h['INT4']:.3f}, because its outer levels are almost never used.",
+        f"NVFP4 comes within {(e['NVFP4 (for reference)'] / e['NF4'] - 1) * 100:.0f}% of NF4's "
+        f"error ({e['NVFP4 (for reference)'] * 100:.2f}%) at the same 4.5 bits. It spends its "
+        "bits on smaller blocks (16) instead of a better codebook, and a tensor core can "
+        "multiply its elements directly.",
+        "NF4 codes are indices into a table. Kernels look the values up and convert them to "
+        "FP16 before multiplying; no hardware multiplies NF4.",
+    ])
+
+
+# ---------------------------------------------------------------------------------------------
+# Demo 3: double quantization
+# ---------------------------------------------------------------------------------------------
+PARAMS_65B = 65e9          # the largest model QLoRA fine-tuned
+
+
+DQ_SCHEMES = (  # key, center, signed, label
+    ("qlora", True, True, "double quant: mean subtracted, int8 (QLoRA)"),
+    ("signed", False, True, "double quant: no offset, int8"),
+    ("unsigned", False, False, "double quant: no offset, uint8"),
+)
+
+
+@dataclass
+class DoubleQuantResult:
+    rows: list              # [scheme, bits/weight, rel error %, max weight change %]
+    bits: dict              # "single" or a DQ_SCHEMES key -> measured bits per weight
+    bits_formula: dict      # "single" / "double" -> closed-form bits per weight
+    errors: dict            # same keys as bits -> rel error of the weights (fraction)
+    max_weight_change: dict  # DQ key -> max |double - single| / |single| (fraction)
+    max_scale_error: dict   # DQ key -> max |c' - c| / c over blocks (fraction)
+    mean_step: dict         # DQ key -> mean second-level step (FP32 units of the absmax)
+    saved_bits: float       # single - QLoRA double quantization, bits per weight
+    saved_gb_65b: float     # saved_bits for a 65-billion-parameter model, in GB (1e9 bytes)
+    absmax: np.ndarray      # the first-level FP32 scales, (16384,)
+    absmax_qlora: np.ndarray  # their reconstruction by QLoRA's double quantization
+
+
+def demo3_double_quant(seed: int = 0) -> DoubleQuantResult:
+    """NF4 in blocks of 64; then the FP32 absmax values quantized to 8 bits in blocks of 256.
+
+    What to notice: the scales are one eighth of the cost of NF4 (32 bits per 64 weights).
+    Storing them in 8 bits saves about 0.37 bits per weight and moves each weight by less
+    than 1 %. The codes do not change, so a weight moves by exactly its scale's relative
+    error. Subtracting the mean matters for a signed code: absmax values are all positive,
+    and without the offset half of the signed codes would never be used.
+    """
+    w = gaussian_weights(seed=seed)
+    single = qlora_quantize(w, double_quant=False)
+    single_deq = qlora_dequantize(single)
+    absmax = single.absmax.astype(np.float64)
+    nonzero = single_deq != 0
+    bits, errors, change, scale_err, step, recon = {}, {}, {}, {}, {}, {}
+    bits["single"], errors["single"] = single.bits_per_parameter, rel_error(single_deq, w)
+    rows = [["NF4, FP32 absmax per 64", f"{bits['single']:.4f}", f"{errors['single'] * 100:.4f}",
+             "0"]]
+    for key, center, signed, label in DQ_SCHEMES:
+        t = qlora_quantize(w, center=center, signed=signed)
+        deq = qlora_dequantize(t)
+        recon[key] = double_dequantize(t.absmax)
+        bits[key], errors[key] = t.bits_per_parameter, rel_error(deq, w)
+        change[key] = float(np.max(np.abs(deq - single_deq)[nonzero] / np.abs(single_deq[nonzero])))
+        scale_err[key] = float(np.max(np.abs(recon[key] - absmax) / absmax))
+        step[key] = float(t.absmax.super_scales.astype(np.float64).mean())
+        rows.append([label, f"{bits[key]:.4f}", f"{errors[key] * 100:.4f}",
+                     f"{change[key] * 100:.3f}"])
+    saved = bits["single"] - bits["qlora"]
+    formula = {"single": qlora_bits_per_parameter(BLOCK, double_quant=False),
+               "double": qlora_bits_per_parameter(BLOCK)}
+    return DoubleQuantResult(rows, bits, formula, errors, change, scale_err, step, saved,
+                             PARAMS_65B * saved / 8 / 1e9, single.absmax, recon["qlora"])
+
+
+def show_demo3(r: DoubleQuantResult) -> None:
+    print_header("Demo 3: double quantization: the scales, quantized")
+    print_table(["scheme", "bits/weight", "rel. error (%)", "max weight change (%)"], r.rows)
+    single, double = r.bits_formula["single"], r.bits_formula["double"]
+    print(f"\nPer {BLOCK} weights: {BLOCK * 4} bits of codes + 32 bits of absmax = "
+          f"{single * BLOCK:g} bits, {single:g} bits per weight.")
+    print(f"Double quantized: {BLOCK * 4} + 8 + 32/256 bits = {double * BLOCK:g} bits, "
+          f"{double:.6f} bits per weight (plus one FP32 mean per tensor).")
+    q, s, u = "qlora", "signed", "unsigned"
+    print_observations([
+        f"Double quantization saves {r.saved_bits:.3f} bits per weight: "
+        f"{r.bits['single']:.2f} -> {r.bits[q]:.3f}. On a 65-billion-parameter model that is "
+        f"{r.saved_gb_65b:.1f} GB.",
+        f"The price is small. The relative error of the weights goes from "
+        f"{r.errors['single'] * 100:.4f}% to {r.errors[q] * 100:.4f}%, and no weight moves by "
+        f"more than {r.max_weight_change[q] * 100:.3f}% of its single-quantized value.",
+        f"The absmax values all lie between {r.absmax.min():.4f} and {r.absmax.max():.4f}. "
+        f"Without the mean offset a signed code uses only its positive half: its step is "
+        f"{r.mean_step[s] / r.mean_step[q]:.1f}x larger and the worst weight moves by "
+        f"{r.max_weight_change[s] * 100:.3f}%, over 1%.",
+        f"An unsigned code without offset ({r.max_weight_change[u] * 100:.3f}%) does about as well "
+        "as QLoRA's. The offset exists because QLoRA's second level is a signed 8-bit code.",
+    ])
+
+
+# ---------------------------------------------------------------------------------------------
+# Demo 4: why kernels want permuted layouts
+# ---------------------------------------------------------------------------------------------
+E4M3_EXAMPLES = (0x38, 0x40, 0x7E, 0x01, 0xB8)    # 1.0, 2.0, 448, smallest subnormal, -1.0
+
+
+@dataclass
+class LayoutResult:
+    group_size: int
+    g_idx: np.ndarray               # checkpoint order, (K,)
+    g_idx_sorted: np.ndarray        # after the kernel's row sort, (K,)
+    groups_per_tile: dict           # "checkpoint" / "sorted" -> mean distinct groups per 16 rows
+    group_switches: dict            # same keys -> times the group changes walking down K
+    same_output: bool               # x @ W == x[:, order] @ W[order] (rel. diff <= 1e-12)
+    output_rel_diff: float
+    thread_map: np.ndarray          # (16, 64) thread owning each element of a Marlin tile
+    word_map: np.ndarray            # (16, 64) word index inside the tile
+    lane_map: np.ndarray            # (16, 64) nibble lane inside the word
+    thread0: list                   # (k, n) of the 8 codes in word 0, lane order
+    marlin_round_trip: bool
+    marlin_bytes: int
+    gptq_bytes: int
+    fp8_rows: list                  # [byte, E4M3 value, bits read as FP16, ratio]
+    fp8_ratio: set                  # the distinct ratios E4M3 value / FP16 reading
+    fp8_error: float                # rel error of FP8 channel-wise W8A16 on the weights
+    fp8_bits: float
+
+
+def demo4_layouts(seed: int = 0, group_size: int = 128) -> LayoutResult:
+    """Act-order rows, Marlin tiles, and the FP8 scale that is 256 times too large.
+
+    What to notice: act-order quantizes the most important input rows first, so the rows of
+    one group end up scattered over K. A kernel reading 16 rows at a time would then need
+    several scales per tile; sorting the rows by group once, and permuting the activations
+    the same way, gives it one. Marlin then stores each 16 x 64 tile so that every thread
+    finds the 8 values it needs in one 32-bit word, in the order the tensor core wants them.
+    """
+    rng = np.random.default_rng(seed + 1)
+    w = gaussian_weights(seed=seed)                                     # (K, N)
+    k, n = w.shape
+    # Activation statistics with a few loud channels: diag(X^T X) over 512 tokens.
+    x = rng.standard_normal((512, k)) * np.exp(rng.normal(0, 1, k))
+    perm = act_order_permutation((x * x).sum(axis=0))
+    gw = gptq_quantize(w, group_size, perm=perm)
+    order = kernel_row_order(gw.g_idx)
+    tiles = {"checkpoint": gw.g_idx, "sorted": gw.g_idx[order]}
+    per_tile = {key: float(np.mean([len(np.unique(g[i:i + 16])) for i in range(0, k, 16)]))
+                for key, g in tiles.items()}
+    switches = {key: int(np.count_nonzero(np.diff(g))) for key, g in tiles.items()}
+    wq = gptq_dequantize(gw)
+    y = x @ wq
+    y_sorted = x[:, order] @ wq[order]
+    rel_diff = float(np.abs(y_sorted - y).max() / np.abs(y).max())
+
+    sorted_qweight = permute_qweight_rows(gw.qweight, order)
+    marlin = gptq_to_marlin(sorted_qweight)
+    round_trip = bool(np.array_equal(marlin_unpack_int4(marlin),
+                                     gptq_unpack_qweight(sorted_qweight)))
+
+    rows, cols = marlin_int4_tile_map()
+    word_map = np.empty((16, 64), np.int64)
+    lane_map = np.empty((16, 64), np.int64)
+    word_map[rows, cols] = np.arange(128)[:, None]
+    lane_map[rows, cols] = np.arange(8)[None, :]
+    thread0 = [(int(r), int(c)) for r, c in zip(rows[0], cols[0])]
+
+    codes = np.array(E4M3_EXAMPLES, np.uint8)
+    exact = FP8_E4M3.decode(codes)
+    as_fp16 = e4m3_bits_as_fp16(codes).astype(np.float64)
+    fp8_rows = [[f"0x{c:02X}", f"{v:g}", f"{h:.6g}", f"{v / h:g}"]
+                for c, v, h in zip(codes, exact, as_fp16)]
+    fw = marlin_fp8_pack(w.T.astype(np.float16))
+    fcodes, fscales = marlin_fp8_unpack(fw)
+    w8 = (FP8_E4M3.decode(fcodes) * fscales[:, None]).T
+    return LayoutResult(group_size, gw.g_idx, gw.g_idx[order], per_tile, switches,
+                        rel_diff <= 1e-12, rel_diff, word_map // 4, word_map, lane_map, thread0,
+                        round_trip, marlin.nbytes, gw.qweight.nbytes, fp8_rows,
+                        {float(v) for v in exact / as_fp16}, rel_error(w8, w),
+                        8 * fw.nbytes / w.size)
+
+
+def marlin_where(k: int, n: int, size_n: int = SHAPE[1]) -> dict:
+    """Where weight (k, n) of a (K, size_n) INT4 matrix lands in the Marlin array.
+
+    Returns a dict with the packed row and word, the nibble lane, the tile, and the thread
+    of the tile that owns the element.
+    """
+    row, word, lane = (int(v) for v in marlin_int4_location(k, n, size_n))
+    local = word % 128
+    return {"k": k, "n": n, "row": row, "word": word, "lane": lane,
+            "tile": (k // 16, n // 64), "thread": local // 4, "sub_tile": local % 4}
+
+
+def show_demo4(r: LayoutResult) -> None:
+    print_header("Demo 4: act-order, Marlin tiles, and the FP8 exponent-bias trick")
+    print_table(["row order (K = 1024, groups of 128)", "groups per 16-row tile",
+                 "group changes down K"],
+                [["checkpoint (act-order)", f"{r.groups_per_tile['checkpoint']:.2f}",
+                  r.group_switches["checkpoint"]],
+                 ["sorted by g_idx", f"{r.groups_per_tile['sorted']:.2f}",
+                  r.group_switches["sorted"]]])
+    print(f"x[:, order] @ W[order] equals x @ W up to summation order (difference below 1e-12 "
+          f"of max|y|): {'yes' if r.same_output else 'no'}")
+    print("\nMarlin INT4: which thread owns element (k, n) of a 16 x 64 tile (first 16 columns):")
+    print_table(["k \\ n"] + [str(c) for c in range(16)],
+                [[str(k)] + [int(t) for t in r.thread_map[k, :16]] for k in range(16)])
+    print("Word 0 (thread 0), lanes 0..7: " + " ".join(f"({a},{b})" for a, b in r.thread0))
+    print(f"Marlin bytes {r.marlin_bytes:,} = GPTQ qweight bytes {r.gptq_bytes:,}; "
+          f"unpacking restores every code: {'yes' if r.marlin_round_trip else 'no'}")
+    print("\nFP8 E4M3 bytes read as FP16 by moving bits (sign -> bit 15, the rest -> bits 13..7):")
+    print_table(["byte", "E4M3 value", "read as FP16", "ratio"], r.fp8_rows)
+    ratio = ", ".join(f"{v:g}" for v in sorted(r.fp8_ratio))
+    print_observations([
+        f"With act-order, a 16-row tile touches {r.groups_per_tile['checkpoint']:.2f} groups on "
+        f"average and the group changes {r.group_switches['checkpoint']} times down K. After "
+        f"sorting, each tile has {r.groups_per_tile['sorted']:.2f} group and the group changes "
+        f"{r.group_switches['sorted']} times: once per {r.group_size} rows.",
+        "The weights are sorted once, at load time. At run time only the activations are "
+        "gathered with the same permutation, which is cheap next to the matrix product.",
+        "Thread t owns column t // 4 (and the one 8 to its right) and rows 2(t % 4), +1, +8, "
+        "+9. Those are its B fragments of the tensor core's m16n8k16 instruction. Each word "
+        "puts vertical neighbours 4 lanes apart, so one mask 0x000F000F lifts a pair into the "
+        "two halves of a register.",
+        f"Every E4M3 byte read this way comes out divided by {ratio}: the FP16 exponent bias is "
+        f"{FP16.bias - FP8_E4M3.bias} larger. Marlin multiplies the channel scale by {ratio} once "
+        f"instead of fixing every weight. FP8 channel-wise costs {r.fp8_bits:.4f} bits per "
+        f"weight for a {r.fp8_error * 100:.2f}% error.",
+    ])
+
+
+# ---------------------------------------------------------------------------------------------
+# A pure function for the notebook's explorer
+# ---------------------------------------------------------------------------------------------
+EXPLORER_FORMATS = ("INT4", "FP4 E2M1", "NF4", "NF4 + double quant", "MXFP4", "NVFP4")
+
+
+def storage_tradeoff(fmt: str, block: int = BLOCK, distribution: str = "Gaussian",
+                     n: int = 1 << 16, seed: int = 0) -> dict:
+    """Bits per weight actually stored and the error, for one format and block size.
+
+    Parameters: ``fmt`` in :data:`EXPLORER_FORMATS`; ``block`` divides 1024 (MXFP4 and NVFP4
+    use it too, with their own scale formats); ``distribution`` "Gaussian" or "Student-t"
+    (5 degrees of freedom, heavier tails). Returns bits per weight, relative error (fraction)
+    and SQNR (dB).
+    """
+    if fmt not in EXPLORER_FORMATS:
+        raise ValueError(f"fmt must be one of {EXPLORER_FORMATS}, got {fmt!r}")
+    rng = np.random.default_rng(seed)
+    if distribution == "Gaussian":
+        w = rng.standard_normal((n // 1024, 1024)) * STD
+    elif distribution == "Student-t":
+        w = rng.standard_t(5, (n // 1024, 1024)) * STD
+    else:
+        raise ValueError(f"distribution must be 'Gaussian' or 'Student-t', got {distribution!r}")
+    if fmt in CODEBOOKS:
+        deq, _ = codebook_quantize(w, fmt, block)
+        bits = qlora_bits_per_parameter(block, double_quant=False)
+    elif fmt == "NF4 + double quant":
+        t = qlora_quantize(w, block=block)
+        deq, bits = qlora_dequantize(t), t.bits_per_parameter
+    else:
+        kind = "mxfp4" if fmt == "MXFP4" else "nvfp4"
+        bq = mx_quantize(w, FP4_E2M1, block) if kind == "mxfp4" else nvfp4_quantize(w, block)
+        deq, bits = bq.values, pack_block_fp4(bq, kind).bits_per_element
+    return {"format": fmt, "block": block, "distribution": distribution, "bits": bits,
+            "rel_error": rel_error(deq, w), "sqnr_db": sqnr_db(deq, w)}
+
+
+def main() -> None:
+    show_demo1(demo1_bytes())
+    show_demo2(demo2_codebooks())
+    show_demo3(demo3_double_quant())
+    show_demo4(demo4_layouts())
+
+
+if __name__ == "__main__":
+    main()

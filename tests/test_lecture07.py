@@ -1,0 +1,208 @@
+"""Every quantitative claim lecture 07 makes, computed by its own demo functions and asserted.
+
+Expected values are derived by hand here (bit budgets, byte values, the Marlin thread formula)
+or are the lecture's own claims (orderings, bounds); none is read from the code under test.
+"""
+
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+L = importlib.import_module("lectures.07_weight_storage")
+N_WEIGHTS = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def d1():
+    return L.demo1_bytes()
+
+
+@pytest.fixture(scope="module")
+def d2():
+    return L.demo2_codebooks()
+
+
+@pytest.fixture(scope="module")
+def d3():
+    return L.demo3_double_quant()
+
+
+@pytest.fixture(scope="module")
+def d4():
+    return L.demo4_layouts()
+
+
+# --------------------------------------------------------------------------------- demo 1
+def test_demo1_nibble_bytes(d1):
+    got = {row[0]: row[2] for row in d1.nibble_rows}
+    # int4 two's complement: 1 -> 1, -2 -> E, 3 -> 3, -4 -> C, 5, -6 -> A, 7, -8 -> 8
+    assert got["int4, low nibble first"] == "E1 C3 A5 87"
+    assert got["uint4, low nibble first"] == "C3 F0"
+    assert got["uint4, high nibble first (bitsandbytes)"] == "3C 0F"
+    # E2M1: 1.0 = 0b0010, -6.0 = 0b1111, 0.5 = 0b0001, 3.0 = 0b0101
+    assert got["FP4 E2M1, low nibble first"] == "F2 51"
+    assert got["GPTQ int32 word, 8 codes down a column"] == "0x87654321 = 21 43 65 87 in memory"
+
+
+def test_demo1_bits_per_weight_by_hand(d1):
+    b = d1.bits
+    assert b["FP16"] == 16
+    assert b["FP8 E4M3, Marlin W8A16"] == 8 + 16 / 1024                 # FP16 scale per column
+    assert b["GPTQ INT4, groups of 128"] == 4 + 16 / 128 + 4 / 128 + 32 / 1024
+    assert b["MXFP4"] == 4 + 8 / 32
+    assert b["NVFP4"] == 4 + 8 / 16 + 32 / N_WEIGHTS
+    assert b["NF4 (QLoRA)"] == 4 + 32 / 64
+    assert b["NF4 + double quantization"] == 4 + 8 / 64 + 32 * 64 / N_WEIGHTS + 32 / N_WEIGHTS
+    # "No 4-bit format costs 4 bits"
+    assert all(v > 4 for v in b.values())
+    for name, (elem, other) in d1.split.items():
+        assert elem + other == b[name]
+
+
+def test_demo1_block_dumps(d1):
+    mx, nv = d1.mx, d1.nv
+    assert mx["block_bytes"] == 17 and nv["block_bytes"] == 9           # 32/2 + 1, 16/2 + 1
+    assert len(mx["element_bytes"].split()) == 16 and len(nv["element_bytes"].split()) == 8
+    # E8M0 code e means 2^(e - 127)
+    assert 2.0 ** (int(mx["scale_byte"], 16) - 127) == mx["scale"]
+    assert mx["first_value"] == mx["first_element"] * mx["scale"]
+    assert nv["first_value"] == nv["first_element"] * (nv["scale"] * nv["tensor_scale"])
+    assert mx["first_code"] == mx["first_byte"][1]                    # element 0: the low nibble
+    raw = bytes.fromhex(nv["tensor_scale_bytes"].replace(" ", ""))
+    assert float(np.frombuffer(raw, "<f4")[0]) == nv["tensor_scale"]
+    assert mx["tensor_scale_bytes"] == ""
+
+
+# --------------------------------------------------------------------------------- demo 2
+def test_demo2_nf4_has_the_lowest_error_and_highest_entropy(d2):
+    e, h = d2.errors, d2.entropy
+    assert e["NF4"] < e["FP4 E2M1"] < e["INT4"]
+    assert h["NF4"] > h["FP4 E2M1"] > h["INT4"]
+    assert h["NF4"] <= 4 and h["INT4"] <= np.log2(15)
+    assert d2.sqnr["NF4"] - d2.sqnr["INT4"] > 1.0                      # "a gain of 1.38 dB"
+
+
+def test_demo2_nvfp4_close_to_nf4(d2):
+    e = d2.errors
+    nv = e["NVFP4 (for reference)"]
+    assert e["NF4"] < nv < 1.05 * e["NF4"]                             # "within 3%"
+    assert nv < e["FP4 E2M1"]
+
+
+def test_demo2_error_is_plausible_for_4_bits(d2):
+    # Uniform-noise estimate for INT4 with step 2 absmax / 14 and absmax ~ 2.5 sigma for 64
+    # Gaussian values: rms error ~ (5 sigma / 14) / sqrt(12) ~ 0.10 sigma. All three lie near it.
+    for fmt in L.CODEBOOKS:
+        assert 0.07 < d2.errors[fmt] < 0.13
+    assert all(abs(u.sum() - 1) < 1e-12 for u in d2.usage.values())
+
+
+# --------------------------------------------------------------------------------- demo 3
+def test_demo3_bits_saved(d3):
+    assert d3.bits_formula["single"] == 4.5
+    assert d3.bits_formula["double"] == 4 + 1 / 8 + 1 / 512
+    # measured: 2^19 code bytes + 2^14 scale codes + 64 FP32 steps + 1 FP32 mean
+    assert d3.bits["qlora"] == 8 * (2**19 + 2**14 + 64 * 4 + 4) / N_WEIGHTS
+    assert round(d3.bits["qlora"], 3) == 4.127
+    assert d3.saved_bits == pytest.approx(0.5 - 1 / 8 - 1 / 512, abs=1e-4)
+    assert round(d3.saved_gb_65b, 1) == 3.0                            # 65e9 * 0.373 / 8 bytes
+
+
+def test_demo3_error_added_is_within_one_percent(d3):
+    q = "qlora"
+    assert d3.max_weight_change[q] < 0.01
+    assert d3.max_weight_change["unsigned"] < 0.01
+    # codes are unchanged, so each weight moves by exactly its scale's relative error
+    for key in ("qlora", "signed", "unsigned"):
+        assert d3.max_weight_change[key] == pytest.approx(d3.max_scale_error[key], rel=1e-9)
+    # the total error grows by far less than 1% of itself
+    assert d3.errors["single"] < d3.errors[q] < 1.001 * d3.errors["single"]
+
+
+def test_demo3_mean_offset_is_what_a_signed_code_needs(d3):
+    assert d3.mean_step["signed"] > 2 * d3.mean_step["qlora"]
+    assert d3.max_weight_change["signed"] > 0.01                       # "over 1%"
+    assert d3.max_weight_change["qlora"] < d3.max_weight_change["unsigned"]
+    # reconstruction error at most half a step (QLoRA: step = max |c - mean| / 127 per 256)
+    a = d3.absmax.astype(np.float64)
+    spread = np.abs(a - np.float32(a.mean())).reshape(-1, 256).max(axis=1) / 127
+    assert np.all(np.abs(d3.absmax_qlora - a) <= np.repeat(spread, 256) / 2 * (1 + 1e-6))
+    assert 0 < d3.absmax.min() and d3.absmax.max() < 6 * L.STD
+
+
+# --------------------------------------------------------------------------------- demo 4
+def test_demo4_act_order_groups_per_tile(d4):
+    assert d4.groups_per_tile["sorted"] == 1.0
+    assert d4.groups_per_tile["checkpoint"] > 4
+    k = len(d4.g_idx)
+    assert d4.group_switches["sorted"] == k // d4.group_size - 1       # "once per 128 rows"
+    assert d4.group_switches["checkpoint"] > 10 * d4.group_switches["sorted"]
+    assert np.array_equal(np.sort(d4.g_idx), d4.g_idx_sorted)
+    assert d4.same_output and d4.output_rel_diff <= 1e-12
+
+
+def test_demo4_marlin_thread_map_by_formula(d4):
+    # thread t owns column t // 4 (mod 8) and rows 2 (t % 4) + {0, 1} (mod 8) of its sub-tile
+    k, n = np.meshgrid(np.arange(16), np.arange(64), indexing="ij")
+    assert np.array_equal(d4.thread_map, (n % 8) * 4 + (k % 8) // 2)
+    assert np.array_equal(d4.word_map, 4 * d4.thread_map + n // 16)
+    assert d4.thread0 == [(0, 0), (8, 0), (0, 8), (8, 8), (1, 0), (9, 0), (1, 8), (9, 8)]
+    # every word holds 8 distinct elements, each lane once: a bijection onto the tile
+    assert len(set(zip(d4.word_map.ravel(), d4.lane_map.ravel()))) == 16 * 64
+    assert d4.marlin_round_trip and d4.marlin_bytes == d4.gptq_bytes == N_WEIGHTS // 2
+
+
+def test_demo4_fp8_bias_trick_and_error(d4):
+    assert d4.fp8_ratio == {256.0}                                     # 2^(15 - 7)
+    assert [r[0] for r in d4.fp8_rows] == ["0x38", "0x40", "0x7E", "0x01", "0xB8"]
+    assert [r[1] for r in d4.fp8_rows] == ["1", "2", "448", "0.00195312", "-1"]
+    # E4M3 keeps 3 mantissa bits: relative error at most 2^-4 per weight, so well under 6.25%
+    assert 0.01 < d4.fp8_error < 0.0625
+    assert d4.fp8_bits == 8 + 16 / 1024
+
+
+def test_marlin_where_by_hand():
+    # (7, 23): column 7 of sub-tile 1 -> thread 4*7 + 3 = 31 (row 7 = 2*3 + 1), word 4*31 + 1
+    got = L.marlin_where(7, 23)
+    assert (got["thread"], got["sub_tile"], got["word"], got["lane"]) == (31, 1, 125, 4)
+    assert L.marlin_where(16, 64)["row"] == 1 and L.marlin_where(16, 64)["word"] == 128
+
+
+# ------------------------------------------------------------------------- explorer function
+def test_storage_tradeoff_matches_demo_budgets():
+    nf4 = L.storage_tradeoff("NF4")
+    assert nf4["bits"] == 4.5
+    assert L.storage_tradeoff("MXFP4", block=32)["bits"] == 4.25
+    dq = L.storage_tradeoff("NF4 + double quant")
+    assert dq["bits"] == pytest.approx(4 + 1 / 8 + 1 / 512, abs=1e-3)
+    # at the same bits NF4 beats INT4 on Gaussian weights (demo 2's claim on a smaller sample)
+    assert nf4["rel_error"] < L.storage_tradeoff("INT4")["rel_error"]
+    # bigger blocks: fewer scale bits, more error
+    small, big = L.storage_tradeoff("NF4", block=16), L.storage_tradeoff("NF4", block=256)
+    assert small["bits"] > big["bits"] and small["rel_error"] < big["rel_error"]
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"fmt": "INT3"}, "fmt"),
+    ({"fmt": "NF4", "distribution": "Cauchy"}, "distribution"),
+])
+def test_storage_tradeoff_errors(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        L.storage_tradeoff(**kwargs)
+
+
+# ----------------------------------------------------------------------------------- script
+def test_script_output_is_identical_from_root_and_from_lectures_dir():
+    script = "07_weight_storage.py"
+    a = subprocess.run([sys.executable, f"lectures/{script}"], cwd=ROOT, capture_output=True,
+                       text=True, check=True)
+    b = subprocess.run([sys.executable, script], cwd=ROOT / "lectures", capture_output=True,
+                       text=True, check=True)
+    assert a.stdout == b.stdout and "\x1b[" not in a.stdout
+    assert a.stdout.count("What to notice") == 4
+    assert "4.127" in a.stdout and "F2 51" in a.stdout
