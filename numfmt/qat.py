@@ -313,6 +313,8 @@ def fake_quantize(x, qparams: QParams, rounding: str = "nearest", rng=None) -> F
     x = as_real_array(x)
     if np.isnan(x).any():
         raise ValueError("x contains NaN: it has no place on the grid")
+    if not (np.isfinite(qp.scale).all() and (np.asarray(qp.scale) > 0).all()):
+        raise ValueError("scale must be positive and finite")
     with np.errstate(invalid="ignore"):
         t = _round_int(x / qp.scale, rounding, rng)
     # Clamping to a range one code wider keeps "was it saturated?" visible in the codes.
