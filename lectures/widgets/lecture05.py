@@ -1,0 +1,616 @@
+"""Plots and widgets for notebook 05 (quantization basics).
+
+Two kinds of public functions, both thin layers over lecture 05's experiment functions:
+
+- ``plot_*(result)`` draws what a demo returned (``plot_clipping(L.demo2_clipping())``) and
+  returns a ``matplotlib.figure.Figure``; nothing is recomputed.
+- ``*_explorer()`` builds an :class:`Explorer`: ipywidgets controls whose callback calls the
+  lecture's pure functions on a small sample (2^16 values, so a redraw takes well under a
+  second), keeps what it computed in ``explorer.state`` and redraws one figure in place.
+  pytest sets ``explorer.controls[name].value`` and reads ``explorer.state``.
+
+Figures are built with ``matplotlib.figure.Figure`` rather than pyplot, so nothing is shown
+twice and nothing leaks between redraws; a notebook displays a returned figure with the inline
+backend, and an explorer displays its own inside an ``ipywidgets.Output``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Callable
+
+import ipywidgets as widgets
+import numpy as np
+from IPython.display import display
+from matplotlib import ticker
+from matplotlib.figure import Figure
+
+from numfmt import FORMATS, int_range, quantize_int, rel_error
+
+L = importlib.import_module("lectures.05_quantization_basics")
+
+SAMPLE = 1 << 16                              #: values per widget sample
+CLIP_GRID = tuple(np.geomspace(0.005, 1.0, 32))  #: clip ratios of the explorer's U-curve
+GROUP_SIZES = (8, 16, 32, 64, 128, 256, 512)
+BLOCK_SIZES = (8, 16, 32, 64, 128, 256)
+ELEMENTS = (("E4M3 (FP8)", "E4M3"), ("E5M2 (FP8)", "E5M2"), ("E2M3 (FP6)", "E2M3"),
+            ("E3M2 (FP6)", "E3M2"), ("E2M1 (FP4)", "E2M1"))
+SCALES = (("E8M0 (power of 2)", "e8m0"), ("E4M3", "e4m3"), ("exact", "exact"))
+DB_PER_BIT = 20 * np.log10(2)                 #: 6.02 dB: one bit halves the step
+
+
+# ---------------------------------------------------------------------------------------------
+# Small pure helpers
+# ---------------------------------------------------------------------------------------------
+def pareto_front(points) -> list:
+    """Indices of the points no other point beats on both axes, ordered by the first axis.
+
+    Parameters
+    ----------
+    points : sequence of (cost, error) pairs, e.g. (bits per element, relative error)
+
+    Returns
+    -------
+    list of int
+        Point i is kept unless some point j has ``cost_j <= cost_i`` and ``error_j <= error_i``
+        with at least one strict (it is dominated). Ties keep the first.
+
+    Raises
+    ------
+    ValueError
+        If ``points`` is empty or a pair is not two finite numbers.
+    """
+    pts = np.asarray(points, dtype=np.float64)
+    if pts.ndim != 2 or pts.shape[0] == 0 or pts.shape[1] != 2 or not np.isfinite(pts).all():
+        raise ValueError("points must be a non-empty sequence of (cost, error) pairs of finite numbers")
+    order = sorted(range(len(pts)), key=lambda i: (pts[i, 0], pts[i, 1]))
+    front, best = [], np.inf
+    for i in order:
+        if pts[i, 1] < best:
+            front.append(i)
+            best = pts[i, 1]
+    return front
+
+
+def db_per_bit_intercept(sqnr, from_bits: int = 4) -> float:
+    """Intercept a of the line ``a + 6.02 dB * bits`` fitted (least squares) to ``sqnr``.
+
+    Only points with ``bits >= from_bits`` count: with two or three bits the uniform-noise
+    model behind the 6.02 dB rule does not hold (lecture 05, demo 5).
+
+    Parameters
+    ----------
+    sqnr : sequence of (bits, SQNR in dB)
+    from_bits : int
+
+    Raises
+    ------
+    ValueError
+        If no point has ``bits >= from_bits``.
+    """
+    pts = [(b, s) for b, s in sqnr if b >= from_bits]
+    if not pts:
+        raise ValueError(f"no SQNR point with bits >= {from_bits}")
+    return float(np.mean([s - DB_PER_BIT * b for b, s in pts]))
+
+
+def _plain_log(axis) -> None:
+    """Label a log axis 0.1, 0.2, 0.5, 1, 2, 5, ... instead of powers of ten."""
+    axis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(ticker.NullFormatter())
+
+
+def _check_result(r, cls, demo: str):
+    if not isinstance(r, cls):
+        raise TypeError(f"expected the {cls.__name__} that L.{demo}() returns, got {type(r).__name__}")
+
+
+def _check_sample(n) -> int:
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1024 or n % 1024:
+        raise ValueError(f"n must be a positive multiple of 1024 (64 rows, blocks up to 256), got {n!r}")
+    return int(n)
+
+
+# ---------------------------------------------------------------------------------------------
+# Explorer: controls + one figure redrawn in place + what the callback computed
+# ---------------------------------------------------------------------------------------------
+class Explorer:
+    """Widget controls over one pure computation and one figure.
+
+    Parameters
+    ----------
+    title : str
+        Shown above the controls and as the plain-text fallback (e.g. on GitHub).
+    controls : dict of str -> ipywidgets value widget
+        Their ``.value`` become the keyword arguments of ``compute``.
+    rows : list of lists of control names
+        The layout, one HBox per list.
+    compute : callable(**values) -> dict
+        Pure: returns everything the figure shows; stored as ``state``.
+    draw : callable(state) -> Figure
+
+    Attributes
+    ----------
+    box : ipywidgets.VBox, what the notebook displays
+    out : ipywidgets.Output, holds the current figure
+    state : dict, what the last call of ``compute`` returned
+    figure : Figure, the last figure drawn
+    """
+
+    def __init__(self, title: str, controls: dict, rows: list, compute: Callable, draw: Callable):
+        self.title, self.controls = title, controls
+        self._compute, self._draw = compute, draw
+        self.out = widgets.Output()
+        self.box = widgets.VBox([widgets.HTML(f"<b>{title}</b>")]
+                                + [widgets.HBox([controls[k] for k in row]) for row in rows]
+                                + [self.out])
+        self.state: dict = {}
+        self.figure: Figure | None = None
+        for w in controls.values():
+            w.observe(lambda _change: self.update(), names="value")
+        self.update()
+
+    def values(self) -> dict:
+        """The controls' current values, by name."""
+        return {k: w.value for k, w in self.controls.items()}
+
+    def update(self) -> None:
+        """Recompute the state from the controls and redraw the figure in place."""
+        self.state = self._compute(**self.values())
+        self.figure = self._draw(self.state)
+        with self.out:
+            self.out.clear_output(wait=True)
+            display(self.figure)
+
+    def _repr_mimebundle_(self, **kwargs) -> dict:
+        bundle = self.box._repr_mimebundle_(**kwargs)
+        # The widget's own repr lists every control; a fixed line keeps stored outputs stable.
+        bundle["text/plain"] = f"[{self.title}: interactive, needs a running Jupyter kernel]"
+        return bundle
+
+
+def _distribution_controls() -> dict:
+    dist = widgets.Dropdown(options=L.DISTRIBUTIONS, value="Student-t", description="distribution")
+    nu = widgets.FloatSlider(value=5.0, min=2.5, max=30.0, step=0.5, description="ν (Student-t)",
+                             style={"description_width": "initial"})
+    dist.observe(lambda ch: setattr(nu, "disabled", ch["new"] != "Student-t"), names="value")
+    return {"distribution": dist, "nu": nu}
+
+
+def _bits_slider(value: int = 4) -> widgets.IntSlider:
+    return widgets.IntSlider(value=value, min=2, max=8, description="bits")
+
+
+# ---------------------------------------------------------------------------------------------
+# Demo 1: affine quantization
+# ---------------------------------------------------------------------------------------------
+def plot_affine(r) -> Figure:
+    """Codes used and relative error of symmetric INT8 against asymmetric UINT8 on ReLU outputs.
+
+    Parameters
+    ----------
+    r : AffineResult from ``L.demo1_affine_and_integer_matmul()``
+
+    Raises
+    ------
+    TypeError
+        If ``r`` is not an AffineResult.
+    """
+    _check_result(r, L.AffineResult, "demo1_affine_and_integer_matmul")
+    keys, names = ("symmetric", "asymmetric"), ("symmetric INT8", "asymmetric UINT8")
+    fig = Figure(figsize=(9, 3.4), layout="constrained")
+    ax1, ax2 = fig.subplots(1, 2)
+    ax1.bar(names, [256] * 2, color="0.85", label="codes the format has (2^8)")
+    ax1.bar(names, [r.codes_used[k] for k in keys], color=["C0", "C1"], label="codes the data uses")
+    ax1.set(title="Codes used on ReLU outputs (8 bits)", ylabel="number of codes", xlabel="scheme")
+    ax1.legend(loc="lower center")
+    errs = [r.errors[k] * 100 for k in keys]
+    ax2.bar(names, errs, color=["C0", "C1"], label="relative error ||q − x|| / ||x||")
+    for i, e in enumerate(errs):
+        ax2.annotate(f"{e:.3f}%", (i, e), ha="center", va="bottom")
+    ax2.set(title="Error: same bits, twice the codes", ylabel="relative error (%)", xlabel="scheme")
+    ax2.legend(loc="lower center")
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# Demo 2: clipping
+# ---------------------------------------------------------------------------------------------
+def plot_clipping(r) -> Figure:
+    """Demo 2's U-curves: relative error against clip ratio c for each distribution, optimum marked.
+
+    Parameters
+    ----------
+    r : ClipResult from ``L.demo2_clipping()``
+
+    Raises
+    ------
+    TypeError
+        If ``r`` is not a ClipResult.
+    """
+    _check_result(r, L.ClipResult, "demo2_clipping")
+    fig = Figure(figsize=(8, 4), layout="constrained")
+    ax = fig.subplots()
+    for i, (name, errs) in enumerate(r.errors.items()):
+        c_best, e_best, _, sigma = r.best[name]
+        ax.plot(r.clips, np.array(errs) * 100, "o-", color=f"C{i}", ms=4,
+                label=f"{name} (max/σ = {r.max_over_std[name]:.1f})")
+        ax.plot(c_best, e_best * 100, "*", color=f"C{i}", ms=16, mec="k",
+                label=f"  best c = {c_best:g}: clip at {sigma:.1f}σ, {e_best * 100:.1f}%")
+    ax.set_xscale("log")
+    _plain_log(ax.xaxis)
+    ax.set(title="INT4 symmetric: relative error against clip ratio (range c · max|x|)",
+           xlabel="clip ratio c (fraction of max|x| kept, log scale)", ylabel="relative error (%)")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def clip_explorer(n: int = SAMPLE, seed: int = 0) -> Explorer:
+    """Bits, clip ratio and distribution: the grid over a histogram, and the U-curve.
+
+    ``state`` holds ``z`` (the sample, float64 (n,)), ``point`` (``L.ClipPoint`` at the chosen
+    bits and clip), ``clips`` and ``curve`` (relative error per clip ratio of CLIP_GRID at the
+    chosen bits) and ``best_clip``, ``best_error`` (the curve's minimum).
+
+    Raises
+    ------
+    ValueError
+        If ``n`` is not a positive multiple of 1024.
+    """
+    n = _check_sample(n)
+    controls = _distribution_controls()
+    controls["bits"] = _bits_slider()
+    controls["clip"] = widgets.FloatSlider(value=1.0, min=0.01, max=1.0, step=0.01,
+                                           description="clip ratio c")
+
+    def compute(distribution, nu, bits, clip):
+        z = L.sample_distribution(distribution, n, nu, seed)
+        curve = L.clip_curve(z, bits, CLIP_GRID)
+        i = int(np.argmin(curve))
+        return dict(distribution=distribution, nu=nu, bits=bits, clip=clip, z=z,
+                    point=L.clip_point(z, bits, clip), clips=CLIP_GRID, curve=curve,
+                    best_clip=CLIP_GRID[i], best_error=curve[i])
+
+    return Explorer("Clipping: the grid, the clipped mass and the U-curve", controls,
+                    [["distribution", "nu"], ["bits", "clip"]], compute, _draw_clip)
+
+
+def _dist_label(s: dict) -> str:
+    return f"Student-t (ν = {s['nu']:g})" if s["distribution"] == "Student-t" else s["distribution"]
+
+
+def _draw_clip(s: dict) -> Figure:
+    z, p = s["z"], s["point"]
+    amax = float(np.abs(z).max())
+    fig = Figure(figsize=(11, 4), layout="constrained")
+    ax1, ax2 = fig.subplots(1, 2, width_ratios=(3, 2))
+    ax1.hist(z, bins=241, range=(-amax, amax), density=True, histtype="stepfilled", color="0.6",
+             label="data")
+    ax1.vlines(p.levels, 0, 1, transform=ax1.get_xaxis_transform(), colors="C0", lw=0.5,
+               alpha=0.7, label=f"grid: {len(p.levels)} levels ({len(p.levels) // 2} per side)")
+    for lo, hi in ((-amax, -p.threshold), (p.threshold, amax)):
+        ax1.axvspan(lo, hi, color="C3", alpha=0.15, lw=0,
+                    label=f"clipped: {p.clipped * 100:.3f}% of values" if lo < 0 else None)
+    ax1.set_yscale("log")
+    ax1.set(title=f"{_dist_label(s)}, INT{s['bits']}, clip at {s['clip']:.2f} · max|x|: "
+                  f"error {p.error * 100:.2f}%",
+            xlabel="value (units of the distribution's scale)", ylabel="density (log scale)")
+    ax1.legend(fontsize=8, loc="upper right")
+    ax2.plot(s["clips"], np.array(s["curve"]) * 100, "-", color="C0", label=f"INT{s['bits']}")
+    ax2.plot(s["clip"], p.error * 100, "o", color="C3", ms=8, label=f"your c = {s['clip']:.2f}")
+    ax2.plot(s["best_clip"], s["best_error"] * 100, "*", color="C2", ms=15, mec="k",
+             label=f"best c ≈ {s['best_clip']:.3f}: {s['best_error'] * 100:.2f}%")
+    ax2.set_xscale("log")
+    _plain_log(ax2.xaxis)
+    ax2.set(title="U-curve: error against clip ratio", xlabel="clip ratio c (log scale)",
+            ylabel="relative error (%)")
+    ax2.legend(fontsize=8)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# Demo 3: granularity
+# ---------------------------------------------------------------------------------------------
+def plot_granularity(r) -> Figure:
+    """Demo 3's errors per granularity as bars (log scale), with each scheme's extra bits.
+
+    Parameters
+    ----------
+    r : GranularityResult from ``L.demo3_granularity()``
+
+    Raises
+    ------
+    TypeError
+        If ``r`` is not a GranularityResult.
+    """
+    _check_result(r, L.GranularityResult, "demo3_granularity")
+    names = {"W": "W: row scales differ", "A": "A: 8 outlier channels"}
+    ticks = [f"{g}\n+{x:.3g} bit/elem" for g, x in zip(r.labels, r.extra_bits)]
+    fig = Figure(figsize=(11, 4), layout="constrained")
+    for ax, m in zip(fig.subplots(1, 2, sharey=True), ("W", "A")):
+        pos = np.arange(len(r.labels))
+        for j, bits in enumerate((8, 4)):
+            errs = [r.errors[(m, bits, g)] * 100 for g in r.labels]
+            ax.bar(pos + (j - 0.5) * 0.4, errs, 0.4, color=f"C{j}", label=f"INT{bits}")
+        ax.set_xticks(pos, ticks, fontsize=8)
+        ax.set_yscale("log")
+        _plain_log(ax.yaxis)
+        ax.set(title=names[m], xlabel="granularity (extra bits per element: one FP16 scale each)",
+               ylabel="relative error (%, log scale)")
+        ax.legend()
+    fig.suptitle("One scale per tensor, row or group: error against scale overhead")
+    return fig
+
+
+def granularity_explorer(seed: int = 1, rows: int = 64) -> Explorer:
+    """Matrix, bits, granularity and group size: errors of all three schemes, and one row's ranges.
+
+    Uses the first ``rows`` rows of demo 3's matrices (all 4096 channels, so A keeps its outlier
+    channels). ``state`` holds ``labels``, ``extra_bits`` and ``errors`` (fractions) for per
+    tensor, per row and groups of the chosen size, ``selected`` (index of the chosen scheme),
+    ``row`` (|M[0]|, float64 (4096,)) and ``ranges`` (qmax · scale of each element of row 0 under
+    the chosen scheme, float64 (4096,)).
+
+    Raises
+    ------
+    ValueError
+        If ``rows`` is not a positive integer.
+    """
+    if isinstance(rows, bool) or not isinstance(rows, (int, np.integer)) or rows < 1:
+        raise ValueError(f"rows must be a positive integer, got {rows!r}")
+    data = {k: M[:rows] for k, M in L.granularity_data(seed).items()}
+    k = data["W"].shape[-1]
+    controls = {
+        "matrix": widgets.Dropdown(options=(("W: row scales differ", "W"),
+                                            ("A: 8 outlier channels", "A")), value="A",
+                                   description="matrix"),
+        "bits": _bits_slider(),
+        "granularity": widgets.ToggleButtons(options=(("per tensor", "tensor"), ("per row", "channel"),
+                                                      ("per group", "group")), value="group",
+                                             description="granularity"),
+        "group": widgets.Dropdown(options=GROUP_SIZES, value=32, description="group size"),
+    }
+    controls["granularity"].observe(
+        lambda ch: setattr(controls["group"], "disabled", ch["new"] != "group"), names="value")
+
+    def compute(matrix, bits, granularity, group):
+        M = data[matrix]                                            # (rows, 4096)
+        schemes = (("per tensor", "tensor", None), ("per row", "channel", None),
+                   (f"groups of {group}", "group", group))
+        _, qmax = int_range(bits)
+        g = group if granularity == "group" else None
+        scale = quantize_int(M[:1] if granularity != "tensor" else M, bits,
+                             granularity=granularity, group=g).scale
+        ranges = np.broadcast_to(qmax * scale[0].reshape(-1, 1), (scale[0].size, k // scale[0].size))
+        return dict(matrix=matrix, bits=bits, labels=[s[0] for s in schemes],
+                    extra_bits=[L.scale_overhead_bits(gr, gs, k) for _, gr, gs in schemes],
+                    errors=[L.granularity_error(M, bits, gr, gs) for _, gr, gs in schemes],
+                    selected=[s[1] for s in schemes].index(granularity),
+                    row=np.abs(M[0]), ranges=ranges.ravel())
+
+    return Explorer("Granularity: one scale per tensor, row or group", controls,
+                    [["matrix", "bits", "group"], ["granularity"]], compute, _draw_granularity)
+
+
+def _draw_granularity(s: dict) -> Figure:
+    fig = Figure(figsize=(11, 4), layout="constrained")
+    ax1, ax2 = fig.subplots(1, 2, width_ratios=(2, 3))
+    errs = np.array(s["errors"]) * 100
+    colors = ["C1" if i == s["selected"] else "C0" for i in range(len(errs))]
+    ax1.bar(range(len(errs)), errs, color=colors, label=f"INT{s['bits']} (chosen scheme in orange)")
+    for i, (e, x) in enumerate(zip(errs, s["extra_bits"])):
+        ax1.annotate(f"{e:.2f}%\n+{x:.3g} bit", (i, e), ha="center", va="bottom", fontsize=8)
+    ax1.set_xticks(range(len(errs)), s["labels"])
+    ax1.set_ylim(0, errs.max() * 1.3)
+    ax1.set(title=f"{s['matrix']}: relative error, INT{s['bits']}",
+            xlabel="granularity (extra bits per element above the bars)", ylabel="relative error (%)")
+    ax1.legend(fontsize=8, loc="upper right")
+    ch = np.arange(s["row"].size)
+    ax2.plot(ch, s["row"], ".", ms=2, color="0.5", label=f"|{s['matrix']}[0, k]|")
+    ax2.plot(ch, s["ranges"], "-", color="C1", lw=1.2,
+             label=f"range of its scale (qmax · scale), {s['labels'][s['selected']]}")
+    ax2.set_yscale("log")
+    _plain_log(ax2.yaxis)
+    ax2.set(title="Row 0: each value against the range of its scale", xlabel="channel k",
+            ylabel="magnitude (log scale)")
+    ax2.legend(fontsize=8, loc="lower right")
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# Demo 4: block-scaled formats
+# ---------------------------------------------------------------------------------------------
+def _short(label: str) -> str:
+    """'MXFP6 (E2M3, 32 per E8M0 scale)' -> 'MXFP6 E2M3'; 'INT4, groups of 32 (FP16 scale)' ->
+    'INT4, groups of 32'."""
+    name, _, rest = label.partition(" (")
+    return f"{name} {rest.split(',')[0]}" if name.startswith("MX") else name
+
+
+def _draw_front(ax, labels, bits, errs, front) -> None:
+    """Points (bits, error) labelled with ``labels`` (None: no label), the front joined."""
+    ax.plot(bits, np.array(errs) * 100, "o", color="C0", label="format")
+    fb = [bits[i] for i in front]
+    fe = [errs[i] * 100 for i in front]
+    ax.plot(fb, fe, "--", color="C2", lw=1.5, label="Pareto front (nothing is both cheaper and better)")
+    ax.plot(fb, fe, "o", color="C2")
+    for i, label in enumerate(labels):
+        if label is None:
+            continue
+        # Of two close points, the lower one's label goes below, so that they do not overlap.
+        below = any(abs(bits[j] - bits[i]) <= 0.3 and errs[i] < errs[j] < 1.3 * errs[i]
+                    for j in range(len(bits)))
+        ax.annotate(_short(label), (bits[i], errs[i] * 100), xytext=(6, -10 if below else 4),
+                    textcoords="offset points", fontsize=7)
+    ax.set_yscale("log")
+    _plain_log(ax.yaxis)
+    ax.set(xlabel="bits per element (element + scale bits / block)",
+           ylabel="relative error (%, log scale)")
+
+
+def plot_block_formats(r) -> Figure:
+    """Demo 4: relative error against bits per element for every format, Pareto front drawn;
+    and the MXFP4-to-NVFP4 ablation (block size against scale format).
+
+    Parameters
+    ----------
+    r : BlockFormatResult from ``L.demo4_block_formats()``
+
+    Raises
+    ------
+    TypeError
+        If ``r`` is not a BlockFormatResult.
+    """
+    _check_result(r, L.BlockFormatResult, "demo4_block_formats")
+    labels, bits, errs, _ = zip(*r.formats)
+    fig = Figure(figsize=(12, 4.6), layout="constrained")
+    ax1, ax2 = fig.subplots(1, 2, width_ratios=(3, 2))
+    _draw_front(ax1, labels, bits, errs, pareto_front(list(zip(bits, errs))))
+    ax1.set_xlim(3.7, 10.5)
+    ax1.set_title("Student-t(5) weights: error against storage cost")
+    ax1.legend(fontsize=8, loc="upper right")
+    pos = np.arange(len(L.SCALE_KINDS))
+    for j, block in enumerate((32, 16)):
+        ax2.bar(pos + (j - 0.5) * 0.4, [r.ablation[(block, k)][0] * 100 for k, _ in L.SCALE_KINDS],
+                0.4, color=f"C{j}", label=f"blocks of {block}")
+    ax2.set_xticks(pos, [name for _, name in L.SCALE_KINDS], fontsize=8)
+    ax2.set(title="E2M1 elements: block size against scale format", xlabel="scale format",
+            ylabel="relative error (%)")
+    ax2.legend()
+    return fig
+
+
+def block_explorer(n: int = SAMPLE, seed: int = 0) -> Explorer:
+    """Element format, block size and scale format: your format among demo 4's, on the front.
+
+    The data are ``L.student_t_weights(n, seed)``; demo 4's formats are computed once on the
+    same sample. ``state`` holds ``bits`` (per element), ``error`` (fraction), ``clipped``
+    (fraction of elements saturated), and ``ref_labels``, ``ref_bits``, ``ref_errors``,
+    ``front`` for the reference formats.
+
+    Raises
+    ------
+    ValueError
+        If ``n`` is not a positive multiple of 1024.
+    """
+    x = L.student_t_weights(_check_sample(n), seed)
+    ref_labels, ref_bits, ref_errors = [], [], []
+    for label, _ in L.FORMAT_ROWS:
+        q, bits = L.quantize_row(label, x)
+        ref_labels.append(label)
+        ref_bits.append(bits)
+        ref_errors.append(rel_error(q, x))
+    controls = {
+        "element": widgets.Dropdown(options=ELEMENTS, value="E2M1", description="element"),
+        "block": widgets.Dropdown(options=BLOCK_SIZES, value=32, description="block size"),
+        "scale": widgets.ToggleButtons(options=SCALES, value="e8m0", description="scale"),
+    }
+
+    def compute(element, block, scale):
+        bits, err, clipped = L.block_format_point(x, FORMATS[element], block, scale)
+        # Yours first: on a tie with a reference format, pareto_front keeps yours.
+        front = pareto_front([(bits, err)] + list(zip(ref_bits, ref_errors)))
+        return dict(element=element, block=block, scale=scale, bits=bits, error=err,
+                    clipped=clipped, on_front=0 in front, ref_labels=ref_labels,
+                    ref_bits=ref_bits, ref_errors=ref_errors, front=front)
+
+    return Explorer("Block-scaled formats: element, block size, scale format", controls,
+                    [["element", "block"], ["scale"]], compute, _draw_block)
+
+
+def _draw_block(s: dict) -> Figure:
+    fig = Figure(figsize=(10, 4.4), layout="constrained")
+    ax = fig.subplots()
+    _draw_front(ax, [None] + s["ref_labels"], [s["bits"]] + s["ref_bits"],
+                [s["error"]] + s["ref_errors"], s["front"])
+    on = "on" if s["on_front"] else "off"
+    ax.plot(s["bits"], s["error"] * 100, "*", color="C3", ms=18, mec="k",
+            label=f"yours: {s['element']}, blocks of {s['block']}, {s['scale']} scale: "
+                  f"{s['bits']:g} bits, {s['error'] * 100:.2f}%, clipped {s['clipped'] * 100:.2f}%")
+    ax.set_title(f"Student-t(5) weights: your format is {on} the Pareto front")
+    ax.legend(fontsize=8, loc="upper right")
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# Demo 5: error propagation and dB per bit
+# ---------------------------------------------------------------------------------------------
+def plot_propagation(r) -> Figure:
+    """Demo 5: weight relative error against output relative error (with y = x), and SQNR
+    against bit width with the 6.02 dB-per-bit line.
+
+    Parameters
+    ----------
+    r : PropagationResult from ``L.demo5_error_propagation()``
+
+    Raises
+    ------
+    TypeError
+        If ``r`` is not a PropagationResult.
+    """
+    _check_result(r, L.PropagationResult, "demo5_error_propagation")
+    fig = Figure(figsize=(11, 4.2), layout="constrained")
+    ax1, ax2 = fig.subplots(1, 2)
+    ew = np.array([w for _, w, _ in r.rows]) * 100
+    lim = (ew.min() / 2, ew.max() * 2)
+    ax1.plot(lim, lim, "--", color="0.5", label="output error = weight error")
+    for i, (label, w, y) in enumerate(r.rows):
+        ax1.plot(w * 100, y * 100, "o", color=f"C{i}", ms=8, label=f"{label}: {w * 100:.2f}% → {y * 100:.2f}%")
+    ax1.set(xscale="log", yscale="log")
+    _plain_log(ax1.xaxis)
+    _plain_log(ax1.yaxis)
+    ax1.set(title="Y = W·X: a relative error passes through",
+            xlabel="relative error of W (%, log scale)", ylabel="relative error of Y (%, log scale)")
+    ax1.legend(fontsize=8)
+    _draw_sqnr(ax2, r.sqnr, "INT2 … INT8 per row, Gaussian")
+    return fig
+
+
+def _draw_sqnr(ax, sqnr, label: str) -> None:
+    b = np.array([x for x, _ in sqnr])
+    s = np.array([y for _, y in sqnr])
+    a = db_per_bit_intercept(sqnr)
+    ax.plot(b, a + DB_PER_BIT * b, "--", color="0.5",
+            label=f"{DB_PER_BIT:.2f} dB per bit (fitted to 4 … 8 bits)")
+    ax.plot(b, s, "o-", color="C0", label=label)
+    ax.set(title="SQNR against bit width", xlabel="bits per element", ylabel="SQNR (dB)")
+    ax.legend(fontsize=8)
+
+
+def sqnr_explorer(n: int = SAMPLE, seed: int = 0) -> Explorer:
+    """Distribution and granularity: SQNR of INT2 … INT8 against the 6.02 dB-per-bit line.
+
+    The sample is reshaped to 64 rows. ``state`` holds ``sqnr`` (list of (bits, dB)),
+    ``db_per_bit`` (the gains from one bit width to the next) and ``intercept`` (of the fitted
+    6.02 dB-per-bit line).
+
+    Raises
+    ------
+    ValueError
+        If ``n`` is not a positive multiple of 1024.
+    """
+    n = _check_sample(n)
+    controls = _distribution_controls()
+    controls["granularity"] = widgets.ToggleButtons(
+        options=(("per tensor", "tensor"), ("per row", "channel")), value="channel",
+        description="granularity")
+
+    def compute(distribution, nu, granularity):
+        z = L.sample_distribution(distribution, n, nu, seed).reshape(64, -1)   # (64, n / 64)
+        sqnr = L.sqnr_by_bits(z, range(2, 9), granularity)
+        return dict(distribution=distribution, nu=nu, granularity=granularity, sqnr=sqnr,
+                    db_per_bit=[s1 - s0 for (_, s0), (_, s1) in zip(sqnr, sqnr[1:])],
+                    intercept=db_per_bit_intercept(sqnr))
+
+    def draw(s):
+        fig = Figure(figsize=(7, 4), layout="constrained")
+        ax = fig.subplots()
+        gran = "per row" if s["granularity"] == "channel" else "per tensor"
+        _draw_sqnr(ax, s["sqnr"], f"{_dist_label(s)}, {gran}")
+        ax.set_title(f"SQNR against bit width: {np.mean(s['db_per_bit'][2:]):.2f} dB per bit "
+                     "from 4 to 8 bits")
+        return fig
+
+    return Explorer("dB per bit: SQNR against bit width", controls,
+                    [["distribution", "nu"], ["granularity"]], compute, draw)
