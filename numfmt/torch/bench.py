@@ -1,0 +1,177 @@
+"""Timing of low-precision GEMMs and quantize kernels: CUDA events on a GPU, a clock elsewhere.
+
+Used by lecture 04 and ``benchmarks/gpu_check.py``. Every function runs on the CPU too (at small
+sizes), so it is tested without a GPU; CPU timings are only a smoke test, not a result.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable
+
+import torch
+
+GEMM_KINDS = ("bf16", "fp8 per-tensor", "fp8 per-row", "int8")
+QUANT_KERNELS = ("amax", "cast to E4M3", "scale + cast (eager, 2 kernels)")
+
+#: Peak memory bandwidth in GB/s by device name, from the vendors' data sheets (SXM parts).
+PEAK_BANDWIDTH_GBS = {"H200": 4800.0, "H100 NVL": 3900.0, "H100 PCIe": 2000.0, "H100": 3350.0,
+                      "GH200": 4000.0, "B200": 8000.0, "A100-SXM4-80GB": 2039.0,
+                      "A100 80GB PCIe": 1935.0, "A100": 1555.0, "L40S": 864.0, "L4": 300.0}
+
+
+def median_ms(fn: Callable[[], object], device, warmup: int = 3, iters: int = 10) -> float:
+    """Median wall time of ``fn()`` in milliseconds over ``iters`` runs after ``warmup`` runs.
+
+    On CUDA each run is bracketed by CUDA events on the current stream (so only GPU time is
+    measured, and launches are asynchronous); elsewhere ``time.perf_counter`` is used.
+
+    Raises
+    ------
+    ValueError
+        If ``iters`` < 1 or ``warmup`` < 0.
+    """
+    if iters < 1 or warmup < 0:
+        raise ValueError(f"need iters >= 1 and warmup >= 0, got {iters} and {warmup}")
+    cuda = torch.device(device).type == "cuda"
+    for _ in range(warmup):
+        fn()
+    times = []
+    if cuda:
+        torch.cuda.synchronize()
+        for _ in range(iters):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+    else:
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def gemm_setup(kind: str, n: int, device) -> Callable[[], torch.Tensor]:
+    """Return a closure that runs one n x n x n GEMM of ``kind`` on prepared operands.
+
+    "bf16": ``torch.mm``; "fp8 per-tensor" / "fp8 per-row": ``torch._scaled_mm`` on E4M3
+    with float32 scales of shape () or (n, 1) and (1, n), bf16 output, second operand
+    column-major; "int8": ``torch._int_mm`` (int32 output), second operand column-major.
+
+    Raises
+    ------
+    ValueError
+        If ``kind`` is unknown or ``n`` is not a positive multiple of 16.
+    """
+    if kind not in GEMM_KINDS:
+        raise ValueError(f"kind must be one of {GEMM_KINDS}, got {kind!r}")
+    if n <= 16 or n % 16:
+        raise ValueError(f"n must be a multiple of 16 above 16, got {n}")
+    g = torch.Generator(device="cpu").manual_seed(0)
+    a = torch.randn(n, n, generator=g).to(device)
+    b = torch.randn(n, n, generator=g).to(device)  # used as (N, K); b.t() is column-major
+    if kind == "bf16":
+        a16, b16 = a.to(torch.bfloat16), b.to(torch.bfloat16).t()
+        return lambda: torch.mm(a16, b16)
+    if kind == "int8":
+        a8 = torch.clamp(a * 32, -127, 127).to(torch.int8)
+        b8 = torch.clamp(b * 32, -127, 127).to(torch.int8).t()
+        return lambda: torch._int_mm(a8, b8)
+    a8, b8 = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn).t()
+    if kind == "fp8 per-tensor":
+        sa = torch.ones((), dtype=torch.float32, device=device)
+        sb = torch.ones((), dtype=torch.float32, device=device)
+    else:
+        sa = torch.ones(n, 1, dtype=torch.float32, device=device)
+        sb = torch.ones(1, n, dtype=torch.float32, device=device)
+    return lambda: torch._scaled_mm(a8, b8, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+
+
+def gemm_tflops(kind: str, n: int, device, warmup: int = 5, iters: int = 20) -> dict:
+    """Time one GEMM kind at n^3; returns ``{"kind", "n", "ms", "tflops"}`` (2 n^3 flop)."""
+    ms = median_ms(gemm_setup(kind, n, device), device, warmup, iters)
+    return {"kind": kind, "n": n, "ms": ms, "tflops": 2.0 * n**3 / (ms * 1e-3) / 1e12}
+
+
+def quantize_setup(kernel: str, numel: int, device) -> tuple[Callable[[], object], int]:
+    """A quantize-path kernel on a bf16 tensor of ``numel`` elements, and its minimum traffic.
+
+    "amax": ``max |x|`` in one reduction (reads 2 bytes per element). "cast to E4M3": the
+    saturating cast bf16 -> float8_e4m3fn (reads 2, writes 1). "scale + cast (eager, 2
+    kernels)": ``(x * inv_scale).to(float8)``, which eager PyTorch runs as two kernels with a
+    bf16 temporary; counted at the same 3 bytes per element a fused kernel would move, so its
+    GB/s shows what the unfused version costs.
+
+    Returns
+    -------
+    (fn, nbytes) : the closure and the bytes counted for the bandwidth
+
+    Raises
+    ------
+    ValueError
+        If ``kernel`` is unknown or ``numel`` < 1.
+    """
+    if kernel not in QUANT_KERNELS:
+        raise ValueError(f"kernel must be one of {QUANT_KERNELS}, got {kernel!r}")
+    if numel < 1:
+        raise ValueError(f"numel must be positive, got {numel}")
+    x = torch.ones(numel, dtype=torch.bfloat16, device=device)
+    if kernel == "amax":
+        return (lambda: torch.linalg.vector_norm(x, ord=float("inf"))), 2 * numel
+    if kernel == "cast to E4M3":
+        return (lambda: x.to(torch.float8_e4m3fn)), 3 * numel
+    inv = torch.tensor(0.5, dtype=torch.bfloat16, device=device)
+    return (lambda: (x * inv).to(torch.float8_e4m3fn)), 3 * numel
+
+
+def quantize_bandwidth(kernel: str, numel: int, device, warmup: int = 3,
+                       iters: int = 10) -> dict:
+    """Time a quantize kernel; returns ``{"kernel", "gbytes", "ms", "gbs"}`` (GB = 1e9 bytes)."""
+    fn, nbytes = quantize_setup(kernel, numel, device)
+    ms = median_ms(fn, device, warmup, iters)
+    return {"kernel": kernel, "gbytes": nbytes / 1e9, "ms": ms, "gbs": nbytes / (ms * 1e-3) / 1e9}
+
+
+def peak_bandwidth_gbs(device) -> float | None:
+    """Peak DRAM bandwidth of a CUDA device in GB/s, or None when unknown (or not CUDA).
+
+    Looked up by name in :data:`PEAK_BANDWIDTH_GBS` (first matching key, most specific first);
+    otherwise from the memory clock and bus width when torch reports them (double data rate).
+    """
+    dev = torch.device(device)
+    if dev.type != "cuda" or not torch.cuda.is_available():
+        return None
+    return peak_from_properties(torch.cuda.get_device_properties(dev))
+
+
+def peak_from_properties(props) -> float | None:
+    """Peak bandwidth in GB/s from an object with ``name`` (and optionally ``memory_clock_rate``
+    in kHz and ``memory_bus_width`` in bits); None when neither the name nor the fields tell."""
+    name = getattr(props, "name", "")
+    for key, gbs in PEAK_BANDWIDTH_GBS.items():
+        if key in name:
+            return gbs
+    clock_khz = getattr(props, "memory_clock_rate", None)
+    bus_bits = getattr(props, "memory_bus_width", None)
+    if clock_khz and bus_bits:
+        return 2.0 * clock_khz * 1e3 * bus_bits / 8 / 1e9
+    return None
+
+
+def throughput_rows(sizes=(4096, 8192), device=None, iters: int = 10) -> list[dict]:
+    """Every GEMM kind at every size: a list of :func:`gemm_tflops` dicts, plus
+    ``"vs_bf16"``, the ratio to bf16 at the same size."""
+    device = device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu")
+    rows = []
+    for n in sizes:
+        base = None
+        for kind in GEMM_KINDS:
+            r = gemm_tflops(kind, n, device, iters=iters)
+            base = r["tflops"] if kind == "bf16" else base
+            r["vs_bf16"] = r["tflops"] / base
+            rows.append(r)
+    return rows
