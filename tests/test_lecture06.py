@@ -1,0 +1,99 @@
+"""Lecture 06: every claim in its text, asserted on the demo functions' results."""
+
+import importlib
+
+import numpy as np
+import pytest
+
+L = importlib.import_module("lectures.06_quantization_aware_training")
+
+
+@pytest.fixture(scope="module")
+def ste():
+    return L.ste_demo()
+
+
+@pytest.fixture(scope="module")
+def master():
+    return L.master_weights_demo()
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return L.ptq_vs_qat()
+
+
+@pytest.fixture(scope="module")
+def spread():
+    return L.seed_spread()
+
+
+def test_ste_example_rows(ste):
+    assert [r[2] for r in ste.example] == [0, 1, 1, 1, 1, 0]
+    assert [r[1] for r in ste.example] == ["-8", "-8", "-8", "+7", "+7", "+7"]
+
+
+def test_staircase_mask_is_one_exactly_inside_the_rounded_range(ste):
+    inside = (ste.x > -8.5) & (ste.x < 7.5)     # codes -8..7 (ties at -8.5 -> -8, 7.5 -> 8)
+    inside |= ste.x == -8.5
+    np.testing.assert_array_equal(ste.mask, inside.astype(float))
+
+
+def test_true_gradient_never_moves_and_ste_hovers_around_the_target(ste):
+    assert np.all(ste.w_true == ste.w_true[0])
+    tail = ste.q_ste[-20:]
+    assert set(tail) == {2.0, 3.0}               # both grid points around 2.6 occur
+    assert np.all(np.abs(ste.w_ste[-20:] - 2.5) < 0.2)   # at the rounding boundary
+
+
+def test_master_weight_claims(master):
+    c = master.curves
+    rows = {r[0]: r for r in master.rows}
+    assert rows["INT4 store, nearest"][3] == "0%"
+    assert c["INT4 store, nearest"][-1] == c["INT4 store, nearest"][0]     # stalled at start
+    assert master.lr < master.int4_step / 2                                # why it stalls
+    e4 = c["E4M3 store, nearest"]
+    assert e4[-1] < e4[0] and e4[-1] > 0.25 * e4[0]       # moved, then stalled far from 0
+    assert np.ptp(e4[-100:]) < 0.01 * e4[-1]              # under 1 % change in the last 100
+    for fmt in ("INT4", "E4M3"):
+        m = c[f"{fmt} view of FP32 master"][-1]
+        s = c[f"{fmt} store, stochastic"][-1]
+        n = c[f"{fmt} store, nearest"][-1]
+        assert m < 0.1 * n and s < 0.1 * n                # master and SR both train
+    assert c["FP32"][-1] < 5e-5                           # prints as 0.0000
+
+
+def test_ptq_vs_qat_claims(digits):
+    a, f = digits.accuracy, digits.fp32_accuracy
+    for acts in (None, 8):
+        assert a[("QAT", "INT2", acts)] > a[("PTQ", "INT2", acts)] + 0.2   # tens of points
+        assert a[("QAT", "INT4", acts)] > a[("PTQ", "INT4", acts)]
+    assert abs(f - a[("PTQ", "INT8", 8)]) <= 0.01          # INT8: within 1 point of FP32
+    assert a[("QAT", "INT2", None)] < f - 0.05              # INT2 stays well short of FP32
+    assert abs(a[("QAT", "NVFP4", None)] - a[("QAT", "INT4", None)]) <= 0.01   # close to INT4
+    assert a[("PTQ", "INT4", None)] < f                      # PTQ at INT4 loses a little
+    assert digits.n_train + digits.n_test == 1797 and digits.n_test == 360
+    assert len(digits.curves["FP32"]) == digits.config.epochs + digits.config.qat_epochs
+
+
+def test_seed_spread_claims(spread):
+    assert min(spread.gains["INT2"]) > 10                    # large for every seed (points)
+    assert np.mean(spread.gains["INT4"]) > 0                 # small but positive on average
+    assert max(abs(g) for g in spread.gains["INT4"]) < 3     # "the size of a few images"
+
+
+def test_training_is_deterministic():
+    cfg = L.DigitsConfig(epochs=2, qat_epochs=1)
+    r1 = L.ptq_vs_qat(cfg, ("INT4",), acts=(8,))
+    r2 = L.ptq_vs_qat(cfg, ("INT4",), acts=(8,))
+    assert r1.accuracy == r2.accuracy and r1.curves == r2.curves
+
+
+def test_printing(ste, master, digits, spread, capsys):
+    L.print_ste(ste)
+    L.print_master_weights(master)
+    L.print_ptq_vs_qat(digits)
+    L.print_seed_spread(spread)
+    out = capsys.readouterr().out
+    assert "What to notice" in out and "{" not in out
+    assert max(len(line) for line in out.splitlines()) <= 100
