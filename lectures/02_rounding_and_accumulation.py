@@ -228,7 +228,7 @@ def show_demo3(r: SwampResult) -> None:
         f"{-d['BF16', 'sequential']['rel_error'] * 100:.0f}%.",
         f"With an FP32 accumulator (FP16 inputs, FP32 sums, as tensor cores do) the error is "
         f"{abs(d['FP32', 'sequential']['rel_error']) * 100:.1g}%: FP32's spacing at 8192 is "
-        f"{float(spacing(FP32, 8192.0)):.1g}, far below the smallest terms.",
+        f"{float(spacing(FP32, 8192.0)):.1g}, far below a typical term of 0.5.",
         "Pairwise summation adds numbers of similar size (a tree of partial sums), so no term "
         "meets a sum thousands of times larger; Kahan summation carries each addition's rounding "
         f"error into the next. Both give {d['FP16', 'pairwise']['sum']:g} in FP16 and "
