@@ -1,0 +1,53 @@
+"""Tests for numfmt.scaling: hand derivations and a loop written out independently."""
+
+import numpy as np
+import pytest
+
+from numfmt import E8M0, FP4_E2M1, FP8_E4M3, FP8_E5M2
+from numfmt.scaling import delayed_scales, quantize_with_scale, scale_from_amax
+
+
+def test_scale_from_amax_hand_values():
+    assert scale_from_amax(448.0, FP8_E4M3) == 1.0
+    assert scale_from_amax(3.0, FP4_E2M1) == 0.5
+    assert scale_from_amax(57344.0, FP8_E5M2, margin=1) == 2.0
+    assert scale_from_amax([0.0], FP8_E4M3).tolist() == [1.0]
+
+
+def test_quantize_with_scale_maps_amax_to_max_and_counts():
+    x = np.array([0.0, 1e-9, 1.0, -6.0, 12.0])
+    r = quantize_with_scale(x, FP4_E2M1, 1.0)
+    assert r.values.tolist() == [0.0, 0.0, 1.0, -6.0, 6.0]
+    assert r.clipped == 1 / 5                  # 12 > 6
+    assert r.flushed == 1 / 4                  # 1e-9 of the four non-zero values
+    r = quantize_with_scale(x, FP4_E2M1, 2.0)  # 12 / 2 = 6 fits exactly
+    assert r.values[-1] == 12.0 and r.clipped == 0.0
+
+
+def test_delayed_scales_against_a_written_out_loop():
+    amax = np.array([1.0, 2.0, 0.5, 8.0, 1.0, 1.0, 1.0])
+    got = delayed_scales(amax, FP8_E4M3, history=3)
+    want = []
+    for t in range(len(amax)):
+        window = amax[max(0, t - 3):t] if t else amax[:1]
+        want.append(max(window) / 448.0)
+    assert np.allclose(got, want, rtol=0, atol=0)
+    # the spike at step 3 is seen from step 4 on, and forgotten after 3 steps
+    assert got[3] == 2 / 448 and got[4] == got[6] == 8 / 448
+
+
+def test_bad_input():
+    with pytest.raises(TypeError, match="signed FloatFormat"):
+        scale_from_amax(1.0, E8M0)
+    with pytest.raises(ValueError, match="non-negative"):
+        scale_from_amax(-1.0, FP8_E4M3)
+    with pytest.raises(TypeError, match="margin"):
+        scale_from_amax(1.0, FP8_E4M3, margin=0.5)
+    with pytest.raises(ValueError, match="scale"):
+        quantize_with_scale([1.0], FP8_E4M3, 0.0)
+    with pytest.raises(ValueError, match="non-finite"):
+        quantize_with_scale([np.inf], FP8_E4M3, 1.0)
+    with pytest.raises(ValueError, match="history"):
+        delayed_scales([1.0], FP8_E4M3, history=0)
+    with pytest.raises(ValueError, match="1-D"):
+        delayed_scales(np.ones((2, 2)), FP8_E4M3)
