@@ -1,0 +1,196 @@
+"""Plots and widgets for notebook 06 (quantization-aware training).
+
+``plot_*(result)`` draws what a lecture 06 demo returned and returns a
+``matplotlib.figure.Figure``; nothing is recomputed. ``*_explorer()`` returns an
+:class:`Explorer`: ipywidgets controls whose callback calls a pure function (``ste_curve`` or the
+lecture's ``master_weights_demo``), stores its result in ``explorer.state`` and redraws the figure
+in an ``ipywidgets.Output``. pytest sets ``explorer.controls[name].value`` and reads the state.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Callable
+
+import ipywidgets as widgets
+import numpy as np
+from IPython.display import display
+from matplotlib.figure import Figure
+
+from numfmt.qat import calibrate_minmax, fake_quantize
+
+L = importlib.import_module("lectures.06_quantization_aware_training")
+
+
+# ------------------------------------------------------------------------------ pure helpers
+def ste_curve(bits: int = 3, symmetric: bool = True, lo: float = -1.0, hi: float = 1.0,
+              n: int = 801) -> dict:
+    """The fake-quantization staircase and STE mask over ``[1.5 lo, 1.5 hi]``.
+
+    Parameters
+    ----------
+    bits : int in [2, 16]
+    symmetric : bool
+    lo, hi : float, the calibration range (``lo < hi``; symmetric uses max(|lo|, |hi|))
+    n : int, number of sample points
+
+    Returns
+    -------
+    dict with ``x``, ``values``, ``mask`` (float 0/1) as (n,) arrays; ``scale`` (float),
+    ``zero_point`` (int), ``qmin``, ``qmax``, and ``levels`` (number of distinct values hit).
+
+    Raises
+    ------
+    ValueError
+        If ``lo >= hi`` or ``bits`` is out of range (from :func:`numfmt.qat.calibrate_minmax`).
+    """
+    if not lo < hi:
+        raise ValueError(f"need lo < hi, got [{lo}, {hi}]")
+    qp = calibrate_minmax(np.array([lo, hi]), bits, symmetric)
+    x = np.linspace(1.5 * lo, 1.5 * hi, n)
+    fq = fake_quantize(x, qp)
+    return {"x": x, "values": fq.values, "mask": fq.mask.astype(float),
+            "scale": float(qp.scale.item()), "zero_point": int(qp.zero_point.item()),
+            "qmin": qp.qmin, "qmax": qp.qmax, "levels": len(np.unique(fq.values))}
+
+
+# ------------------------------------------------------------------------------ plots
+def _ste_axes(fig: Figure, s: dict, title: str) -> None:
+    ax1, ax2 = fig.subplots(1, 2)
+    ax1.plot(s["x"], s["x"], ":", color="gray", label="identity (what the STE pretends)")
+    ax1.plot(s["x"], s["values"], label="fake quant Q(x)")
+    ax1.set(title="Forward: the staircase", xlabel="x (real value)", ylabel="Q(x) (real value)")
+    ax1.legend(loc="upper left", fontsize=8)
+    ax2.plot(s["x"], np.zeros_like(s["x"]), label="true dQ/dx (0 almost everywhere)")
+    ax2.plot(s["x"], s["mask"], "--", label="STE surrogate (clamp mask)")
+    ax2.set(title="Backward: the gradient", xlabel="x (real value)", ylabel="dQ/dx",
+            ylim=(-0.1, 1.2))
+    ax2.legend(loc="upper left", fontsize=8)
+    fig.suptitle(title)
+
+
+def plot_ste(d) -> Figure:
+    """Staircase, true derivative and STE mask of ``L.ste_demo()``; then the 1-D descent."""
+    fig = Figure(figsize=(11, 6.5), layout="constrained")
+    top, bottom = fig.subfigures(2, 1, height_ratios=[1, 0.8])
+    _ste_axes(top, {"x": d.x, "values": d.values, "mask": d.mask},
+              "Scale 1, codes [-8, 7]")
+    ax = bottom.subplots()
+    steps = np.arange(len(d.w_ste))
+    ax.plot(steps, d.w_true, label="w, true gradient")
+    ax.plot(steps, d.w_ste, label="w, STE")
+    ax.step(steps, d.q_ste, where="post", label="Q(w), STE")
+    ax.axhline(d.target, color="gray", ls=":", label=f"target {d.target}")
+    ax.set(title="Gradient descent on (Q(w) - target)^2", xlabel="step",
+           ylabel="weight (real value)")
+    ax.legend(fontsize=8, ncol=4, loc="lower right")
+    return fig
+
+
+def plot_master_curves(d) -> Figure:
+    """Loss per step of every run of ``L.master_weights_demo()`` (log scale)."""
+    fig = Figure(figsize=(9, 4.5), layout="constrained")
+    ax = fig.subplots()
+    for name, curve in d.curves.items():
+        style = "-" if "master" in name or name == "FP32" else ("--" if "stochastic" in name
+                                                                else ":")
+        ax.semilogy(np.maximum(curve, 1e-12), style, label=name)
+    ax.set(title=f"Adam, lr = {d.lr}: weights stored on a grid vs FP32 master weights",
+           xlabel="step", ylabel="loss (mean squared error / 2)", ylim=(1e-6, 10))
+    ax.legend(fontsize=8)
+    return fig
+
+
+def plot_loss_curves(r) -> Figure:
+    """Training loss per epoch of the FP32 model and of every QAT run of ``L.ptq_vs_qat()``."""
+    fig = Figure(figsize=(9, 4.5), layout="constrained")
+    ax = fig.subplots()
+    fp32 = r.curves["FP32"]
+    ax.semilogy(np.arange(1, len(fp32) + 1), fp32, "k", label="FP32")
+    start = r.config.epochs
+    for label, curve in r.curves.items():
+        if label != "FP32":
+            ax.semilogy(np.arange(start + 1, start + len(curve) + 1), curve,
+                        "--" if "A8" in label else "-", label=label)
+    ax.axvline(start + 0.5, color="gray", ls=":")
+    ax.set(title="Training loss: FP32, then QAT fine-tuning from the same weights",
+           xlabel="epoch", ylabel="mean cross-entropy (nats)")
+    ax.legend(fontsize=8, ncol=2)
+    return fig
+
+
+def plot_accuracy(r) -> Figure:
+    """Test accuracy of PTQ and QAT per weight format and activation setting."""
+    fig = Figure(figsize=(9, 4), layout="constrained")
+    ax = fig.subplots()
+    keys = [(row[0], 8 if row[1] == "INT8" else None) for row in r.rows]
+    pos = np.arange(len(keys))
+    for k, method in enumerate(("PTQ", "QAT")):
+        ax.bar(pos + (k - 0.5) * 0.4, [100 * r.accuracy[(method, w, a)] for w, a in keys], 0.4,
+               label=method)
+    ax.axhline(100 * r.fp32_accuracy, color="k", ls=":", label="FP32")
+    ax.set_xticks(pos, [f"{w}\n{'A8' if a else 'A32'}" for w, a in keys])
+    ax.set(title="Test accuracy on digits (360 images)", xlabel="weights / activations",
+           ylabel="accuracy (%)", ylim=(0, 100))
+    ax.legend(loc="lower left")
+    return fig
+
+
+# ------------------------------------------------------------------------------ widgets
+class Explorer:
+    """Controls over one pure computation and one figure (see the module docstring).
+
+    Attributes: ``box`` (what the notebook displays), ``controls`` (name -> widget),
+    ``state`` (the last computation's dict), ``figure`` (the last Figure drawn).
+    """
+
+    def __init__(self, title: str, controls: dict, compute: Callable, draw: Callable):
+        self.controls, self._compute, self._draw = controls, compute, draw
+        self.out = widgets.Output()
+        self.box = widgets.VBox([widgets.HTML(f"<b>{title}</b>"),
+                                 widgets.HBox(list(controls.values())), self.out])
+        self.state: dict = {}
+        self.figure: Figure | None = None
+        for c in controls.values():
+            c.observe(lambda _change: self.update(), names="value")
+        self.update()
+
+    def update(self) -> None:
+        self.state = self._compute(**{k: c.value for k, c in self.controls.items()})
+        self.figure = self._draw(self.state)
+        self.out.clear_output(wait=True)
+        with self.out:
+            display(self.figure)
+
+
+def ste_explorer() -> Explorer:
+    """Bits, scheme and range of the grid; shows the staircase and its STE mask."""
+    controls = {
+        "bits": widgets.IntSlider(value=3, min=2, max=8, description="bits"),
+        "symmetric": widgets.ToggleButtons(options=[("symmetric", True), ("affine", False)],
+                                           value=True),
+        "lo": widgets.FloatSlider(value=-1.0, min=-2.0, max=0.0, step=0.1, description="min"),
+        "hi": widgets.FloatSlider(value=1.0, min=0.1, max=2.0, step=0.1, description="max"),
+    }
+
+    def draw(s):
+        fig = Figure(figsize=(11, 3.8), layout="constrained")
+        _ste_axes(fig, s, f"{s['levels']} levels, scale {s['scale']:.4g}, "
+                          f"zero point {s['zero_point']}, codes [{s['qmin']}, {s['qmax']}]")
+        return fig
+
+    return Explorer("Fake quantization and its straight-through estimator", controls,
+                    ste_curve, draw)
+
+
+def master_explorer() -> Explorer:
+    """Learning rate of lecture 06's master-weights demo; redraws the loss curves."""
+    controls = {"lr": widgets.SelectionSlider(options=[0.001, 0.003, 0.01, 0.03, 0.1],
+                                              value=0.01, description="lr")}
+
+    def compute(lr):
+        d = L.master_weights_demo(lr=lr)
+        return {"demo": d, "final": {k: float(v[-1]) for k, v in d.curves.items()}}
+
+    return Explorer("Why master weights: change the learning rate", controls, compute,
+                    lambda s: plot_master_curves(s["demo"]))
