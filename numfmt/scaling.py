@@ -25,7 +25,7 @@ class Scaled(NamedTuple):
     """Result of :func:`quantize_with_scale`."""
 
     values: np.ndarray  #: dequantized values, float64, shape of x
-    clipped: float      #: fraction of elements with |x / scale| > fmt.max_value (saturated)
+    clipped: float      #: fraction of elements saturated (see quantize_with_scale)
     flushed: float      #: fraction of non-zero elements that became zero
 
 
@@ -77,8 +77,12 @@ def quantize_with_scale(x, fmt: FloatFormat, scale: float) -> Scaled:
     Returns
     -------
     Scaled
-        ``values`` (float64, shape of x); ``clipped``: fraction of elements saturated;
-        ``flushed``: fraction of the non-zero elements that round to zero (0 if none).
+        ``values`` (float64, shape of x); ``clipped``: fraction of elements saturated, i.e. with
+        ``|x / scale|`` beyond the midpoint between ``max_value`` and the next binade's first
+        step, where round to nearest would leave the grid (values between ``max_value`` and
+        that midpoint round to ``max_value`` anyway and are not counted; nor is the element
+        that maps exactly onto ``max_value`` up to float rounding); ``flushed``: fraction of
+        the non-zero elements that round to zero (0 if none).
 
     Raises
     ------
@@ -96,7 +100,8 @@ def quantize_with_scale(x, fmt: FloatFormat, scale: float) -> Scaled:
     values = fmt.round(y) * scale
     nonzero = x != 0
     flushed = float(np.mean(values[nonzero] == 0)) if nonzero.any() else 0.0
-    return Scaled(values, float(np.mean(np.abs(y) > fmt.max_value)), flushed)
+    top = fmt.max_value + np.ldexp(1.0, fmt.emax - fmt.man_bits) / 2  # overflow midpoint
+    return Scaled(values, float(np.mean(np.abs(y) > top)), flushed)
 
 
 def delayed_scales(amaxes, fmt: FloatFormat, history: int = 16, margin: int = 0) -> np.ndarray:

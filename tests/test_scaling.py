@@ -15,13 +15,21 @@ def test_scale_from_amax_hand_values():
 
 
 def test_quantize_with_scale_maps_amax_to_max_and_counts():
-    x = np.array([0.0, 1e-9, 1.0, -6.0, 12.0])
+    x = np.array([0.0, 1e-9, 1.0, -6.0, 12.0, 6.9])
     r = quantize_with_scale(x, FP4_E2M1, 1.0)
-    assert r.values.tolist() == [0.0, 0.0, 1.0, -6.0, 6.0]
-    assert r.clipped == 1 / 5                  # 12 > 6
-    assert r.flushed == 1 / 4                  # 1e-9 of the four non-zero values
+    assert r.values.tolist() == [0.0, 0.0, 1.0, -6.0, 6.0, 6.0]
+    # E2M1's next step above 6 would be 8: only beyond the midpoint 7 is a value clipped
+    assert r.clipped == 1 / 6                  # 12 > 7; 6.9 rounds to 6 anyway
+    assert r.flushed == 1 / 5                  # 1e-9 of the five non-zero values
     r = quantize_with_scale(x, FP4_E2M1, 2.0)  # 12 / 2 = 6 fits exactly
-    assert r.values[-1] == 12.0 and r.clipped == 0.0
+    assert r.values[-2] == 12.0 and r.clipped == 0.0
+
+
+def test_amax_mapped_onto_max_is_not_counted_as_clipped():
+    x = np.random.default_rng(0).standard_normal(4096) * 3.7
+    s = float(scale_from_amax(np.abs(x).max(), FP8_E4M3))
+    assert quantize_with_scale(x, FP8_E4M3, s).clipped == 0.0
+    assert quantize_with_scale(x, FP8_E4M3, s / 2).clipped > 0.0
 
 
 def test_delayed_scales_against_a_written_out_loop():
