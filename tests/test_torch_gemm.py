@@ -1,0 +1,261 @@
+"""numfmt.torch.gemm and numfmt.torch.bench: exactness, agreement with torch's kernels, errors.
+
+Oracles: int64 matrix products; torch._scaled_mm (CPU in torch 2.13, cuBLASLt on CUDA) for the
+FP8 emulation; dequantize-then-multiply in float64 for block-scaled GEMMs; hand arithmetic.
+"""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import numfmt as nf  # noqa: E402
+import numfmt.torch as nt  # noqa: E402
+from numfmt.torch import bench, gemm  # noqa: E402
+
+CUDA = torch.cuda.is_available()
+DEVICES = [
+    pytest.param("cpu"),
+    pytest.param("cuda", marks=[pytest.mark.gpu,
+                                pytest.mark.skipif(not CUDA, reason="needs a CUDA device")]),
+]
+
+
+def operands(m=32, k=64, n=48, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((m, k)) * np.exp2(rng.integers(0, 10, (m, 1))), \
+        rng.standard_normal((n, k))
+
+
+# ---------------------------------------------------------------- int8
+def test_int32_safe_k_by_hand():
+    # 2^31 - 1 = 2147483647; 2147483647 // 16384 = 131071 and // 16129 = 133144.
+    assert gemm.int32_safe_k() == 131071 and 131071 * 16384 <= 2**31 - 1 < 131072 * 16384
+    assert gemm.int32_safe_k(127, 127) == 133144
+    assert 133144 * 16129 <= 2**31 - 1 < 133145 * 16129
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_int8_mm_is_exact_below_the_limit_and_wraps_above(device):
+    g = torch.Generator().manual_seed(0)
+    a = torch.randint(-128, 128, (24, 512), generator=g, dtype=torch.int8).to(device)
+    b = torch.randint(-128, 128, (512, 40), generator=g, dtype=torch.int8).to(device)
+    got = gemm.int8_mm(a, b)
+    assert got.dtype == torch.int32 and got.device.type == device
+    assert torch.equal(got.cpu().to(torch.int64), gemm.int8_mm_reference(a, b))
+    k = gemm.int32_safe_k() + 1
+    a = torch.full((17, k), -128, dtype=torch.int8, device=device)
+    b = torch.full((k, 8), -128, dtype=torch.int8, device=device)
+    # 131072 * 16384 = 2^31 wraps to -2^31 in two's complement.
+    assert int(gemm.int8_mm(a, b)[0, 0]) == -2**31
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_int8_linear_zero_point_correction_is_exact(device):
+    x, w = operands()
+    x = np.abs(x)  # ReLU-like: a non-trivial zero point
+    r = gemm.int8_linear(torch.from_numpy(x), torch.from_numpy(w), device=device)
+    assert r.acc.dtype == torch.int32
+    assert torch.equal(r.acc.cpu().to(torch.int64) - r.correction.cpu(), r.exact)
+    # The oracle for the codes and the zero point is numfmt on numpy.
+    q = nf.quantize_int(x, 8, symmetric=False)
+    assert r.zero_point == int(q.zero_point.ravel()[0])
+    exact = (q.codes - q.zero_point) @ nf.quantize_int(w, 8, granularity="channel").codes.T
+    np.testing.assert_array_equal(r.exact.numpy(), exact)
+    # float64 pipeline: s_x s_w times an exact integer; one rounding each, so 4 ulps bound it.
+    deq = r.x_hat.cpu() @ r.w_hat.cpu().T
+    assert float((r.y.cpu() - deq).abs().max()) <= 4 * np.finfo(float).eps * float(
+        (r.x_hat.abs().cpu() @ r.w_hat.abs().cpu().T).max())
+
+
+@pytest.mark.parametrize("call,err,match", [
+    (lambda: gemm.int8_mm(torch.zeros(2, 3), torch.zeros(3, 2)), TypeError, "int8"),
+    (lambda: gemm.int8_mm(torch.zeros(2, 3, dtype=torch.int8),
+                          torch.zeros(4, 2, dtype=torch.int8)), ValueError, "inner"),
+    (lambda: gemm.int8_mm(torch.zeros(3, dtype=torch.int8),
+                          torch.zeros(3, 2, dtype=torch.int8)), ValueError, "2-D"),
+    (lambda: gemm.int8_mm(np.zeros((2, 2), np.int8), np.zeros((2, 2), np.int8)), TypeError,
+     "torch tensors"),
+    (lambda: gemm.int32_safe_k(0, 128), ValueError, "positive integer"),
+    (lambda: gemm.int8_linear(np.ones((4, 8)), np.ones((4, 6))), ValueError, r"\(N, K\)"),
+    (lambda: gemm.int8_linear(np.array([[1.0, np.nan]]), np.ones((2, 2))), ValueError,
+     "non-finite"),
+])
+def test_int8_bad_input(call, err, match):
+    with pytest.raises(err, match=match):
+        call()
+
+
+# ---------------------------------------------------------------- FP8
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fmt", [nf.FP8_E4M3, nf.FP8_E5M2], ids=lambda f: f.name)
+@pytest.mark.parametrize("granularity", ["tensor", "row"])
+def test_fp8_quantize_elements_are_numfmt_rounding(fmt, granularity, device):
+    x, _ = operands()
+    q = gemm.fp8_quantize(torch.from_numpy(x), fmt, granularity, device=device)
+    assert q.scale.dtype == torch.float32
+    assert q.scale.shape == (() if granularity == "tensor" else (x.shape[0], 1))
+    s = q.scale.cpu().double().numpy()
+    amax = np.abs(x).max() if granularity == "tensor" else np.abs(x).max(1, keepdims=True)
+    np.testing.assert_array_equal(s, np.float32(amax / fmt.max_value))
+    np.testing.assert_array_equal(q.data.cpu().double().numpy(), fmt.round(x / s))
+
+
+def _fp8_case(granularity, fx=nf.FP8_E4M3, fw=nf.FP8_E4M3, device="cpu"):
+    x, w = operands(m=32, k=64, n=48)
+    qx = gemm.fp8_quantize(torch.from_numpy(x), fx, granularity, device=device)
+    qw = gemm.fp8_quantize(torch.from_numpy(w), fw, granularity, device=device)
+    sb = qw.scale.reshape(1, -1) if granularity == "row" else qw.scale
+    return qx, qw, sb
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("granularity", ["tensor", "row"])
+@pytest.mark.parametrize("fx", [nf.FP8_E4M3, nf.FP8_E5M2], ids=lambda f: f.name)
+def test_scaled_mm_emulation_matches_torch_scaled_mm(fx, granularity, device):
+    if device == "cuda" and (granularity == "row" and fx is nf.FP8_E5M2):
+        pytest.skip("cuBLAS row-wise scaling takes E4M3 operands only")
+    qx, qw, sb = _fp8_case(granularity, fx, device=device)
+    emu = gemm.scaled_mm(qx.data, qw.data.t(), qx.scale, sb, emulate=True)
+    ref = torch._scaled_mm(qx.data, qw.data.t(), scale_a=qx.scale, scale_b=sb,
+                           out_dtype=torch.bfloat16)
+    assert emu.dtype == torch.bfloat16 and emu.shape == (32, 48)
+    # Exact products; float32 sums in another order differ by a few float32 ulps, which
+    # changes a bf16 rounding at most by one bf16 ulp (2^-8 relative to the value).
+    diff = (emu.float() - ref.float()).abs()
+    assert bool((diff <= 2.0**-7 * ref.float().abs()).all())
+    assert float((emu == ref).float().mean()) > 0.99
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fp8_linear_error_against_a_float64_oracle(device):
+    x, w = operands(m=32, k=64, n=48)
+    for gran in ("tensor", "row"):
+        y = gemm.fp8_linear(torch.from_numpy(x), torch.from_numpy(w), granularity=gran,
+                            device=device).cpu().double()
+        qx, qw, _ = _fp8_case(gran)
+        deq = (qx.data.double() * qx.scale.double()) @ (qw.data.double() * qw.scale.double()).T
+        # Only the fp32 accumulation and the final bf16 rounding separate y from deq.
+        assert float(((y - deq).abs() / deq.abs().clamp_min(1e-30)).max()) <= 2.0**-8 + 1e-6
+
+
+@pytest.mark.parametrize("call,err,match", [
+    (lambda q, s: gemm.scaled_mm(q.data.float(), q.data.t(), q.scale, q.scale), TypeError,
+     "float8"),
+    (lambda q, s: gemm.scaled_mm(q.data, q.data.t().contiguous(), q.scale, q.scale), ValueError,
+     "column-major"),
+    (lambda q, s: gemm.scaled_mm(q.data.t().contiguous().t(), q.data.t(), q.scale, q.scale),
+     ValueError, "row-major"),
+    (lambda q, s: gemm.scaled_mm(q.data[:, :40], q.data[:, :40].t(), q.scale, q.scale),
+     ValueError, "multiples of 16"),
+    (lambda q, s: gemm.scaled_mm(q.data, q.data[:24].t(), q.scale, q.scale), ValueError,
+     "multiples of 16"),
+    (lambda q, s: gemm.scaled_mm(q.data, q.data.t(), q.scale.double(), q.scale), TypeError,
+     "float32"),
+    (lambda q, s: gemm.scaled_mm(q.data, q.data.t(), q.scale * np.inf, q.scale), ValueError,
+     "positive and finite"),
+    (lambda q, s: gemm.scaled_mm(q.data, q.data.t(), q.scale * 0, q.scale), ValueError,
+     "positive and finite"),
+    (lambda q, s: gemm.scaled_mm(q.data, q.data.t(), torch.ones(32, 1), torch.ones(48, 1)),
+     ValueError, "per row"),
+    (lambda q, s: gemm.scaled_mm(q.data, gemm.fp8_quantize(np.ones((16, 32))).data.t(),
+                                 q.scale, q.scale), ValueError, "inner"),
+    (lambda q, s: gemm.scaled_mm(s.data, s.data.t(), s.scale, s.scale), ValueError, "E5M2 x E5M2"),
+    (lambda q, s: gemm.fp8_quantize(np.ones((2, 16)), nf.FP4_E2M1), TypeError, "FP8_E4M3"),
+    (lambda q, s: gemm.fp8_quantize(np.ones(16)), ValueError, "2-D"),
+    (lambda q, s: gemm.fp8_quantize(np.ones((2, 16)), granularity="block"), ValueError,
+     "granularity"),
+    (lambda q, s: gemm.fp8_quantize(np.full((2, 16), np.inf)), ValueError, "non-finite"),
+])
+def test_scaled_mm_bad_input(call, err, match):
+    x = np.random.default_rng(0).standard_normal((32, 48))
+    q = gemm.fp8_quantize(x)
+    s = gemm.fp8_quantize(x, nf.FP8_E5M2)
+    with pytest.raises(err, match=match):
+        call(q, s)
+
+
+# ---------------------------------------------------------------- block-scaled
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("quantize", [
+    lambda t, device=None: nt.mx_quantize(t, nf.FP8_E4M3, device=device),
+    lambda t, device=None: nt.mx_quantize(t, nf.FP4_E2M1, device=device),
+    lambda t, device=None: nt.nvfp4_quantize(t, device=device),
+], ids=["MXFP8", "MXFP4", "NVFP4"])
+def test_block_scaled_mm_equals_dequantize_then_multiply(quantize, device):
+    x, w = operands(m=16, k=128, n=24)
+    y, qx, qw = gemm.block_scaled_linear(torch.from_numpy(x), torch.from_numpy(w), quantize,
+                                         device=device)
+    # Oracle: numpy float64 product of numfmt's dequantized values (numfmt.torch's values are
+    # bit-identical to them). Different summation orders: bound by K ulps of sum |x||w|.
+    deq = qx.values.cpu().numpy() @ qw.values.cpu().numpy().T
+    bound = 128 * np.finfo(float).eps * (np.abs(qx.values.cpu().numpy())
+                                         @ np.abs(qw.values.cpu().numpy()).T)
+    assert np.all(np.abs(y.cpu().numpy() - deq) <= bound)
+
+
+def test_block_scaled_mm_bad_input():
+    a = nt.mx_quantize(np.ones((4, 64)), nf.FP4_E2M1)
+    b = nt.nvfp4_quantize(np.ones((4, 64)))
+    with pytest.raises(ValueError, match="block sizes differ"):
+        gemm.block_scaled_mm(a, b)
+    with pytest.raises(ValueError, match=r"\(M, K\)"):
+        gemm.block_scaled_mm(a, nt.mx_quantize(np.ones((4, 32)), nf.FP4_E2M1))
+
+
+def test_native_block_scaled_needs_cuda_capability_10():
+    want = CUDA and torch.cuda.get_device_capability()[0] == 10
+    assert gemm.native_block_scaled_available() == want
+    assert gemm.native_block_scaled_available("cpu") is False
+
+
+# ---------------------------------------------------------------- bench (CPU smoke tests)
+def test_median_ms_is_the_median_of_the_runs():
+    calls = []
+    t = bench.median_ms(lambda: calls.append(1), "cpu", warmup=2, iters=5)
+    assert len(calls) == 7 and t >= 0
+    with pytest.raises(ValueError, match="iters"):
+        bench.median_ms(lambda: None, "cpu", iters=0)
+
+
+@pytest.mark.parametrize("kind", bench.GEMM_KINDS)
+def test_gemm_setup_runs_each_kind_on_the_cpu(kind):
+    out = bench.gemm_setup(kind, 32, "cpu")()
+    assert out.shape == (32, 32)
+    assert out.dtype == (torch.int32 if kind == "int8" else torch.bfloat16)
+    r = bench.gemm_tflops(kind, 32, "cpu", warmup=1, iters=2)
+    assert r["tflops"] == pytest.approx(2 * 32**3 / (r["ms"] * 1e-3) / 1e12)
+
+
+def test_throughput_rows_and_quantize_bandwidth_on_the_cpu():
+    rows = bench.throughput_rows((32,), "cpu", iters=2)
+    assert [r["kind"] for r in rows] == list(bench.GEMM_KINDS)
+    assert rows[0]["vs_bf16"] == 1.0
+    for kernel in bench.QUANT_KERNELS:
+        q = bench.quantize_bandwidth(kernel, 4096, "cpu", warmup=1, iters=2)
+        # amax reads 2 bytes per bf16 element; the casts read 2 and write 1.
+        assert q["gbytes"] == (2 if kernel == "amax" else 3) * 4096 / 1e9
+        assert q["gbs"] == pytest.approx(q["gbytes"] / (q["ms"] * 1e-3))
+
+
+def test_peak_bandwidth_by_name_and_from_clock():
+    class P:
+        name, memory_clock_rate, memory_bus_width = "NVIDIA H200", 2_619_000, 6144
+    assert bench.peak_from_properties(P) == 4800.0
+    P.name = "NVIDIA H100 80GB HBM3"
+    assert bench.peak_from_properties(P) == 3350.0
+    P.name = "Some GPU"
+    # 2 (double data rate) * 2.619e9 Hz * 6144 bits / 8 = 4022.8 GB/s.
+    assert bench.peak_from_properties(P) == pytest.approx(2 * 2.619e9 * 768 / 1e9)
+    assert bench.peak_bandwidth_gbs("cpu") is None
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda: bench.gemm_setup("fp16", 32, "cpu"), "kind"),
+    (lambda: bench.gemm_setup("bf16", 40, "cpu"), "multiple of 16"),
+    (lambda: bench.quantize_setup("cast", 10, "cpu"), "kernel"),
+    (lambda: bench.quantize_setup("amax", 0, "cpu"), "positive"),
+])
+def test_bench_bad_input(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
