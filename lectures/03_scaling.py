@@ -1,0 +1,320 @@
+"""
+Lecture 03: scaling: why low-precision formats need a scale, and how coarse it can be.
+
+The question
+    FP8 covers about 18 binades (E4M3) or 32 (E5M2), FP4 only 4. Real tensors sit anywhere:
+    weights near 0.02, gradients near 1e-6. How is a tensor moved into a format's range, which
+    FP8 format suits weights, activations and gradients, what does it cost to compute the scale
+    from past steps instead of the current tensor, and what can one outlier do to a scale?
+
+      Demo 1  Whole-tensor scaling into E4M3 and E5M2 for weights, activations and gradients,
+              against casting without a scale.
+      Demo 2  Delayed scaling (amax history) against current scaling over a run with a spike.
+      Demo 3  One outlier: what it does to a whole-tensor scale in INT8, FP8 and FP4, and to
+              NVFP4's block scales.
+      Demo 4  The first NVFP4 against whole-tensor comparison, on 2^20 weight-like values
+              (Student-t(5) × 0.02, seed 0): the data lecture 05 returns to.
+
+How to read the output
+    Errors are relative errors ||q - x|| / ||x|| in percent; SQNR is in dB. "Flushed" counts the
+    non-zero values that became zero, "clipped" those that saturated at the format's largest
+    value. All data are synthetic with fixed seeds, so the output is the same on every run.
+
+Run
+    python lectures/03_scaling.py      (about 1 s)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from console import print_header, print_observations, print_table
+from numfmt import (FP4_E2M1, FP8_E4M3, FP8_E5M2, nvfp4_quantize, quantize_int, rel_error,
+                    sqnr_db, tensor_scaled)
+from numfmt.scaling import delayed_scales, quantize_with_scale, scale_from_amax
+
+FP8 = (FP8_E4M3, FP8_E5M2)
+
+
+def fraction_flushed(q: np.ndarray, x: np.ndarray) -> float:
+    """Fraction of the non-zero values of ``x`` that ``q`` stores as zero."""
+    nz = x != 0
+    return float(np.mean(q[nz] == 0))
+
+
+# ---------------------------------------------------------------------------------------------
+# Demo 1: whole-tensor scaling into FP8
+# ---------------------------------------------------------------------------------------------
+def training_tensors(n: int = 1 << 16, seed: int = 0) -> dict:
+    """Three synthetic tensors in drawing order: name -> float64 array of ``n`` values.
+
+    weights: Student-t(5) × 0.02. activations: Gaussian × a log-normal factor (σ = 1) × 8, a
+    heavy tail reaching the hundreds. gradients: Gaussian × 1e-6 × a log-normal factor (σ = 2):
+    tiny, and spread over many binades.
+    """
+    rng = np.random.default_rng(seed)
+    return {"weights": rng.standard_t(5, n) * 0.02,
+            "activations": rng.standard_normal(n) * np.exp(rng.normal(0.0, 1.0, n)) * 8,
+            "gradients": rng.standard_normal(n) * 1e-6 * np.exp(rng.normal(0.0, 2.0, n))}
+
+
+@dataclass
+class TensorScalingResult:
+    rows: list          # one dict per (tensor, format)
+    spread: dict        # tensor -> log2(amax / median |x|), in binades
+
+
+def demo1_tensor_scaling(n: int = 1 << 16, seed: int = 0) -> TensorScalingResult:
+    """Cast each tensor into E4M3 and E5M2 without a scale, and with ``s = amax / max_value``.
+
+    What to notice: without a scale, the gradients vanish (almost all flush to zero) and large
+    activations saturate. With one scale per tensor every tensor fits. E4M3, with one more
+    mantissa bit, has about half E5M2's error on every tensor; E5M2's extra binades keep the
+    smallest gradients from flushing to zero. Hence the usual FP8 training recipe: E4M3 for
+    weights and activations, E5M2 for gradients.
+    """
+    rows, spread = [], {}
+    for name, x in training_tensors(n, seed).items():
+        a = np.abs(x)
+        spread[name] = float(np.log2(a.max() / np.median(a)))
+        for fmt in FP8:
+            raw = fmt.round(x)                                   # no scale, saturating
+            q = tensor_scaled(x, fmt)
+            rows.append(dict(tensor=name, fmt=fmt.name,
+                             raw_error=rel_error(raw, x), raw_flushed=fraction_flushed(raw, x),
+                             raw_clipped=float(np.mean(a > fmt.max_value)),
+                             error=rel_error(q.values, x), flushed=fraction_flushed(q.values, x),
+                             scale=q.tensor_scale))
+    return TensorScalingResult(rows, spread)
+
+
+def show_demo1(r: TensorScalingResult) -> None:
+    print_header("Demo 1: weights, activations and gradients in FP8, with and without a scale")
+    print_table(["tensor", "format", "no scale: error", "flushed", "clipped",
+                 "tensor scale: error", "flushed", "scale"],
+                [[d["tensor"], d["fmt"], f"{d['raw_error'] * 100:.3g}%",
+                  f"{d['raw_flushed'] * 100:.3g}%", f"{d['raw_clipped'] * 100:.3g}%",
+                  f"{d['error'] * 100:.3g}%", f"{d['flushed'] * 100:.3g}%", f"{d['scale']:.3g}"]
+                 for d in r.rows])
+    print("Spread of each tensor, log2(max|x| / median|x|): "
+          + ", ".join(f"{k} {v:.1f} binades" for k, v in r.spread.items()))
+    d = {(row["tensor"], row["fmt"]): row for row in r.rows}
+    g4, g5 = d["gradients", "E4M3"], d["gradients", "E5M2"]
+    print_observations([
+        f"Without a scale, {g4['raw_flushed'] * 100:.2f}% of the gradients flush to zero in E4M3 "
+        f"and {g5['raw_flushed'] * 100:.0f}% in E5M2: values near 1e-6 lie below both formats' "
+        f"smallest subnormals. {d['activations', 'E4M3']['raw_clipped'] * 100:.2f}% of the "
+        "activations exceed E4M3's 448 and saturate.",
+        "With one scale per tensor (amax maps onto the largest value) everything fits, and E4M3's "
+        f"error is about half of E5M2's on each tensor (weights {d['weights', 'E4M3']['error'] * 100:.1f}% "
+        f"against {d['weights', 'E5M2']['error'] * 100:.1f}%): one more mantissa bit halves the step.",
+        f"The gradients spread over {r.spread['gradients']:.0f} binades between median and max. "
+        f"Scaled into E4M3, {g4['flushed'] * 100:.1f}% of them still flush to zero; E5M2, with "
+        f"its extra range, flushes {g5['flushed'] * 100:.2g}%. Small gradients carry the signal of "
+        "rare features, so FP8 training stores gradients in E5M2 and the rest in E4M3.",
+    ])
+
+
+# ---------------------------------------------------------------------------------------------
+# Demo 2: delayed against current scaling
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class DelayedResult:
+    amax: np.ndarray            # (T,) amax of each step's tensor
+    scales: dict                # "current" / "delayed" -> (T,) scales used
+    errors: dict                # same keys -> (T,) relative errors
+    clipped: dict               # same keys -> (T,) fractions clipped
+    spike_step: int
+    history: int
+
+
+def demo2_delayed_scaling(steps: int = 64, n: int = 4096, spike_step: int = 40,
+                          spike: float = 8.0, history: int = 16, seed: int = 0) -> DelayedResult:
+    """A run of ``steps`` activation tensors in E4M3 whose amax drifts up by 2% a step and jumps
+    ``spike``-fold at ``spike_step``; each is quantized with the current amax and with the
+    largest amax of the last ``history`` steps.
+
+    What to notice: delayed scaling matches current scaling while the amax drifts, but at the
+    spike its scale is too small and the largest values clip. After the spike, the history
+    keeps the scale ``spike`` times too large for ``history`` steps; in FP8 that costs little,
+    because relative precision is the same in every binade.
+    """
+    rng = np.random.default_rng(seed)
+    growth = 1.02 ** np.arange(steps)
+    growth[spike_step] *= spike
+    xs = rng.standard_normal((steps, n)) * growth[:, None]             # (T, n)
+    amax = np.abs(xs).max(axis=1)                                       # (T,)
+    scales = {"current": scale_from_amax(amax, FP8_E4M3),
+              "delayed": delayed_scales(amax, FP8_E4M3, history=history)}
+    errors, clipped = {}, {}
+    for kind, s in scales.items():
+        res = [quantize_with_scale(x, FP8_E4M3, st) for x, st in zip(xs, s)]
+        errors[kind] = np.array([rel_error(q.values, x) for q, x in zip(res, xs)])
+        clipped[kind] = np.array([q.clipped for q in res])
+    return DelayedResult(amax, scales, errors, clipped, spike_step, history)
+
+
+def show_demo2(r: DelayedResult) -> None:
+    print_header("Demo 2: delayed scaling (amax history) against current scaling, E4M3")
+    t = r.spike_step
+    after = slice(t + 1, t + 1 + r.history)
+    calm = np.r_[1:t]
+    rows = []
+    for kind in ("current", "delayed"):
+        e, c = r.errors[kind], r.clipped[kind]
+        rows.append([kind, f"{e[calm].mean() * 100:.2f}%", f"{e[t] * 100:.2f}%",
+                     f"{c[t] * 100:.2f}%", f"{e[after].mean() * 100:.2f}%",
+                     int(np.sum(c > 0))])
+    print_table(["scaling", "error before the spike", "error at the spike", "clipped at the spike",
+                 f"error in the {r.history} steps after", "steps with clipping"], rows)
+    e, c = r.errors, r.clipped
+    print_observations([
+        f"Before the spike the amax grows 2% a step; the delayed scale lags behind and clips "
+        f"slightly on {int(np.sum(c['delayed'][calm] > 0))} of {calm.size} steps, yet its error "
+        f"({e['delayed'][calm].mean() * 100:.2f}%) matches current scaling's "
+        f"({e['current'][calm].mean() * 100:.2f}%).",
+        f"At the spike (step {t}, amax × {r.amax[t] / r.amax[t - 1]:.1f}) the delayed scale is "
+        f"still the old one: {c['delayed'][t] * 100:.1f}% of the values clip and the error jumps "
+        f"to {e['delayed'][t] * 100:.1f}%. Current scaling has no such step, at the cost of "
+        "finding the amax before quantizing.",
+        f"For {r.history} steps after the spike the delayed scale is about "
+        f"{r.scales['delayed'][t + 1] / r.scales['current'][t + 1]:.0f}x too large; the error is "
+        f"{e['delayed'][after].mean() * 100:.2f}% against {e['current'][after].mean() * 100:.2f}%. "
+        "In FP8 a scale that is too large only moves values down a few binades, where the "
+        "relative spacing is the same; a scale that is too small clips.",
+    ])
+
+
+# ---------------------------------------------------------------------------------------------
+# Demo 3: one outlier
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class OutlierResult:
+    factor: float       # the outlier is factor × the largest |x| of the clean tensor
+    rows: list          # one dict per quantizer: error on the other values, clean and with outlier
+
+
+OUTLIER_QUANTIZERS = {
+    "INT8, one tensor scale": lambda x: quantize_int(x, 8).values,
+    "FP8 E4M3, one tensor scale": lambda x: tensor_scaled(x, FP8_E4M3).values,
+    "FP4 E2M1, one tensor scale": lambda x: tensor_scaled(x, FP4_E2M1).values,
+    "NVFP4 (16 per E4M3 scale)": lambda x: nvfp4_quantize(x).values,
+}
+
+
+def demo3_one_outlier(n: int = 1 << 16, factor: float = 100.0, seed: int = 0) -> OutlierResult:
+    """Weight-like data (Student-t(5) × 0.02), clean and with one value set to ``factor`` × amax.
+
+    The error is measured on the other ``n - 1`` values: the outlier itself is always stored
+    well, since the scale is built around it.
+
+    What to notice: one value in 65,536 multiplies the INT8 and FP4 errors of everyone else,
+    because a whole-tensor scale stretches to reach it. E4M3 barely notices: its grid is
+    relative, so shifting all values down by 7 binades costs nothing until they reach the
+    subnormals. NVFP4 confines the damage to the outlier's block of 16.
+    """
+    rng = np.random.default_rng(seed)
+    x = rng.standard_t(5, n) * 0.02
+    y = x.copy()
+    i = n // 2
+    y[i] = factor * np.abs(x).max()
+    others = np.arange(n) != i
+    rows = []
+    for name, quant in OUTLIER_QUANTIZERS.items():
+        qx, qy = quant(x), quant(y)
+        rows.append(dict(name=name, clean=rel_error(qx[others], x[others]),
+                         outlier=rel_error(qy[others], y[others]),
+                         flushed=fraction_flushed(qy[others], y[others])))
+    return OutlierResult(factor, rows)
+
+
+def show_demo3(r: OutlierResult) -> None:
+    print_header(f"Demo 3: one outlier ({r.factor:g} × the largest value) in 65,536 weights")
+    print_table(["quantizer", "error without outlier", "error with outlier", "ratio",
+                 "others flushed to 0"],
+                [[d["name"], f"{d['clean'] * 100:.2f}%", f"{d['outlier'] * 100:.2f}%",
+                  f"{d['outlier'] / d['clean']:.1f}x", f"{d['flushed'] * 100:.2f}%"]
+                 for d in r.rows])
+    d = {row["name"]: row for row in r.rows}
+    i8, f8 = d["INT8, one tensor scale"], d["FP8 E4M3, one tensor scale"]
+    f4, nv = d["FP4 E2M1, one tensor scale"], d["NVFP4 (16 per E4M3 scale)"]
+    print_observations([
+        f"INT8's error grows {i8['outlier'] / i8['clean']:.0f}x: its uniform step is set by the "
+        f"outlier, and {i8['flushed'] * 100:.1f}% of the other weights round to zero.",
+        f"FP4 E2M1 with one scale was already poor ({f4['clean'] * 100:.0f}%) and becomes useless: "
+        f"{f4['flushed'] * 100:.1f}% of the weights flush to zero, error {f4['outlier'] * 100:.0f}%.",
+        f"FP8 E4M3 changes from {f8['clean'] * 100:.2f}% to {f8['outlier'] * 100:.2f}%: its "
+        "relative grid does not care where the scale puts the values, as long as they stay above "
+        "the subnormals.",
+        f"NVFP4 goes from {nv['clean'] * 100:.2f}% to {nv['outlier'] * 100:.2f}%: only the 15 "
+        "neighbours sharing the outlier's block lose their precision.",
+    ])
+
+
+# ---------------------------------------------------------------------------------------------
+# Demo 4: NVFP4 against whole-tensor scaling
+# ---------------------------------------------------------------------------------------------
+def student_t_weights(n: int = 1 << 20, seed: int = 0) -> np.ndarray:
+    """Weight-like data: ``n`` draws of Student-t(5) × 0.02 with ``default_rng(seed)``.
+
+    Lecture 05 (demo 4) reuses exactly these values.
+    """
+    return np.random.default_rng(seed).standard_t(df=5, size=n) * 0.02
+
+
+@dataclass
+class NvfpResult:
+    n: int
+    rows: list          # one dict per format: bits per element, error, SQNR, flushed
+
+
+def demo4_nvfp4_vs_tensor(n: int = 1 << 20, seed: int = 0) -> NvfpResult:
+    """FP4 E2M1 and FP8 E4M3 with one scale for the tensor, against NVFP4's two-level scales.
+
+    What to notice: FP4 with a single scale loses most of the signal; NVFP4 spends half a bit
+    more per value on an E4M3 scale for every 16 values and brings the error down about
+    sevenfold. FP8 with one scale is better still, at almost twice the bits.
+    """
+    x = student_t_weights(n, seed)
+    rows = []
+    for name, q in (("FP4 E2M1, one tensor scale", tensor_scaled(x, FP4_E2M1)),
+                    ("NVFP4 (E2M1, 16 per E4M3 scale + FP32)", nvfp4_quantize(x)),
+                    ("FP8 E4M3, one tensor scale", tensor_scaled(x, FP8_E4M3))):
+        rows.append(dict(name=name, bits=q.bits_per_element, error=rel_error(q.values, x),
+                         sqnr=sqnr_db(q.values, x), flushed=fraction_flushed(q.values, x),
+                         # E2M1 rounds |y| <= half its smallest subnormal to 0; amax maps to max
+                         flush_fraction_of_amax=FP4_E2M1.max_value / (FP4_E2M1.min_subnormal / 2)))
+    return NvfpResult(n, rows)
+
+
+def show_demo4(r: NvfpResult) -> None:
+    print_header(f"Demo 4: NVFP4 against one tensor scale, {r.n:,} Student-t(5) × 0.02 values")
+    print_table(["format", "bits per value", "relative error", "SQNR (dB)", "flushed to 0"],
+                [[d["name"], f"{d['bits']:g}", f"{d['error'] * 100:.2f}%", f"{d['sqnr']:.1f}",
+                  f"{d['flushed'] * 100:.2f}%"] for d in r.rows])
+    fp4, nv, fp8 = r.rows
+    print_observations([
+        f"With one scale for the tensor, FP4 E2M1 keeps {100 - fp4['flushed'] * 100:.0f}% of the "
+        f"values away from zero: the scale serves the largest value, and everything up to a "
+        f"{fp4['flush_fraction_of_amax']:.0f}th of it rounds to 0. Error {fp4['error'] * 100:.0f}%, SQNR {fp4['sqnr']:.1f} dB.",
+        f"NVFP4 gives every 16 values their own E4M3 scale (and the tensor an FP32 one): "
+        f"{nv['bits']:g} bits per value, error {nv['error'] * 100:.1f}%, "
+        f"{fp4['error'] / nv['error']:.1f}x smaller, {nv['sqnr'] - fp4['sqnr']:.1f} dB better.",
+        f"FP8 E4M3 with a single scale reaches {fp8['error'] * 100:.2f}% ({fp8['sqnr']:.1f} dB): "
+        "its 18 binades cover the whole tensor. Block scales matter most for the narrowest "
+        "formats; lecture 05 compares them with MXFP4, MXFP6, MXFP8 and INT4 groups on the same "
+        "data.",
+    ])
+
+
+def main() -> None:
+    show_demo1(demo1_tensor_scaling())
+    show_demo2(demo2_delayed_scaling())
+    show_demo3(demo3_one_outlier())
+    show_demo4(demo4_nvfp4_vs_tensor())
+
+
+if __name__ == "__main__":
+    main()
