@@ -14,7 +14,6 @@ from typing import Callable
 
 import ipywidgets as widgets
 import numpy as np
-from IPython.display import display
 from matplotlib.figure import Figure
 
 from numfmt.qat import calibrate_minmax, fake_quantize
@@ -158,9 +157,11 @@ class Explorer:
     def update(self) -> None:
         self.state = self._compute(**{k: c.value for k, c in self.controls.items()})
         self.figure = self._draw(self.state)
-        self.out.clear_output(wait=True)
-        with self.out:
-            display(self.figure)
+        # Replace the Output's contents directly rather than capturing display() in a `with`
+        # block: capture needs a front end, and without one (nbval, nbconvert) the figure would
+        # land in the cell's own output instead.
+        self.out.outputs = ()
+        self.out.append_display_data(self.figure)
 
 
 def ste_explorer() -> Explorer:
