@@ -11,7 +11,8 @@ Two kinds of public functions, both thin layers over lecture 05's experiment fun
 
 Figures are built with ``matplotlib.figure.Figure`` rather than pyplot, so nothing is shown
 twice and nothing leaks between redraws; a notebook displays a returned figure with the inline
-backend, and an explorer displays its own inside an ``ipywidgets.Output``.
+backend, and an explorer puts its own into an ``ipywidgets.Output`` (outside IPython, as in
+pytest, it only keeps it in ``explorer.figure``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Callable
 
 import ipywidgets as widgets
 import numpy as np
-from IPython.display import display
+from IPython import get_ipython
 from matplotlib import ticker
 from matplotlib.figure import Figure
 
@@ -159,9 +160,13 @@ class Explorer:
         """Recompute the state from the controls and redraw the figure in place."""
         self.state = self._compute(**self.values())
         self.figure = self._draw(self.state)
-        with self.out:
-            self.out.clear_output(wait=True)
-            display(self.figure)
+        ip = get_ipython()
+        if ip is not None:
+            # Set the Output's contents from the kernel side instead of capturing display()
+            # with ``with self.out``: capturing needs a frontend, so a headless run (nbval)
+            # would print the figure into the cell instead.
+            data, metadata = ip.display_formatter.format(self.figure)
+            self.out.outputs = ({"output_type": "display_data", "data": data, "metadata": metadata},)
 
     def _repr_mimebundle_(self, **kwargs) -> dict:
         bundle = self.box._repr_mimebundle_(**kwargs)
