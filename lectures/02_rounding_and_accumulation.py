@@ -179,6 +179,7 @@ def show_demo2(r: StochasticResult) -> None:
 @dataclass
 class SwampResult:
     n: int
+    high: float         # terms are uniform in [0, high)
     exact: float        # the exact sum (float64 is exact for these FP16 terms)
     rows: list          # one dict per (accumulator, method)
     partial: dict       # accumulator name -> running sums (sequential), float64 (n,)
@@ -186,8 +187,8 @@ class SwampResult:
     stall: dict         # accumulator -> value where the sequential sum stopped growing
 
 
-def demo3_swamping(n: int = 1 << 14, seed: int = 0) -> SwampResult:
-    """Sum ``n`` FP16 values drawn uniformly from [0, 1) with different accumulators.
+def demo3_swamping(n: int = 1 << 14, high: float = 1.0, seed: int = 0) -> SwampResult:
+    """Sum ``n`` FP16 values drawn uniformly from [0, ``high``) with different accumulators.
 
     What to notice: the FP16 running sum grows until its spacing reaches 2 (at 2048); from then
     on, every term is less than half a spacing and rounds away: the sum is stuck. BF16 gets
@@ -196,8 +197,8 @@ def demo3_swamping(n: int = 1 << 14, seed: int = 0) -> SwampResult:
     without a wider format.
     """
     rng = np.random.default_rng(seed)
-    x = FP16.round(rng.uniform(0.0, 1.0, n))          # the terms are FP16 numbers
-    exact_partial = np.cumsum(x)                       # exact: integers times 2^-24, < 2^53
+    x = FP16.round(rng.uniform(0.0, high, n))         # the terms are FP16 numbers
+    exact_partial = np.cumsum(x)  # exact while sums < 2^29: FP16 values are multiples of 2^-24
     exact = float(exact_partial[-1])
     rows = []
     for fmt, methods in ((FP32, ("sequential",)),
@@ -209,11 +210,12 @@ def demo3_swamping(n: int = 1 << 14, seed: int = 0) -> SwampResult:
                              correctly_rounded=float(fmt.round(exact))))
     partial = {f.name: cumsum_in_format(x, f) for f in (FP32, FP16, BF16)}
     stall = {name: float(p[-1]) for name, p in partial.items() if name != "FP32"}
-    return SwampResult(n, exact, rows, partial, exact_partial, stall)
+    return SwampResult(n, high, exact, rows, partial, exact_partial, stall)
 
 
 def show_demo3(r: SwampResult) -> None:
-    print_header(f"Demo 3: swamping: {r.n:,} numbers from [0, 1) summed in FP32, FP16 and BF16")
+    print_header(f"Demo 3: swamping: {r.n:,} numbers from [0, {r.high:g}) summed in FP32, FP16 "
+                 "and BF16")
     print(f"Exact sum: {r.exact:.4f}")
     print_table(["accumulator", "method", "sum", "relative error", "exact sum rounded to it"],
                 [[d["acc"], d["method"], f"{d['sum']:.6g}", f"{d['rel_error'] * 100:+.2g}%",

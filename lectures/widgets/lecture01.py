@@ -1,0 +1,143 @@
+"""Plots and widgets for notebook 01 (number formats).
+
+``plot_*(result)`` draws what a lecture 01 demo returned and returns a Figure; nothing is
+recomputed. :func:`format_explorer` builds an :class:`~lectures.widgets.lecture05.Explorer`:
+pick a format, type a number, and see its bits, neighbours and rounding error (computed by
+``L.anatomy_of``) and where it sits on the grid. pytest sets ``explorer.controls[...].value``
+and reads ``explorer.state``.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import ipywidgets as widgets
+import numpy as np
+from matplotlib.figure import Figure
+
+from lectures.widgets.lecture05 import Explorer
+from numfmt import FORMATS
+
+L = importlib.import_module("lectures.01_number_formats")
+
+ZOOM = 6  #: grid points shown on each side of the number in the explorer's zoomed panel
+
+
+def _check(r, cls, demo: str):
+    if not isinstance(r, cls):
+        raise TypeError(f"expected the {cls.__name__} that L.{demo}() returns, got {type(r).__name__}")
+
+
+def plot_value_grids(r) -> Figure:
+    """Every non-negative value of E2M1, E2M3, E3M2 and E4M3 on a number line, one row each.
+
+    Parameters
+    ----------
+    r : GridResult from ``L.demo2_value_grids()``
+
+    Raises
+    ------
+    TypeError
+        If ``r`` is not a GridResult.
+    """
+    _check(r, L.GridResult, "demo2_value_grids")
+    fig = Figure(figsize=(11, 5), layout="constrained")
+    axes = fig.subplots(len(r.grids), 1)
+    for i, (ax, (name, g)) in enumerate(zip(axes, r.grids.items())):
+        pos = g[g >= 0]
+        ax.plot(pos, np.zeros_like(pos), "|", ms=18, color=f"C{i}",
+                label=f"{name}: {pos.size} values ≥ 0, max {pos[-1]:g}")
+        ax.set_yticks([])
+        ax.set_ylabel(name)
+        ax.legend(loc="upper left", fontsize=8)
+    axes[-1].set_xlabel("value (dimensionless)")
+    fig.suptitle("The complete non-negative grids: the step doubles at every power of two")
+    return fig
+
+
+def plot_relative_spacing(r) -> Figure:
+    """Relative spacing (gap to the next value / value) against magnitude, log-log, per format.
+
+    Parameters
+    ----------
+    r : SpacingResult from ``L.demo3_relative_spacing()``
+
+    Raises
+    ------
+    TypeError
+        If ``r`` is not a SpacingResult.
+    """
+    _check(r, L.SpacingResult, "demo3_relative_spacing")
+    fig = Figure(figsize=(11, 5), layout="constrained")
+    ax = fig.subplots()
+    for name in ("FP32", "BF16", "FP16", "E4M3", "E5M2", "E2M1"):
+        ax.loglog(r.magnitudes[name], r.rel_spacing[name], lw=1, label=name)
+    ax.set_xlabel("magnitude |x| (dimensionless)")
+    ax.set_ylabel("relative spacing ulp(x) / |x|")
+    ax.set_title("Flat sawtooth in the normal range, rising toward 1 in the subnormals")
+    ax.legend(ncol=2)
+    return fig
+
+
+def format_explorer(fmt: str = "E4M3", value: float = 0.3) -> Explorer:
+    """Pick a format and a number: its bits, neighbours, rounding error, and the grid around it.
+
+    ``state`` holds ``fmt`` (name), ``value``, ``anatomy`` (``L.Anatomy``), ``grid`` (every
+    finite value, ascending) and ``window`` (the grid points drawn in the zoomed panel).
+
+    Raises
+    ------
+    ValueError
+        If ``fmt`` is not a format name of ``numfmt.FORMATS``.
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"fmt must be one of {sorted(FORMATS)}, got {fmt!r}")
+    controls = {"fmt": widgets.Dropdown(options=list(FORMATS), value=fmt, description="format"),
+                "value": widgets.FloatText(value=value, description="number")}
+
+    def compute(fmt, value):
+        f = FORMATS[fmt]
+        grid = f.values()
+        a = L.anatomy_of(f, value)
+        i = int(np.searchsorted(grid, value))
+        window = grid[max(0, i - ZOOM):i + ZOOM]
+        return dict(fmt=fmt, value=float(value), anatomy=a, grid=grid, window=window,
+                    summary=explorer_summary(a))
+
+    return Explorer("Format explorer: bits, neighbours and rounding error", controls,
+                    [["fmt", "value"]], compute, _draw_explorer)
+
+
+def explorer_summary(a) -> str:
+    """Two lines describing an ``L.Anatomy``: the fields, then stored value and error."""
+    if np.isnan(a.stored):
+        return f"{a.fmt}: bits {a.bits}  (NaN: {a.x:g} has no value in {a.fmt})\n"
+    e = f"{a.rel_error * 100:.3g}%" if np.isfinite(a.rel_error) else "n/a"
+    note = " (saturated)" if a.saturated else " (subnormal)" if a.subnormal else ""
+    return (f"{a.fmt}: bits {a.bits} = sign {a.sign}, exponent field {a.exponent}, "
+            f"mantissa field {a.mantissa}{note}\n"
+            f"{a.x:g} is stored as {a.stored:.8g}; neighbours {a.lower:.6g} … {a.upper:.6g}; "
+            f"error {a.abs_error:+.3g} ({e})")
+
+
+def _draw_explorer(s: dict) -> Figure:
+    a, grid, window = s["anatomy"], s["grid"], s["window"]
+    fig = Figure(figsize=(11, 4), layout="constrained")
+    ax1, ax2 = fig.subplots(2, 1)
+    ax1.plot(grid, np.zeros_like(grid), "|", ms=12, color="0.5", label=f"{a.fmt}: all values")
+    ax1.plot([a.x], [0], "v", color="C3", ms=9, label=f"x = {a.x:g}")
+    ax1.set_xscale("symlog", linthresh=float(FORMATS[a.fmt].min_normal))
+    ax1.set_xlabel("value (symmetric log scale)")
+    ax1.set_ylabel("whole grid")
+    ax1.set_yticks([])
+    ax1.legend(loc="upper left", fontsize=8)
+    ax2.plot(window, np.zeros_like(window), "|", ms=18, color="0.5", label="grid")
+    ax2.plot([a.x], [0], "v", color="C3", ms=10, label="x")
+    if np.isfinite(a.stored):
+        ax2.plot([a.stored], [0], "o", mfc="none", color="C0", ms=12, label="stored value")
+    ax2.set_xlabel("value (linear scale, nearby grid points)")
+    ax2.set_ylabel("zoom")
+    ax2.set_yticks([])
+    ax2.legend(loc="upper left", fontsize=8)
+    fig.suptitle(s["summary"], fontsize=9)
+    return fig

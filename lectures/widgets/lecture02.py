@@ -1,0 +1,124 @@
+"""Plots and widgets for notebook 02 (rounding and accumulation).
+
+``plot_*(result)`` draws what a lecture 02 demo returned and returns a Figure. The explorers
+(:func:`swamping_explorer`, :func:`update_explorer`) rerun a lecture demo with the values of
+their controls, keep its result in ``explorer.state["result"]`` and redraw with the same
+``plot_*`` function.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import ipywidgets as widgets
+import numpy as np
+from matplotlib.figure import Figure
+
+from lectures.widgets.lecture05 import Explorer
+
+L = importlib.import_module("lectures.02_rounding_and_accumulation")
+
+
+def _check(r, cls, demo: str):
+    if not isinstance(r, cls):
+        raise TypeError(f"expected the {cls.__name__} that L.{demo}() returns, got {type(r).__name__}")
+
+
+def plot_rounding_bias(r) -> Figure:
+    """Mean rounding error (ulps) of each rule, on data without and with exact ties.
+
+    Parameters
+    ----------
+    r : BiasResult from ``L.demo1_rounding_bias()``
+    """
+    _check(r, L.BiasResult, "demo1_rounding_bias")
+    fig = Figure(figsize=(10, 4), layout="constrained")
+    ax = fig.subplots()
+    data = list(dict.fromkeys(d["data"] for d in r.rows))
+    width = 0.8 / len(L.MODES)
+    for j, mode in enumerate(L.MODES):
+        vals = [next(d["mean_ulp"] for d in r.rows if d["data"] == k and d["mode"] == mode)
+                for k in data]
+        ax.bar(np.arange(len(data)) + (j - 1) * width, vals, width, label=L.MODES[mode])
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set_xticks(range(len(data)), data)
+    ax.set_xlabel("data rounded to E4M3")
+    ax.set_ylabel("mean error (ulp)")
+    ax.set_title("Bias of three rounding rules")
+    ax.legend()
+    return fig
+
+
+def plot_swamping(r) -> Figure:
+    """Running sums in FP32, FP16 and BF16 against the exact running sum.
+
+    Parameters
+    ----------
+    r : SwampResult from ``L.demo3_swamping()``
+    """
+    _check(r, L.SwampResult, "demo3_swamping")
+    fig = Figure(figsize=(10, 4), layout="constrained")
+    ax = fig.subplots()
+    i = np.unique(np.linspace(0, r.n - 1, 512).astype(int))   # enough points to draw
+    ax.plot(i + 1, r.exact_partial[i], "k--", lw=1, label="exact")
+    for name, p in r.partial.items():
+        ax.plot(i + 1, p[i], lw=1.5, label=f"{name} accumulator (ends at {p[-1]:g})")
+    ax.set_xlabel("number of terms added")
+    ax.set_ylabel("running sum")
+    ax.set_title(f"Swamping: {r.n:,} terms from [0, {r.high:g}) summed in order")
+    ax.legend()
+    return fig
+
+
+def plot_updates(r) -> Figure:
+    """Mean weight change after each step, for each way of storing the weights.
+
+    Parameters
+    ----------
+    r : UpdateResult from ``L.demo4_vanishing_updates()``
+    """
+    _check(r, L.UpdateResult, "demo4_vanishing_updates")
+    fig = Figure(figsize=(10, 4), layout="constrained")
+    ax = fig.subplots()
+    t = np.arange(1, r.steps + 1)
+    ax.plot(t, t * r.update, "k--", lw=1, label="intended")
+    for name, h in r.history.items():
+        ax.plot(t, h, lw=1.2, label=name)
+    ax.set_xlabel("step")
+    ax.set_ylabel("mean change of a weight")
+    ax.set_title(f"Adding {r.update:g} per step to weights in [0.5, 1)")
+    ax.legend()
+    return fig
+
+
+def swamping_explorer(log2_n: int = 14, high: float = 1.0) -> Explorer:
+    """Number of terms (2^k) and their range [0, high): where each accumulator gets stuck.
+
+    ``state`` holds ``log2_n``, ``high`` and ``result`` (``L.SwampResult``).
+    """
+    controls = {"log2_n": widgets.IntSlider(value=log2_n, min=8, max=16,
+                                            description="log2(terms)"),
+                "high": widgets.FloatLogSlider(value=high, base=10, min=-2, max=1, step=0.25,
+                                               description="terms < ")}
+
+    def compute(log2_n, high):
+        return dict(log2_n=log2_n, high=high, result=L.demo3_swamping(n=1 << log2_n, high=high))
+
+    return Explorer("Swamping: running sums in FP32, FP16 and BF16", controls,
+                    [["log2_n", "high"]], compute, lambda s: plot_swamping(s["result"]))
+
+
+def update_explorer(update: float = 1e-4) -> Explorer:
+    """Update size per step: which storages keep it (1,024 weights, 1,000 steps).
+
+    ``state`` holds ``update`` and ``result`` (``L.UpdateResult``).
+    """
+    controls = {"update": widgets.FloatLogSlider(value=update, base=10, min=-6, max=-2,
+                                                 step=0.25, description="update")}
+
+    def compute(update):
+        return dict(update=update,
+                    result=L.demo4_vanishing_updates(n_weights=1024, update=update))
+
+    return Explorer("Small updates to low-precision weights", controls, [["update"]], compute,
+                    lambda s: plot_updates(s["result"]))

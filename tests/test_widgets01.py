@@ -1,0 +1,58 @@
+"""Notebook 01's plots and format explorer, driven by setting widget values (no browser).
+Expected bits and values come from ml_dtypes."""
+
+import importlib
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import ml_dtypes  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from lectures.widgets import lecture01 as W  # noqa: E402
+
+L = importlib.import_module("lectures.01_number_formats")
+
+
+def assert_labelled(fig):
+    for ax in fig.axes:
+        assert ax.get_xlabel() or ax is not fig.axes[-1]
+        assert ax.get_ylabel()
+        assert ax.get_legend() is not None
+        assert ax.get_title() or fig._suptitle is not None
+
+
+def test_plots_are_labelled():
+    assert_labelled(W.plot_value_grids(L.demo2_value_grids()))
+    assert_labelled(W.plot_relative_spacing(L.demo3_relative_spacing()))
+    with pytest.raises(TypeError, match="GridResult"):
+        W.plot_value_grids(L.demo3_relative_spacing())
+
+
+def test_explorer_callback_follows_the_controls():
+    e = W.format_explorer()
+    a = e.state["anatomy"]
+    assert (a.fmt, a.x, a.stored) == ("E4M3", 0.3, 0.3125)
+    e.controls["value"].value = -2.5
+    e.controls["fmt"].value = "E2M1"
+    a = e.state["anatomy"]
+    assert a.stored == float(np.float64(-2.5).astype(ml_dtypes.float4_e2m1fn))  # tie to even: -2
+    code = int(np.array([-2.5]).astype(ml_dtypes.float4_e2m1fn).view(np.uint8)[0]) & 0xF
+    assert int(a.bits.replace(" ", ""), 2) == code
+    assert (a.lower, a.upper) == (-3.0, -2.0)
+    assert "stored as -2" in e.state["summary"]
+    assert all(abs(v - -2.5) <= 2 for v in e.state["window"][3:-3])
+    assert_labelled(e.figure)
+
+
+def test_explorer_saturation_and_nan_cases():
+    e = W.format_explorer("FP16", 70000.0)
+    assert e.state["anatomy"].saturated and e.state["anatomy"].stored == 65504.0
+    assert "(saturated)" in e.state["summary"]
+    e.controls["fmt"].value = "E8M0"
+    e.controls["value"].value = -1.0   # E8M0 has no sign: NaN
+    assert np.isnan(e.state["anatomy"].stored) and "NaN" in e.state["summary"]
+    with pytest.raises(ValueError, match="fmt must be one of"):
+        W.format_explorer("FP12")
