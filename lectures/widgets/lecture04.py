@@ -14,7 +14,7 @@ import importlib
 import ipywidgets as widgets
 import numpy as np
 import torch
-from IPython.display import display
+from IPython import get_ipython
 from matplotlib.figure import Figure
 
 import numfmt.torch as nt
@@ -90,22 +90,39 @@ def spread_errors(spread_bits: float, seed: int = L.SEED) -> dict:
 
 
 class Explorer:
-    """Controls, the state their callback computed, and the figure it drew."""
+    """Controls, the state their callback computed, and the figure it drew.
 
-    def __init__(self, controls: dict, compute, draw):
-        self.controls, self.state, self._compute, self._draw = controls, {}, compute, draw
+    ``box`` is what a notebook shows; ``state`` is the dict the last ``compute`` returned;
+    ``figure`` the last Figure drawn.
+    """
+
+    def __init__(self, title: str, controls: dict, compute, draw):
+        self.title, self.controls, self._compute, self._draw = title, controls, compute, draw
+        self.state: dict = {}
+        self.figure: Figure | None = None
         self.output = widgets.Output()
-        self.box = widgets.VBox([widgets.HBox(list(controls.values())), self.output])
+        self.box = widgets.VBox([widgets.HTML(f"<b>{title}</b>"),
+                                 widgets.HBox(list(controls.values())), self.output])
         for c in controls.values():
             c.observe(lambda _change: self.update(), names="value")
         self.update()
 
     def update(self) -> None:
+        """Recompute the state from the controls and put the new figure into ``output``."""
         self.state = self._compute(**{k: c.value for k, c in self.controls.items()})
         self.figure = self._draw(self.state)
-        self.output.clear_output(wait=True)
-        with self.output:
-            display(self.figure)
+        ip = get_ipython()
+        if ip is not None:
+            # Fill the Output from the kernel side: capturing display() inside ``with output``
+            # needs a frontend, and without one (nbval) the figure would land in the cell.
+            data, metadata = ip.display_formatter.format(self.figure)
+            self.output.outputs = ({"output_type": "display_data", "data": data,
+                                    "metadata": metadata},)
+
+    def _repr_mimebundle_(self, **kwargs) -> dict:
+        bundle = self.box._repr_mimebundle_(**kwargs)
+        bundle["text/plain"] = f"[{self.title}: interactive, needs a running Jupyter kernel]"
+        return bundle
 
 
 def spread_explorer() -> Explorer:
@@ -131,7 +148,7 @@ def spread_explorer() -> Explorer:
         ax.tick_params(axis="y", labelsize=8)
         return fig
 
-    return Explorer(controls, compute, draw)
+    return Explorer("Worst-row error against the spread of row sizes", controls, compute, draw)
 
 
 __all__ = ["plot_int32_headroom", "plot_fp8_errors", "plot_block_errors", "spread_errors",
