@@ -189,10 +189,27 @@ class ClipPoint:
 
 
 def clip_point(z: np.ndarray, bits: int, clip: float) -> ClipPoint:
-    """Symmetric per-tensor INT``bits`` of ``z`` clipped at ``clip * max|z|``: grid, clipped mass, error.
+    """Quantize ``z`` to symmetric per-tensor INT``bits`` with the range cut to ``clip * max|z|``.
 
     One point of demo 2's experiment, for any bit width and clip ratio; the notebook draws
-    it over a histogram of ``z``. Raises as :func:`numfmt.quantize_int`.
+    it over a histogram of ``z``.
+
+    Parameters
+    ----------
+    z : ndarray of real numbers, any shape, non-empty and finite
+    bits : int in [2, 16]
+    clip : float in (0, 1]
+
+    Returns
+    -------
+    ClipPoint
+        ``levels`` (float64, shape (2^bits - 1,)), ``threshold`` (same unit as ``z``),
+        ``clipped`` and ``error`` (fractions).
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`numfmt.quantize_int`.
     """
     values, _, scale, _ = quantize_int(z, bits, clip=clip)
     _, qmax = int_range(bits)

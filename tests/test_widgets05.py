@@ -352,7 +352,8 @@ def test_granularity_explorer_refuses_bad_rows(rows):
         W.granularity_explorer(rows=rows)
 
 
-@pytest.mark.parametrize("kwargs, match", [({"name": "Cauchy"}, "name"), ({"name": "Gaussian", "n": 0}, "n "),
+@pytest.mark.parametrize("kwargs, match", [({"name": "Cauchy"}, "name"),
+                                           ({"name": "Gaussian", "n": 0}, "n "),
                                            ({"name": "Student-t", "nu": 0.0}, "nu"),
                                            ({"name": "Student-t", "nu": "5"}, "nu")])
 def test_sample_distribution_refuses_bad_input(kwargs, match):

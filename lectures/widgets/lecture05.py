@@ -561,7 +561,8 @@ def plot_propagation(r) -> Figure:
     lim = (ew.min() / 2, ew.max() * 2)
     ax1.plot(lim, lim, "--", color="0.5", label="output error = weight error")
     for i, (label, w, y) in enumerate(r.rows):
-        ax1.plot(w * 100, y * 100, "o", color=f"C{i}", ms=8, label=f"{label}: {w * 100:.2f}% → {y * 100:.2f}%")
+        ax1.plot(w * 100, y * 100, "o", color=f"C{i}", ms=8,
+                 label=f"{label}: {w * 100:.2f}% → {y * 100:.2f}%")
     ax1.set(xscale="log", yscale="log")
     _plain_log(ax1.xaxis)
     _plain_log(ax1.yaxis)
