@@ -298,7 +298,8 @@ def show_demo4(r: NvfpResult) -> None:
     print_observations([
         f"With one scale for the tensor, FP4 E2M1 keeps {100 - fp4['flushed'] * 100:.0f}% of the "
         f"values away from zero: the scale serves the largest value, and everything up to a "
-        f"{fp4['flush_fraction_of_amax']:.0f}th of it rounds to 0. Error {fp4['error'] * 100:.0f}%, SQNR {fp4['sqnr']:.1f} dB.",
+        f"{fp4['flush_fraction_of_amax']:.0f}th of it rounds to 0. Error "
+        f"{fp4['error'] * 100:.0f}%, SQNR {fp4['sqnr']:.1f} dB.",
         f"NVFP4 gives every 16 values their own E4M3 scale (and the tensor an FP32 one): "
         f"{nv['bits']:g} bits per value, error {nv['error'] * 100:.1f}%, "
         f"{fp4['error'] / nv['error']:.1f}x smaller, {nv['sqnr'] - fp4['sqnr']:.1f} dB better.",
