@@ -17,7 +17,6 @@ import torch
 from IPython import get_ipython
 from matplotlib.figure import Figure
 
-import numfmt.torch as nt
 from numfmt.torch import gemm
 
 L = importlib.import_module("lectures.04_low_precision_matmul")
@@ -150,6 +149,3 @@ def spread_explorer() -> Explorer:
 
     return Explorer("Worst-row error against the spread of row sizes", controls, compute, draw)
 
-
-__all__ = ["plot_int32_headroom", "plot_fp8_errors", "plot_block_errors", "spread_errors",
-           "spread_explorer", "Explorer", "nt"]
