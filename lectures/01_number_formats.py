@@ -33,8 +33,8 @@ import numpy as np
 
 from console import print_header, print_observations, print_table
 from numfmt import (BF16, E8M0, FORMATS, FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E5M2, FP16,
-                    FloatFormat)
-from numfmt.anatomy import (FP32, bit_fields, bit_string, max_exact_integer, neighbours,
+                    FP32, FloatFormat)
+from numfmt.anatomy import (bit_fields, bit_string, max_exact_integer, neighbours,
                             spacing, special_codes)
 from numfmt.rounding import sum_in_format
 

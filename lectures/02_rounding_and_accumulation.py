@@ -31,7 +31,8 @@ import numpy as np
 
 from console import print_header, print_observations, print_table
 from numfmt import BF16, FP8_E4M3, FP16
-from numfmt.anatomy import FP32, spacing
+from numfmt import FP32
+from numfmt.anatomy import spacing
 from numfmt.rounding import cumsum_in_format, round_to_format, sum_in_format
 
 MODES = {"nearest_even": "round to nearest, ties to even",

@@ -3,7 +3,7 @@
 Helpers for looking inside a :class:`~numfmt.formats.FloatFormat`: which sign, exponent and
 mantissa fields a value is stored as, the representable values on either side of it, the gap
 to the next larger value (the unit in the last place), and the largest run of integers the
-format holds exactly. Also :data:`FP32` for the constants of IEEE binary32.
+format holds exactly.
 
 References: IEEE 754-2019, sections 3.3-3.4 (binary interchange formats and their fields);
 OCP 8-bit Floating Point Specification (OFP8) rev. 1.0; OCP MX Specification v1.0, section 5.
@@ -16,12 +16,8 @@ from typing import NamedTuple
 import numpy as np
 
 from numfmt._validate import as_real_array
-from numfmt.formats import FloatFormat
+from numfmt.formats import FP32, FloatFormat
 
-#: IEEE 754 binary32. Use it for its constants (``max_value``, ``min_normal``, ...) and for
-#: ``round``; its ``encode``, ``decode`` and ``values`` would need a table of 2^32 codes and
-#: are not meant to be called.
-FP32 = FloatFormat("FP32", 8, 23, 127, "ieee")
 
 
 def _check_format(fmt, *, signed: bool = False, small: bool = False) -> FloatFormat:

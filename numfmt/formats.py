@@ -1,4 +1,4 @@
-"""Small floating-point formats as one type: FP16 and BF16 down to FP4 E2M1 and the E8M0 scale.
+"""Floating-point formats as one type: FP32, FP16 and BF16 down to FP4 E2M1 and the E8M0 scale.
 
 A format is a sign bit (except E8M0), ``exp_bits`` exponent bits with a ``bias``, and ``man_bits``
 mantissa bits. Three conventions for the all-ones exponent exist in the formats deep learning uses:
@@ -113,8 +113,8 @@ class FloatFormat:
 
     @property
     def code_dtype(self) -> np.dtype:
-        """Smallest unsigned integer dtype that holds one code (uint8 or uint16)."""
-        return np.dtype(np.uint8 if self.bits <= 8 else np.uint16)
+        """Smallest unsigned integer dtype that holds one code (uint8, uint16 or uint32)."""
+        return np.dtype(np.uint8 if self.bits <= 8 else np.uint16 if self.bits <= 16 else np.uint32)
 
     # ------------------------------------------------------------------ rounding
     def round(self, x, saturate: bool = True, mode: str = "nearest", rng=None) -> np.ndarray:
@@ -225,7 +225,8 @@ class FloatFormat:
         steps = safe / quantum  # exact: quantum is a power of two
         low = np.floor(steps)
         up = rng.random(a.shape) < (steps - low)
-        r = (low + up) * quantum
+        with np.errstate(over="ignore"):  # beyond float64's max: Inf, saturated or kept below
+            r = (low + up) * quantum
         return np.where(finite, r, a)
 
     # ------------------------------------------------------------------ bit patterns
@@ -300,12 +301,19 @@ class FloatFormat:
             raise TypeError(f"codes must be integers, got dtype {codes.dtype}")
         if codes.size and (codes.min() < 0 or codes.max() >= (1 << self.bits)):
             raise ValueError(f"{self.name} codes must lie in [0, {(1 << self.bits) - 1}]")
+        if self.bits > 16:  # FP32: 2^32 codes are too many for a table
+            return self._values_of(codes.astype(np.int64))
         return self._table[codes.astype(np.intp)]
 
     @cached_property
     def _table(self) -> np.ndarray:
-        """Value of every code, computed from the field definitions (not from encode)."""
-        c = np.arange(1 << self.bits, dtype=np.int64)
+        """Value of every code (formats of 16 bits or fewer)."""
+        val = self._values_of(np.arange(1 << self.bits, dtype=np.int64))
+        val.setflags(write=False)
+        return val
+
+    def _values_of(self, c: np.ndarray) -> np.ndarray:
+        """Values of int64 codes ``c``, computed from the field definitions (not from encode)."""
         m = self.man_bits
         mant = c & ((1 << m) - 1)
         exp = (c >> m) & ((1 << self.exp_bits) - 1)
@@ -322,7 +330,6 @@ class FloatFormat:
             val = np.where(top & (mant == (1 << m) - 1), np.nan, val)
         if self.signed:
             val = np.where((c >> (self.bits - 1)) & 1, -val, val)
-        val.setflags(write=False)
         return val
 
     def values(self) -> np.ndarray:
@@ -331,11 +338,19 @@ class FloatFormat:
         Returns
         -------
         ndarray of float64, 1-D (E2M1: 15 values from -6 to 6).
+
+        Raises
+        ------
+        ValueError
+            For formats wider than 16 bits (FP32 has over four billion values).
         """
+        if self.bits > 16:
+            raise ValueError(f"{self.name} has {1 << self.bits:,} codes: too many to list")
         t = self._table
         return np.unique(t[np.isfinite(t)] + 0.0)  # + 0.0 turns -0.0 into +0.0
 
 
+FP32 = FloatFormat("FP32", 8, 23, 127, "ieee")
 FP16 = FloatFormat("FP16", 5, 10, 15, "ieee")
 BF16 = FloatFormat("BF16", 8, 7, 127, "ieee")
 FP8_E4M3 = FloatFormat("E4M3", 4, 3, 7, "fn")
@@ -345,5 +360,6 @@ FP6_E3M2 = FloatFormat("E3M2", 3, 2, 3, "none")
 FP4_E2M1 = FloatFormat("E2M1", 2, 1, 1, "none")
 E8M0 = FloatFormat("E8M0", 8, 0, 127, "fn", signed=False, subnormals=False)
 
-#: Every format by its standard name.
+#: Every format of at most 16 bits by its standard name (FP32 is kept apart: it has too many
+#: codes for a value table).
 FORMATS = {f.name: f for f in (FP16, BF16, FP8_E4M3, FP8_E5M2, FP6_E2M3, FP6_E3M2, FP4_E2M1, E8M0)}

@@ -331,3 +331,16 @@ def test_format_definition_is_checked():
 
 def test_empty_round_is_empty():
     assert FP8_E4M3.round(np.array([])).shape == (0,)
+
+
+def test_fp32_round_encode_decode_match_numpy_float32():
+    from numfmt import FP32
+    x = random_float32(100_000, seed=9).astype(np.float64) * 1.0000001   # off the float32 grid
+    with np.errstate(over="ignore"):
+        assert same(FP32.round(x, saturate=False), x.astype(np.float32).astype(np.float64))
+    f = X32[np.isfinite(X32)][:100_000]
+    codes = FP32.encode(f)
+    assert codes.dtype == np.uint32 and np.array_equal(codes, f.view(np.uint32))
+    assert same(FP32.decode(codes), f.astype(np.float64))
+    with pytest.raises(ValueError, match="too many"):
+        FP32.values()

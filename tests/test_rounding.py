@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from numfmt import BF16, E8M0, FORMATS, FP4_E2M1, FP8_E4M3, FP16
-from numfmt.anatomy import FP32
+from numfmt import FP32
 from numfmt.rounding import cumsum_in_format, round_to_format, sum_in_format
 
 SIGNED = [f for f in FORMATS.values() if f.signed]
