@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from console import print_header, print_observations, print_table
-from numfmt import FP4_E2M1, FP6_E2M3, FP8_E4M3, FP8_E5M2, FORMATS
+from numfmt import FORMATS, FP4_E2M1, FP6_E2M3, FP8_E4M3
 import numfmt.torch as nt
 from numfmt.torch import bench, gemm
 

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 
 from numfmt._validate import as_real_array
-from numfmt.formats import FP32, FloatFormat
+from numfmt.formats import FloatFormat
 
 
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from numfmt import BF16, E8M0, FORMATS, FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E5M2, FP16
-from numfmt.anatomy import (FP32, bit_fields, bit_string, max_exact_integer, neighbours,
+from numfmt import BF16, E8M0, FORMATS, FP4_E2M1, FP8_E4M3, FP16, FP32
+from numfmt.anatomy import (bit_fields, bit_string, max_exact_integer, neighbours,
                             spacing, special_codes)
 
 ML = {"FP16": np.float16, "BF16": ml_dtypes.bfloat16, "E4M3": ml_dtypes.float8_e4m3fn,

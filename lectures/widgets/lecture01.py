@@ -15,7 +15,7 @@ import ipywidgets as widgets
 import numpy as np
 from matplotlib.figure import Figure
 
-from lectures.widgets.lecture05 import Explorer
+from lectures.widgets.explorer import Explorer
 from numfmt import FORMATS
 
 L = importlib.import_module("lectures.01_number_formats")
@@ -104,8 +104,8 @@ def format_explorer(fmt: str = "E4M3", value: float = 0.3) -> Explorer:
         return dict(fmt=fmt, value=float(value), anatomy=a, grid=grid, window=window,
                     summary=explorer_summary(a))
 
-    return Explorer("Format explorer: bits, neighbours and rounding error", controls,
-                    [["fmt", "value"]], compute, _draw_explorer)
+    return Explorer("Format explorer: bits, neighbours and rounding error", controls, compute,
+                    _draw_explorer)
 
 
 def explorer_summary(a) -> str:

@@ -14,7 +14,7 @@ import ipywidgets as widgets
 import numpy as np
 from matplotlib.figure import Figure
 
-from lectures.widgets.lecture05 import Explorer
+from lectures.widgets.explorer import Explorer
 
 L = importlib.import_module("lectures.02_rounding_and_accumulation")
 
@@ -104,8 +104,8 @@ def swamping_explorer(log2_n: int = 14, high: float = 1.0) -> Explorer:
     def compute(log2_n, high):
         return dict(log2_n=log2_n, high=high, result=L.demo3_swamping(n=1 << log2_n, high=high))
 
-    return Explorer("Swamping: running sums in FP32, FP16 and BF16", controls,
-                    [["log2_n", "high"]], compute, lambda s: plot_swamping(s["result"]))
+    return Explorer("Swamping: running sums in FP32, FP16 and BF16", controls, compute,
+                    lambda s: plot_swamping(s["result"]))
 
 
 def update_explorer(update: float = 1e-4) -> Explorer:
@@ -120,5 +120,5 @@ def update_explorer(update: float = 1e-4) -> Explorer:
         return dict(update=update,
                     result=L.demo4_vanishing_updates(n_weights=1024, update=update))
 
-    return Explorer("Small updates to low-precision weights", controls, [["update"]], compute,
+    return Explorer("Small updates to low-precision weights", controls, compute,
                     lambda s: plot_updates(s["result"]))

@@ -13,7 +13,7 @@ import ipywidgets as widgets
 import numpy as np
 from matplotlib.figure import Figure
 
-from lectures.widgets.lecture05 import Explorer
+from lectures.widgets.explorer import Explorer
 
 L = importlib.import_module("lectures.03_scaling")
 
@@ -126,8 +126,8 @@ def delayed_explorer(history: int = 16, spike: float = 8.0) -> Explorer:
         return dict(history=history, spike=spike,
                     result=L.demo2_delayed_scaling(history=history, spike=spike))
 
-    return Explorer("Delayed against current scaling", controls, [["history", "spike"]],
-                    compute, lambda s: plot_delayed(s["result"]))
+    return Explorer("Delayed against current scaling", controls, compute,
+                    lambda s: plot_delayed(s["result"]))
 
 
 def outlier_explorer(factor: float = 100.0) -> Explorer:
@@ -141,5 +141,5 @@ def outlier_explorer(factor: float = 100.0) -> Explorer:
     def compute(factor):
         return dict(factor=factor, result=L.demo3_one_outlier(factor=factor))
 
-    return Explorer("One outlier and the scale", controls, [["factor"]], compute,
+    return Explorer("One outlier and the scale", controls, compute,
                     lambda s: plot_outlier(s["result"]))

@@ -14,9 +14,9 @@ import importlib
 import ipywidgets as widgets
 import numpy as np
 import torch
-from IPython import get_ipython
 from matplotlib.figure import Figure
 
+from lectures.widgets.explorer import Explorer
 from numfmt.torch import gemm
 
 L = importlib.import_module("lectures.04_low_precision_matmul")
@@ -86,42 +86,6 @@ def spread_errors(spread_bits: float, seed: int = L.SEED) -> dict:
         y, _, _ = gemm.block_scaled_linear(tx, tw, quantize, device="cpu")
         out[label] = L.worst_row_error(y, ref)
     return out
-
-
-class Explorer:
-    """Controls, the state their callback computed, and the figure it drew.
-
-    ``box`` is what a notebook shows; ``state`` is the dict the last ``compute`` returned;
-    ``figure`` the last Figure drawn.
-    """
-
-    def __init__(self, title: str, controls: dict, compute, draw):
-        self.title, self.controls, self._compute, self._draw = title, controls, compute, draw
-        self.state: dict = {}
-        self.figure: Figure | None = None
-        self.output = widgets.Output()
-        self.box = widgets.VBox([widgets.HTML(f"<b>{title}</b>"),
-                                 widgets.HBox(list(controls.values())), self.output])
-        for c in controls.values():
-            c.observe(lambda _change: self.update(), names="value")
-        self.update()
-
-    def update(self) -> None:
-        """Recompute the state from the controls and put the new figure into ``output``."""
-        self.state = self._compute(**{k: c.value for k, c in self.controls.items()})
-        self.figure = self._draw(self.state)
-        ip = get_ipython()
-        if ip is not None:
-            # Fill the Output from the kernel side: capturing display() inside ``with output``
-            # needs a frontend, and without one (nbval) the figure would land in the cell.
-            data, metadata = ip.display_formatter.format(self.figure)
-            self.output.outputs = ({"output_type": "display_data", "data": data,
-                                    "metadata": metadata},)
-
-    def _repr_mimebundle_(self, **kwargs) -> dict:
-        bundle = self.box._repr_mimebundle_(**kwargs)
-        bundle["text/plain"] = f"[{self.title}: interactive, needs a running Jupyter kernel]"
-        return bundle
 
 
 def spread_explorer() -> Explorer:

@@ -18,14 +18,13 @@ pytest, it only keeps it in ``explorer.figure``).
 from __future__ import annotations
 
 import importlib
-from typing import Callable
 
 import ipywidgets as widgets
 import numpy as np
-from IPython import get_ipython
 from matplotlib import ticker
 from matplotlib.figure import Figure
 
+from lectures.widgets.explorer import Explorer
 from numfmt import FORMATS, int_range, quantize_int, rel_error
 
 L = importlib.import_module("lectures.05_quantization_basics")
@@ -111,68 +110,6 @@ def _check_sample(n) -> int:
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1024 or n % 1024:
         raise ValueError(f"n must be a positive multiple of 1024 (64 rows, blocks up to 256), got {n!r}")
     return int(n)
-
-
-# ---------------------------------------------------------------------------------------------
-# Explorer: controls + one figure redrawn in place + what the callback computed
-# ---------------------------------------------------------------------------------------------
-class Explorer:
-    """Widget controls over one pure computation and one figure.
-
-    Parameters
-    ----------
-    title : str
-        Shown above the controls and as the plain-text fallback (e.g. on GitHub).
-    controls : dict of str -> ipywidgets value widget
-        Their ``.value`` become the keyword arguments of ``compute``.
-    rows : list of lists of control names
-        The layout, one HBox per list.
-    compute : callable(**values) -> dict
-        Pure: returns everything the figure shows; stored as ``state``.
-    draw : callable(state) -> Figure
-
-    Attributes
-    ----------
-    box : ipywidgets.VBox, what the notebook displays
-    out : ipywidgets.Output, holds the current figure
-    state : dict, what the last call of ``compute`` returned
-    figure : Figure, the last figure drawn
-    """
-
-    def __init__(self, title: str, controls: dict, rows: list, compute: Callable, draw: Callable):
-        self.title, self.controls = title, controls
-        self._compute, self._draw = compute, draw
-        self.out = widgets.Output()
-        self.box = widgets.VBox([widgets.HTML(f"<b>{title}</b>")]
-                                + [widgets.HBox([controls[k] for k in row]) for row in rows]
-                                + [self.out])
-        self.state: dict = {}
-        self.figure: Figure | None = None
-        for w in controls.values():
-            w.observe(lambda _change: self.update(), names="value")
-        self.update()
-
-    def values(self) -> dict:
-        """The controls' current values, by name."""
-        return {k: w.value for k, w in self.controls.items()}
-
-    def update(self) -> None:
-        """Recompute the state from the controls and redraw the figure in place."""
-        self.state = self._compute(**self.values())
-        self.figure = self._draw(self.state)
-        ip = get_ipython()
-        if ip is not None:
-            # Set the Output's contents from the kernel side instead of capturing display()
-            # with ``with self.out``: capturing needs a frontend, so a headless run (nbval)
-            # would print the figure into the cell instead.
-            data, metadata = ip.display_formatter.format(self.figure)
-            self.out.outputs = ({"output_type": "display_data", "data": data, "metadata": metadata},)
-
-    def _repr_mimebundle_(self, **kwargs) -> dict:
-        bundle = self.box._repr_mimebundle_(**kwargs)
-        # The widget's own repr lists every control; a fixed line keeps stored outputs stable.
-        bundle["text/plain"] = f"[{self.title}: interactive, needs a running Jupyter kernel]"
-        return bundle
 
 
 def _distribution_controls() -> dict:
@@ -278,7 +215,7 @@ def clip_explorer(n: int = SAMPLE, seed: int = 0) -> Explorer:
                     best_clip=CLIP_GRID[i], best_error=curve[i])
 
     return Explorer("Clipping: the grid, the clipped mass and the U-curve", controls,
-                    [["distribution", "nu"], ["bits", "clip"]], compute, _draw_clip)
+                    compute, _draw_clip, rows=[["distribution", "nu"], ["bits", "clip"]])
 
 
 def _dist_label(s: dict) -> str:
@@ -395,7 +332,7 @@ def granularity_explorer(seed: int = 1, rows: int = 64) -> Explorer:
                     row=np.abs(M[0]), ranges=ranges.ravel())
 
     return Explorer("Granularity: one scale per tensor, row or group", controls,
-                    [["matrix", "bits", "group"], ["granularity"]], compute, _draw_granularity)
+                    compute, _draw_granularity, rows=[["matrix", "bits", "group"], ["granularity"]])
 
 
 def _draw_granularity(s: dict) -> Figure:
@@ -521,7 +458,7 @@ def block_explorer(n: int = SAMPLE, seed: int = 0) -> Explorer:
                     ref_bits=ref_bits, ref_errors=ref_errors, front=front)
 
     return Explorer("Block-scaled formats: element, block size, scale format", controls,
-                    [["element", "block"], ["scale"]], compute, _draw_block)
+                    compute, _draw_block, rows=[["element", "block"], ["scale"]])
 
 
 def _draw_block(s: dict) -> Figure:
@@ -618,5 +555,5 @@ def sqnr_explorer(n: int = SAMPLE, seed: int = 0) -> Explorer:
                      "from 4 to 8 bits")
         return fig
 
-    return Explorer("dB per bit: SQNR against bit width", controls,
-                    [["distribution", "nu"], ["granularity"]], compute, draw)
+    return Explorer("dB per bit: SQNR against bit width", controls, compute, draw,
+                    rows=[["distribution", "nu"], ["granularity"]])

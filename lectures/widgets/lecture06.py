@@ -10,12 +10,12 @@ in an ``ipywidgets.Output``. pytest sets ``explorer.controls[name].value`` and r
 from __future__ import annotations
 
 import importlib
-from typing import Callable
 
 import ipywidgets as widgets
 import numpy as np
 from matplotlib.figure import Figure
 
+from lectures.widgets.explorer import Explorer
 from numfmt.qat import calibrate_minmax, fake_quantize
 
 L = importlib.import_module("lectures.06_quantization_aware_training")
@@ -136,34 +136,6 @@ def plot_accuracy(r) -> Figure:
 
 
 # ------------------------------------------------------------------------------ widgets
-class Explorer:
-    """Controls over one pure computation and one figure (see the module docstring).
-
-    Attributes: ``box`` (what the notebook displays), ``controls`` (name -> widget),
-    ``state`` (the last computation's dict), ``figure`` (the last Figure drawn).
-    """
-
-    def __init__(self, title: str, controls: dict, compute: Callable, draw: Callable):
-        self.controls, self._compute, self._draw = controls, compute, draw
-        self.out = widgets.Output()
-        self.box = widgets.VBox([widgets.HTML(f"<b>{title}</b>"),
-                                 widgets.HBox(list(controls.values())), self.out])
-        self.state: dict = {}
-        self.figure: Figure | None = None
-        for c in controls.values():
-            c.observe(lambda _change: self.update(), names="value")
-        self.update()
-
-    def update(self) -> None:
-        self.state = self._compute(**{k: c.value for k, c in self.controls.items()})
-        self.figure = self._draw(self.state)
-        # Replace the Output's contents directly rather than capturing display() in a `with`
-        # block: capture needs a front end, and without one (nbval, nbconvert) the figure would
-        # land in the cell's own output instead.
-        self.out.outputs = ()
-        self.out.append_display_data(self.figure)
-
-
 def ste_explorer() -> Explorer:
     """Bits, scheme and range of the grid; shows the staircase and its STE mask."""
     controls = {
