@@ -1,0 +1,323 @@
+"""Plots and widgets for notebook 07 (weight storage).
+
+A thin layer over lecture 07's demo functions:
+
+- ``plot_*(result)`` draws what a demo returned (``plot_codebooks(L.demo2_codebooks())``) and
+  returns a ``matplotlib.figure.Figure``; nothing is recomputed.
+- ``storage_explorer()`` and ``marlin_explorer()`` build an :class:`Explorer`: ipywidgets
+  controls whose callback calls the lecture's pure functions (``L.storage_tradeoff``,
+  ``L.marlin_where``), keeps the result in ``explorer.state`` and redraws one figure.
+  pytest sets ``explorer.controls[name].value`` and reads ``explorer.state``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+from typing import Callable
+
+import ipywidgets as widgets
+import numpy as np
+from matplotlib.figure import Figure
+
+from numfmt.packing import marlin_int4_tile_map
+
+L = importlib.import_module("lectures.07_weight_storage")
+
+BLOCK_SIZES = (16, 32, 64, 128, 256)
+DISTRIBUTIONS = ("Gaussian", "Student-t")
+MARLIN_SHAPE = (32, 128)          #: (K, N) of the explorer's small INT4 matrix: 2 x 2 tiles
+
+
+class Explorer:
+    """Widget controls over one pure computation and one figure.
+
+    Parameters
+    ----------
+    title : str
+    controls : dict of str -> ipywidgets value widget
+        Their ``.value`` become the keyword arguments of ``compute``.
+    compute : callable(**values) -> dict
+        Pure; its result is kept as ``state``.
+    draw : callable(state) -> Figure
+
+    Attributes
+    ----------
+    box : ipywidgets.VBox, what the notebook displays
+    image : ipywidgets.Image, the current figure as PNG
+    state : dict, what the last call of ``compute`` returned
+    figure : Figure, the last figure drawn
+
+    Notes
+    -----
+    The figure is shown as PNG bytes in an ``Image`` widget rather than displayed into an
+    ``Output`` widget: display messages from a callback would otherwise land in the cell's
+    stored outputs under clients that do not route them to the widget (nbval does not).
+    """
+
+    def __init__(self, title: str, controls: dict, compute: Callable, draw: Callable):
+        self.title, self.controls = title, controls
+        self._compute, self._draw = compute, draw
+        self.image = widgets.Image(format="png")
+        self.box = widgets.VBox([widgets.HTML(f"<b>{title}</b>"),
+                                 widgets.HBox(list(controls.values())), self.image])
+        self.state: dict = {}
+        self.figure: Figure | None = None
+        for w in controls.values():
+            w.observe(lambda _change: self.update(), names="value")
+        self.update()
+
+    def update(self) -> None:
+        """Recompute the state from the controls and redraw the figure in place."""
+        self.state = self._compute(**{k: w.value for k, w in self.controls.items()})
+        self.figure = self._draw(self.state)
+        png = io.BytesIO()
+        self.figure.savefig(png, format="png", dpi=90)
+        self.image.value = png.getvalue()
+
+    def _repr_mimebundle_(self, **kwargs) -> dict:
+        bundle = self.box._repr_mimebundle_(**kwargs)
+        # A fixed plain-text line keeps the notebook's stored output stable for nbval.
+        bundle["text/plain"] = f"[{self.title}: interactive, needs a running Jupyter kernel]"
+        return bundle
+
+
+def _check_result(r, cls) -> None:
+    if not isinstance(r, cls):
+        raise TypeError(f"expected the {cls.__name__} a lecture 07 demo returns, "
+                        f"got {type(r).__name__}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Demo 1: the storage bill
+# ---------------------------------------------------------------------------------------------
+def plot_storage_bill(r) -> Figure:
+    """Stacked bars: bits per weight in element codes and in everything else (demo 1)."""
+    _check_result(r, L.BytesResult)
+    names = list(r.split)[::-1]
+    elem = [r.split[k][0] for k in names]
+    other = [r.split[k][1] for k in names]
+    fig = Figure(figsize=(9, 4))
+    ax = fig.add_subplot()
+    ax.barh(names, elem, label="element codes")
+    ax.barh(names, other, left=elem, label="scales, zero points, indices")
+    ax.axvline(4, color="k", lw=0.8, ls="--", label="4 bits")
+    for i, k in enumerate(names):
+        ax.text(elem[i] + other[i] + 0.15, i, f"{r.bits[k]:.3f}", va="center", fontsize=8)
+    ax.set_xlabel("storage (bits per weight)")
+    ax.set_ylabel("storage format")
+    ax.set_xlim(0, 18)
+    ax.set_title("What a 1024 x 1024 weight really costs")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# Demo 2: codebooks
+# ---------------------------------------------------------------------------------------------
+def plot_codebooks(r) -> Figure:
+    """Left: weights / block absmax and the levels. Right: how often each code is used."""
+    _check_result(r, L.CodebookResult)
+    fig = Figure(figsize=(11, 4.2))
+    ax, ax2 = fig.subplots(1, 2)
+    ax.hist(r.normalized_sample, bins=120, range=(-1, 1), density=True, color="0.8",
+            label="weights / block absmax (first 8192)")
+    top = ax.get_ylim()[1]
+    for i, (fmt, lv) in enumerate(r.levels.items()):
+        y = top * (1.08 + 0.12 * i)
+        ax.plot(lv, np.full(lv.size, y), "|", ms=11, mew=2, color=f"C{i}", label=f"{fmt} levels")
+    ax.set_ylim(0, top * 1.75)
+    ax.set_xlabel("weight / block absmax (dimensionless)")
+    ax.set_ylabel("density")
+    ax.set_title("Where the levels sit (blocks of 64)")
+    ax.legend(fontsize=8, loc="upper left", ncol=2)
+    width = 0.28
+    for i, (fmt, u) in enumerate(r.usage.items()):
+        ax2.bar(np.arange(u.size) + (i - 1) * width, u * 100, width, color=f"C{i}",
+                label=f"{fmt}: {r.entropy[fmt]:.2f} bits, {r.errors[fmt] * 100:.2f}% error")
+    ax2.axhline(100 / 16, color="k", lw=0.8, ls="--", label="uniform use (1/16)")
+    ax2.set_xlabel("code (level index, ascending)")
+    ax2.set_ylabel("share of weights (%)")
+    ax2.set_title("How often each code is used")
+    ax2.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def storage_explorer(seed: int = 0) -> Explorer:
+    """Format, block size and distribution -> bits per weight and error, all formats for context.
+
+    ``state`` holds ``chosen`` (the ``L.storage_tradeoff`` dict of the chosen format) and
+    ``points`` (one such dict per format in ``L.EXPLORER_FORMATS`` at the same block size).
+    """
+    controls = {
+        "fmt": widgets.Dropdown(options=L.EXPLORER_FORMATS, value="NF4", description="format"),
+        "block": widgets.Dropdown(options=BLOCK_SIZES, value=64, description="block"),
+        "distribution": widgets.Dropdown(options=DISTRIBUTIONS, value="Gaussian",
+                                         description="weights"),
+    }
+
+    def compute(fmt, block, distribution):
+        points = [L.storage_tradeoff(f, block, distribution, seed=seed) for f in L.EXPLORER_FORMATS]
+        chosen = next(p for p in points if p["format"] == fmt)
+        return {"chosen": chosen, "points": points}
+
+    return Explorer("Bits per weight against error", controls, compute, _draw_storage)
+
+
+def _draw_storage(s: dict) -> Figure:
+    fig = Figure(figsize=(7, 4))
+    ax = fig.add_subplot()
+    for p in s["points"]:
+        ax.plot(p["bits"], p["rel_error"] * 100, "o", ms=7, label=p["format"])
+    c = s["chosen"]
+    ax.plot(c["bits"], c["rel_error"] * 100, "o", ms=16, mfc="none", mec="k", mew=1.5,
+            label=f"chosen: {c['bits']:.3f} bits, {c['rel_error'] * 100:.2f}%, "
+                  f"{c['sqnr_db']:.2f} dB")
+    ax.set_xlabel("storage (bits per weight)")
+    ax.set_ylabel("relative error (%)")
+    ax.set_title(f"{c['distribution']} weights, blocks of {c['block']} "
+                 "(MXFP4: E8M0 scales, NVFP4: E4M3 scales)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# Demo 3: double quantization
+# ---------------------------------------------------------------------------------------------
+def plot_double_quant(r) -> Figure:
+    """Left: the FP32 absmax values. Right: the worst weight change of each 8-bit scheme."""
+    _check_result(r, L.DoubleQuantResult)
+    fig = Figure(figsize=(11, 4))
+    ax, ax2 = fig.subplots(1, 2)
+    ax.hist(r.absmax, bins=80, color="C0", label="absmax of each block of 64")
+    ax.axvline(float(np.mean(r.absmax)), color="k", ls="--", lw=0.8, label="mean (the offset)")
+    ax.set_xlim(0, None)
+    ax.set_xlabel("block absmax (weight units)")
+    ax.set_ylabel("number of blocks")
+    ax.set_title("The scales sit in a narrow band far from 0")
+    ax.legend(fontsize=8)
+    keys = [k for k, *_ in L.DQ_SCHEMES]
+    labels = [label.replace("double quant: ", "") for _, _, _, label in L.DQ_SCHEMES]
+    ax2.bar(labels, [r.max_weight_change[k] * 100 for k in keys],
+            color=["C2" if r.max_weight_change[k] < 0.01 else "C3" for k in keys],
+            label="worst weight change")
+    ax2.axhline(1.0, color="k", ls="--", lw=0.8, label="1% budget")
+    ax2.set_xlabel("second-level (8-bit) code for the absmax values")
+    ax2.set_ylabel("max |double - single| / |single| (%)")
+    ax2.set_title(f"8-bit scales: {r.bits['single']:.2f} -> {r.bits['qlora']:.3f} bits per weight")
+    ax2.tick_params(axis="x", labelsize=8)
+    ax2.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# Demo 4: layouts
+# ---------------------------------------------------------------------------------------------
+def plot_act_order(r) -> Figure:
+    """The group of each input row, in checkpoint (act-order) order and after the kernel's sort."""
+    _check_result(r, L.LayoutResult)
+    fig = Figure(figsize=(9, 3.5))
+    ax = fig.add_subplot()
+    rows = np.arange(r.g_idx.size)
+    ax.plot(rows, r.g_idx, ".", ms=2, label="checkpoint order (act-order)")
+    ax.plot(rows, r.g_idx_sorted, "-", lw=2, label="sorted by g_idx")
+    ax.set_xlabel("input row k")
+    ax.set_ylabel(f"group index (groups of {r.group_size} rows)")
+    ax.set_title("Act-order scatters each group over K; sorting makes groups contiguous")
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+def plot_marlin_tile(r) -> Figure:
+    """The first 16 x 16 sub-tile of a Marlin INT4 tile: the thread that owns each weight.
+
+    Word 0 (thread 0) is outlined, with its nibble lanes. The other three sub-tiles of the
+    16 x 64 tile repeat the pattern; thread t's word for sub-tile j is 4 t + j.
+    """
+    _check_result(r, L.LayoutResult)
+    sub = r.thread_map[:, :16]
+    fig = Figure(figsize=(7.5, 6.2))
+    ax = fig.add_subplot()
+    im = ax.imshow(sub, cmap="viridis", interpolation="nearest")
+    fig.colorbar(im, ax=ax, label="thread (0..31)", shrink=0.8)
+    for k in range(16):
+        for n in range(16):
+            ax.text(n, k, str(sub[k, n]), ha="center", va="center", fontsize=7,
+                    color="w" if sub[k, n] < 16 else "k")
+    for lane, (k, n) in enumerate(r.thread0):
+        ax.add_patch(_square(n, k))
+        ax.text(n + 0.42, k - 0.42, str(lane), ha="right", va="top", fontsize=6, color="C3")
+    ax.plot([], [], "s", mfc="none", mec="C3", label="word 0 of thread 0 (small digits: lanes)")
+    ax.set_xticks(range(16))
+    ax.set_yticks(range(16))
+    ax.set_xlabel("n (output column)")
+    ax.set_ylabel("k (input row)")
+    ax.set_title("Marlin INT4: which thread owns each weight of a 16 x 16 sub-tile")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1))
+    fig.tight_layout()
+    return fig
+
+
+def _square(x, y):
+    from matplotlib.patches import Rectangle
+    return Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False, ec="C3", lw=2)
+
+
+def marlin_explorer() -> Explorer:
+    """Pick (k, n) of a 32 x 128 INT4 matrix; see its word, lane, thread and word-mates.
+
+    ``state`` holds ``where`` (the ``L.marlin_where`` dict) and ``word_elements`` (the 8 (k, n)
+    of the same 32-bit word, lane order, in matrix coordinates).
+    """
+    k_max, n_max = MARLIN_SHAPE
+    controls = {
+        "k": widgets.IntSlider(value=7, min=0, max=k_max - 1, description="k (row)"),
+        "n": widgets.IntSlider(value=23, min=0, max=n_max - 1, description="n (column)"),
+    }
+    rows, cols = marlin_int4_tile_map()
+
+    def compute(k, n):
+        where = L.marlin_where(k, n, n_max)
+        local = where["word"] % 128
+        base_k, base_n = 16 * where["tile"][0], 64 * where["tile"][1]
+        word_elements = [(base_k + int(a), base_n + int(b))
+                         for a, b in zip(rows[local], cols[local])]
+        return {"where": where, "word_elements": word_elements}
+
+    return Explorer("Where does weight (k, n) land in Marlin's layout?", controls, compute,
+                    _draw_marlin)
+
+
+def _draw_marlin(s: dict) -> Figure:
+    w = s["where"]
+    kt, nt = w["tile"]
+    rows, cols = marlin_int4_tile_map()
+    threads = np.empty((16, 64), np.int64)
+    threads[rows, cols] = (np.arange(128) // 4)[:, None]
+    k0, n0 = 16 * kt, 64 * nt
+    fig = Figure(figsize=(12, 4))
+    ax = fig.add_subplot()
+    im = ax.imshow(threads, cmap="viridis", alpha=0.45, aspect="auto", interpolation="nearest",
+                   extent=(n0 - 0.5, n0 + 63.5, k0 + 15.5, k0 - 0.5))
+    fig.colorbar(im, ax=ax, label="thread owning the weight (0..31)")
+    for lane, (k, n) in enumerate(s["word_elements"]):
+        ax.add_patch(_square(n, k))
+        ax.text(n, k, str(lane), ha="center", va="center", fontsize=8, color="C3")
+    ax.plot(w["n"], w["k"], "s", ms=11, mfc="none", mec="k", mew=2,
+            label=f"({w['k']}, {w['n']}): packed row {w['row']}, word {w['word']}, "
+                  f"lane {w['lane']}, thread {w['thread']}, sub-tile {w['sub_tile']}")
+    ax.plot([], [], "s", mfc="none", mec="C3", label="the 8 weights of that word (digits: lanes)")
+    for x in (16, 32, 48):
+        ax.axvline(n0 + x - 0.5, color="k", lw=0.8)
+    ax.set_xlabel("n (output column); lines: 16-column sub-tiles")
+    ax.set_ylabel("k (input row)")
+    ax.set_title(f"Tile ({kt}, {nt}) of a {MARLIN_SHAPE[0]} x {MARLIN_SHAPE[1]} INT4 matrix: "
+                 f"rows {k0}..{k0 + 15}, columns {n0}..{n0 + 63}")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
+    fig.tight_layout()
+    return fig
