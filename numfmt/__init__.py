@@ -19,3 +19,4 @@ __all__ = [
     "nvfp4_quantize", "tensor_scaled", "IntQuantized", "dequantize_affine", "int_range",
     "quantize_affine", "quantize_int", "rel_error", "sqnr_db",
 ]
+from numfmt import packing  # noqa: E402,F401  -- storage layouts: nibbles, GPTQ, Marlin, NF4
