@@ -7,6 +7,19 @@ import numpy as np
 from numfmt._validate import as_real_array
 
 
+_CHUNK = 1 << 16  # elements; the difference of one chunk stays in cache
+
+
+def _sum_sq_diff(q: np.ndarray, x: np.ndarray) -> float:
+    """``sum((q - x)**2)`` for 1-D float64 arrays, chunk by chunk (no full-size temporary)."""
+    buf = np.empty(min(_CHUNK, x.size))
+    total = 0.0
+    for i in range(0, x.size, _CHUNK):
+        d = np.subtract(q[i:i + _CHUNK], x[i:i + _CHUNK], out=buf[:min(_CHUNK, x.size - i)])
+        total += float(np.dot(d, d))
+    return total
+
+
 def _noise_to_signal(q, x) -> float:
     """Return ``sum (q - x)^2 / sum x^2`` after checking the inputs (see rel_error's Raises)."""
     q, x = as_real_array(q, "q"), as_real_array(x, "x")
@@ -14,17 +27,15 @@ def _noise_to_signal(q, x) -> float:
         raise ValueError(f"q and x must have the same shape, got {q.shape} and {x.shape}")
     if x.size == 0:
         raise ValueError("x is empty: the error of nothing is undefined")
-    x = x.ravel()
-    d = q.ravel() - x
+    x, q = x.ravel(), q.ravel()
     with np.errstate(over="ignore", invalid="ignore"):
-        signal, noise = float(np.dot(x, x)), float(np.dot(d, d))
+        signal, noise = float(np.dot(x, x)), _sum_sq_diff(q, x)
     if not (np.isfinite(signal) and np.isfinite(noise)):
         # NaN/Inf in an input, or squares beyond float64's range: tell the two apart.
         if not (np.isfinite(q).all() and np.isfinite(x).all()):
             raise ValueError("q and x must be finite (NaN or Inf makes the error meaningless)")
-        m = max(float(np.abs(x).max()), float(np.abs(d).max()))
-        x, d = x / m, d / m
-        signal, noise = float(np.dot(x, x)), float(np.dot(d, d))
+        m = max(float(np.abs(x).max()), float(np.abs(q - x).max()))
+        signal, noise = float(np.dot(x / m, x / m)), _sum_sq_diff(q / m, x / m)
     if signal == 0.0:
         raise ValueError("x is all zero: a relative error or SQNR against zero is undefined")
     return noise / signal
