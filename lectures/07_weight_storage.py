@@ -229,11 +229,11 @@ def demo2_codebooks(seed: int = 0) -> CodebookResult:
         if normalized is None:
             scale = np.repeat(q.absmax.astype(np.float64), BLOCK)[:8192]
             normalized = w.ravel()[:8192] / scale
-    for name, bq, bits in (("MXFP4 (for reference)", mx_quantize(w, FP4_E2M1), 4.25),
-                           ("NVFP4 (for reference)", nvfp4_quantize(w), 4.5)):
+    for name, bq in (("MXFP4 (for reference)", mx_quantize(w, FP4_E2M1)),
+                     ("NVFP4 (for reference)", nvfp4_quantize(w))):
         errors[name], sqnr[name] = rel_error(bq.values, w), sqnr_db(bq.values, w)
-        rows.append([name, 15, f"{bits:.2f}", f"{errors[name] * 100:.2f}", f"{sqnr[name]:.2f}",
-                     "-"])
+        rows.append([name, FP4_E2M1.values().size, f"{bq.bits_per_element:.2f}",
+                     f"{errors[name] * 100:.2f}", f"{sqnr[name]:.2f}", "-"])
     return CodebookResult(rows, errors, sqnr, entropy, levels, usage, normalized)
 
 

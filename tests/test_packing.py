@@ -142,9 +142,11 @@ def test_block_fp4_round_trip_and_scale_bytes(rows, blocks, seed, kind):
     assert np.array_equal(p.scales, bq.scales.astype(scale_dtype).view(np.uint8))
     codes = bq.elements.astype(ml_dtypes.float4_e2m1fn).view(np.uint8)
     assert np.array_equal(p.elements, codes[..., 0::2] | (codes[..., 1::2] << 4))
-    # 4 bits per element + 8 bits per block (+ 32 bits for the NVFP4 tensor scale)
+    # 4 bits per element + 8 bits per block (+ 32 bits for the NVFP4 tensor scale), which is
+    # what the format claims per element, plus the tensor scale
     expected_bits = x.size * 4 + (x.size // block) * 8 + (32 if kind == "nvfp4" else 0)
     assert p.nbytes * 8 == expected_bits
+    assert p.nbytes * 8 == bq.bits_per_element * x.size + len(p.tensor_scale) * 8
 
 
 def test_block_fp4_errors():
@@ -178,6 +180,21 @@ def test_gptq_qweight_matches_loop_reference():
                 expected[i, n] |= np.uint32(codes[8 * i + lane, n]) << np.uint32(4 * lane)
     assert np.array_equal(gptq_pack_qweight(codes).view(np.uint32), expected)
     assert np.array_equal(gptq_unpack_qweight(gptq_pack_qweight(codes)), codes)
+
+
+@SETTINGS
+@given(st.integers(1, 6), st.integers(1, 24), st.integers(0, 2**32 - 1))
+def test_gptq_round_trips_on_random_shapes(k8, n, seed):
+    rng = np.random.default_rng(seed)
+    codes = rng.integers(0, 16, (8 * k8, n))
+    q = gptq_pack_qweight(codes)
+    assert q.shape == (k8, n) and np.array_equal(gptq_unpack_qweight(q), codes)
+    zeros = rng.integers(0, 16, (k8, 8 * n))
+    z = gptq_pack_qzeros(zeros)
+    assert z.shape == (k8, n) and np.array_equal(gptq_unpack_qzeros(z), zeros)
+    perm = rng.permutation(8 * k8)
+    back = permute_qweight_rows(permute_qweight_rows(q, perm), inverse_permutation(perm))
+    assert np.array_equal(back, q)
 
 
 def test_gptq_qzeros_keep_zero_and_fifteen():
@@ -367,9 +384,9 @@ def test_e4m3_bits_as_fp16_is_value_over_256():
     assert e4m3_bits_as_fp16(np.array([0x38], np.uint8))[0] == 2.0**-8     # 1.0 -> 1/256
 
 
-def test_marlin_fp8_matches_vllm_formulation():
+@pytest.mark.parametrize("n, k", [(64, 128), (128, 64), (192, 256)])
+def test_marlin_fp8_matches_vllm_formulation(n, k):
     rng = np.random.default_rng(7)
-    n, k = 64, 128
     w = (rng.standard_normal((n, k)) * rng.uniform(0.1, 3, (n, 1))).astype(np.float16)
     w[3] = 0.0                                                     # a zero channel
     fw = marlin_fp8_pack(w)
@@ -382,6 +399,7 @@ def test_marlin_fp8_matches_vllm_formulation():
     ref_scales = (scale * 256).astype(np.float16)[None, :]
     perm = [2 * i + c for i in range(4) for c in (0, 1, 8, 9, 16, 17, 24, 25)]
     assert np.array_equal(fw.scales, ref_scales.reshape(-1, 32)[:, perm].reshape(1, n))
+    assert fw.scales.dtype == np.float16
     got_codes, got_scales = marlin_fp8_unpack(fw)
     assert np.array_equal(got_codes, codes)
     assert np.all(got_codes[3] == 0) and got_scales[3] == 0

@@ -291,7 +291,23 @@ def marlin_permute_scales(scales):
 
 
 def marlin_unpermute_scales(scales):
-    """Inverse of :func:`marlin_permute_scales` (same shapes, dtypes and errors)."""
+    """Inverse of :func:`marlin_permute_scales`.
+
+    Parameters
+    ----------
+    scales : numpy.ndarray of float, shape (G, N)
+        Scales in Marlin's order.
+
+    Returns
+    -------
+    numpy.ndarray, shape (G, N), same dtype
+        Scales in logical (row-major group x column) order.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`marlin_permute_scales`.
+    """
     s = _check_scales(scales)
     perm = _scale_perm(s.shape[0])
     out = np.empty_like(s).reshape(-1, len(perm))
@@ -326,8 +342,16 @@ class Fp8MarlinWeight:
 def marlin_fp8_shape_supported(n, k):
     """Whether an (N, K) matrix fits Marlin W8A16 without padding.
 
-    True when N and K are positive and either (N % 64 == 0 and K % 128 == 0)
-    or (N % 128 == 0 and K % 64 == 0): the kernel's thread-tile configurations.
+    Parameters
+    ----------
+    n, k : int
+        Output channels N and inputs K.
+
+    Returns
+    -------
+    bool
+        True when N and K are positive and either (N % 64 == 0 and K % 128 == 0)
+        or (N % 128 == 0 and K % 64 == 0): the kernel's thread-tile configurations.
     """
     return n > 0 and k > 0 and ((n % 64 == 0 and k % 128 == 0) or (n % 128 == 0 and k % 64 == 0))
 

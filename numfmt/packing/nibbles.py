@@ -126,14 +126,45 @@ def unpack_nibbles(packed, count=None, order="low_first"):
 def pack_uint4(values, pad=False, order="low_first"):
     """Pack unsigned 4-bit integers in [0, 15] two per byte.
 
-    Same parameters, return value and errors as :func:`pack_nibbles`; the code
-    of an unsigned integer is the integer itself. Example: [3, 12] -> 0xC3.
+    The code of an unsigned integer is the integer itself. Example: [3, 12] -> 0xC3.
+
+    Parameters
+    ----------
+    values : array_like of int, shape (..., L)
+    pad, order
+        As in :func:`pack_nibbles`.
+
+    Returns
+    -------
+    numpy.ndarray of uint8, shape (..., ceil(L / 2))
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`pack_nibbles`.
     """
     return pack_nibbles(values, pad=pad, order=order)
 
 
 def unpack_uint4(packed, count=None, order="low_first"):
-    """Inverse of :func:`pack_uint4`: uint8 bytes (..., B) -> uint8 values (..., count), 0..15."""
+    """Inverse of :func:`pack_uint4`.
+
+    Parameters
+    ----------
+    packed : numpy.ndarray of uint8, shape (..., B)
+    count, order
+        As in :func:`unpack_nibbles`.
+
+    Returns
+    -------
+    numpy.ndarray of uint8, shape (..., count)
+        Values in [0, 15].
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`unpack_nibbles`.
+    """
     return unpack_nibbles(packed, count=count, order=order)
 
 
@@ -165,9 +196,23 @@ def pack_int4(values, pad=False, order="low_first"):
 
 
 def unpack_int4(packed, count=None, order="low_first"):
-    """Inverse of :func:`pack_int4`: uint8 bytes (..., B) -> int8 values (..., count) in [-8, 7].
+    """Inverse of :func:`pack_int4`: nibbles read as two's complement.
 
-    Raises as :func:`unpack_nibbles`.
+    Parameters
+    ----------
+    packed : numpy.ndarray of uint8, shape (..., B)
+    count, order
+        As in :func:`unpack_nibbles`.
+
+    Returns
+    -------
+    numpy.ndarray of int8, shape (..., count)
+        Values in [-8, 7].
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`unpack_nibbles`.
     """
     codes = unpack_nibbles(packed, count=count, order=order).astype(np.int8)
     return np.where(codes >= 8, codes - 16, codes).astype(np.int8)
@@ -211,8 +256,22 @@ def pack_fp4(values, pad=False, order="low_first"):
 
 
 def unpack_fp4(packed, count=None, order="low_first"):
-    """Inverse of :func:`pack_fp4`: uint8 bytes (..., B) -> float64 E2M1 values (..., count).
+    """Inverse of :func:`pack_fp4`: nibbles decoded as FP4 E2M1.
 
-    Raises as :func:`unpack_nibbles`.
+    Parameters
+    ----------
+    packed : numpy.ndarray of uint8, shape (..., B)
+    count, order
+        As in :func:`unpack_nibbles`.
+
+    Returns
+    -------
+    numpy.ndarray of float64, shape (..., count)
+        E2M1 values; code 0x8 gives -0.0.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`unpack_nibbles`.
     """
     return FP4_E2M1.decode(unpack_nibbles(packed, count=count, order=order))

@@ -71,12 +71,23 @@ def nf4_levels():
 
 
 def int4_levels():
-    """Symmetric INT4 as a codebook: k / 7 for k = -7..7 (15 levels, float64)."""
+    """Symmetric INT4 as a codebook.
+
+    Returns
+    -------
+    numpy.ndarray of float64, shape (15,)
+        k / 7 for k = -7..7: absmax maps to code 7, as in symmetric restricted-range INT4.
+    """
     return np.arange(-7, 8) / 7.0
 
 
 def fp4_levels():
-    """FP4 E2M1 as a codebook: the 15 distinct E2M1 values / 6, ascending (float64).
+    """FP4 E2M1 as a codebook.
+
+    Returns
+    -------
+    numpy.ndarray of float64, shape (15,)
+        The distinct E2M1 values divided by 6 (the largest), ascending.
 
     References
     ----------
@@ -389,9 +400,21 @@ def qlora_dequantize(t):
 def qlora_bits_per_parameter(block=64, double_quant=True, scale_block=256, code_bits=4):
     """Storage cost in bits per parameter, in the limit of a large tensor.
 
-    ``code_bits + 32 / block`` without double quantization;
-    ``code_bits + 8 / block + 32 / (block * scale_block)`` with it.
-    Defaults give 4.127 (4.5 without).
+    Parameters
+    ----------
+    block : int, default 64
+        Weights per FP32 absmax.
+    double_quant : bool, default True
+    scale_block : int, default 256
+        Absmax values per FP32 second-level scale.
+    code_bits : int, default 4
+
+    Returns
+    -------
+    float
+        ``code_bits + 32 / block`` without double quantization;
+        ``code_bits + 8 / block + 32 / (block * scale_block)`` with it.
+        Defaults give 4.126953125 (4.5 without). The per-tensor mean is not counted.
 
     Raises
     ------
