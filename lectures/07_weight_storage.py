@@ -441,7 +441,8 @@ def marlin_where(k: int, n: int, size_n: int = SHAPE[1]) -> dict:
 
 def show_demo4(r: LayoutResult) -> None:
     print_header("Demo 4: act-order, Marlin tiles, and the FP8 exponent-bias trick")
-    print_table(["row order (K = 1024, groups of 128)", "groups per 16-row tile",
+    print_table([f"row order (K = {r.g_idx.size}, groups of {r.group_size})",
+                 "groups per 16-row tile",
                  "group changes down K"],
                 [["checkpoint (act-order)", f"{r.groups_per_tile['checkpoint']:.2f}",
                   r.group_switches["checkpoint"]],
