@@ -13,13 +13,12 @@ A thin layer over lecture 07's demo functions:
 from __future__ import annotations
 
 import importlib
-import io
-from typing import Callable
 
 import ipywidgets as widgets
 import numpy as np
 from matplotlib.figure import Figure
 
+from lectures.widgets.explorer import Explorer
 from numfmt.packing import marlin_int4_tile_map
 
 L = importlib.import_module("lectures.07_weight_storage")
@@ -27,59 +26,6 @@ L = importlib.import_module("lectures.07_weight_storage")
 BLOCK_SIZES = (16, 32, 64, 128, 256)
 DISTRIBUTIONS = ("Gaussian", "Student-t")
 MARLIN_SHAPE = (32, 128)          #: (K, N) of the explorer's small INT4 matrix: 2 x 2 tiles
-
-
-class Explorer:
-    """Widget controls over one pure computation and one figure.
-
-    Parameters
-    ----------
-    title : str
-    controls : dict of str -> ipywidgets value widget
-        Their ``.value`` become the keyword arguments of ``compute``.
-    compute : callable(**values) -> dict
-        Pure; its result is kept as ``state``.
-    draw : callable(state) -> Figure
-
-    Attributes
-    ----------
-    box : ipywidgets.VBox, what the notebook displays
-    image : ipywidgets.Image, the current figure as PNG
-    state : dict, what the last call of ``compute`` returned
-    figure : Figure, the last figure drawn
-
-    Notes
-    -----
-    The figure is shown as PNG bytes in an ``Image`` widget rather than displayed into an
-    ``Output`` widget: display messages from a callback would otherwise land in the cell's
-    stored outputs under clients that do not route them to the widget (nbval does not).
-    """
-
-    def __init__(self, title: str, controls: dict, compute: Callable, draw: Callable):
-        self.title, self.controls = title, controls
-        self._compute, self._draw = compute, draw
-        self.image = widgets.Image(format="png")
-        self.box = widgets.VBox([widgets.HTML(f"<b>{title}</b>"),
-                                 widgets.HBox(list(controls.values())), self.image])
-        self.state: dict = {}
-        self.figure: Figure | None = None
-        for w in controls.values():
-            w.observe(lambda _change: self.update(), names="value")
-        self.update()
-
-    def update(self) -> None:
-        """Recompute the state from the controls and redraw the figure in place."""
-        self.state = self._compute(**{k: w.value for k, w in self.controls.items()})
-        self.figure = self._draw(self.state)
-        png = io.BytesIO()
-        self.figure.savefig(png, format="png", dpi=90)
-        self.image.value = png.getvalue()
-
-    def _repr_mimebundle_(self, **kwargs) -> dict:
-        bundle = self.box._repr_mimebundle_(**kwargs)
-        # A fixed plain-text line keeps the notebook's stored output stable for nbval.
-        bundle["text/plain"] = f"[{self.title}: interactive, needs a running Jupyter kernel]"
-        return bundle
 
 
 def _check_result(r, cls) -> None:
