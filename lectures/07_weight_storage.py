@@ -141,6 +141,11 @@ def demo1_bytes(seed: int = 0) -> BytesResult:
                        cost_rows, bits, split)
 
 
+def _bits(v: float) -> str:
+    """Bits per weight to four decimals without trailing zeros: 4.25, 4.1875, 4.5."""
+    return f"{v:.4f}".rstrip("0").rstrip(".")
+
+
 def show_demo1(r: BytesResult) -> None:
     print_header("Demo 1: the bytes: packed nibbles, one MXFP4 and one NVFP4 block, the bill")
     print_table(["packing", "values", "bytes (hex)"], r.nibble_rows)
@@ -161,9 +166,9 @@ def show_demo1(r: BytesResult) -> None:
                  "bits/weight"], r.cost_rows)
     b = r.bits
     print_observations([
-        f"No 4-bit format costs 4 bits. MXFP4 pays {b['MXFP4']:.2f} bits per weight, NVFP4 "
-        f"{b['NVFP4']:.4f}, GPTQ with groups of 128 {b['GPTQ INT4, groups of 128']:.4f}, "
-        f"QLoRA's NF4 {b['NF4 (QLoRA)']:.2f}.",
+        f"No 4-bit format costs 4 bits. MXFP4 pays {_bits(b['MXFP4'])} bits per weight, NVFP4 "
+        f"{_bits(b['NVFP4'])}, GPTQ with groups of 128 {_bits(b['GPTQ INT4, groups of 128'])}, "
+        f"QLoRA's NF4 {_bits(b['NF4 (QLoRA)'])}.",
         f"An MXFP4 block is {r.mx['block_bytes']} bytes for 32 weights; an NVFP4 block is "
         f"{r.nv['block_bytes']} bytes for 16. NVFP4 pays twice as often for a scale, and its "
         f"scale has {FP8_E4M3.man_bits} mantissa bits instead of {E8M0.man_bits}.",
