@@ -8,6 +8,7 @@ from numfmt._validate import as_real_array
 
 
 _CHUNK = 1 << 16  # elements; the difference of one chunk stays in cache
+_TINY = np.finfo(np.float64).tiny  # smallest normal float64, 2**-1022
 
 
 def _sum_sq_diff(q: np.ndarray, x: np.ndarray) -> float:
@@ -20,8 +21,9 @@ def _sum_sq_diff(q: np.ndarray, x: np.ndarray) -> float:
     return total
 
 
-def _noise_to_signal(q, x) -> float:
-    """Return ``sum (q - x)^2 / sum x^2`` after checking the inputs (see rel_error's Raises)."""
+def _noise_to_signal(q, x) -> tuple[float, int]:
+    """Return ``(r, k)`` with ``sum (q - x)^2 / sum x^2 = r * 2**k``, after checking the inputs
+    (see rel_error's Raises)."""
     q, x = as_real_array(q, "q"), as_real_array(x, "x")
     if q.shape != x.shape:
         raise ValueError(f"q and x must have the same shape, got {q.shape} and {x.shape}")
@@ -30,15 +32,51 @@ def _noise_to_signal(q, x) -> float:
     x, q = x.ravel(), q.ravel()
     with np.errstate(over="ignore", invalid="ignore"):
         signal, noise = float(np.dot(x, x)), _sum_sq_diff(q, x)
-    if not (np.isfinite(signal) and np.isfinite(noise)):
-        # NaN/Inf in an input, or squares beyond float64's range: tell the two apart.
-        if not (np.isfinite(q).all() and np.isfinite(x).all()):
-            raise ValueError("q and x must be finite (NaN or Inf makes the error meaningless)")
-        m = max(float(np.abs(x).max()), float(np.abs(q - x).max()))
-        signal, noise = float(np.dot(x / m, x / m)), _sum_sq_diff(q / m, x / m)
-    if signal == 0.0:
+    if np.isfinite(signal) and np.isfinite(noise) and signal >= _TINY and noise >= _TINY:
+        return noise / signal, 0
+    # NaN/Inf in an input, squares beyond float64's range, squares in (or below) the
+    # subnormal range where they lose digits, or an exact match: take the careful path.
+    return _noise_to_signal_scaled(q, x)
+
+
+def _noise_to_signal_scaled(q: np.ndarray, x: np.ndarray) -> tuple[float, int]:
+    """``(r, k)`` with ``sum (q - x)^2 / sum x^2 = r * 2**k`` for 1-D float64 arrays of any
+    magnitude (NaN/Inf refused); ``r`` is 0.0 when ``q == x``.
+
+    Each sum is taken over values scaled by a power of two (exact) so that its largest term
+    lies in [1/4, 1): no square overflows, and none that matters underflows; the power of two
+    is carried apart, so even a ratio beyond float64's range is not lost.
+    """
+    if not (np.isfinite(q).all() and np.isfinite(x).all()):
+        raise ValueError("q and x must be finite (NaN or Inf makes the error meaningless)")
+    mx = float(np.abs(x).max())
+    if mx == 0.0:
         raise ValueError("x is all zero: a relative error or SQNR against zero is undefined")
-    return noise / signal
+    # Both below 2**e, so q - x stays below 2**(e+1).
+    e = int(np.frexp(max(mx, float(np.abs(q).max())))[1])
+    d = np.ldexp(q, -e) - np.ldexp(x, -e)
+    md = float(np.abs(d).max())
+    if md == 0.0:
+        return 0.0, 0
+    ex, ed = int(np.frexp(mx)[1]), int(np.frexp(md)[1])
+    xs, ds = np.ldexp(x, -ex), np.ldexp(d, -ed)
+    return float(np.dot(ds, ds)) / float(np.dot(xs, xs)), 2 * (ed + e - ex)
+
+
+def _rel_error_of(r: float, k: int) -> float:
+    """``sqrt(r * 2**k)``; +inf beyond float64's range."""
+    if k == 0:
+        return float(np.sqrt(r))
+    with np.errstate(over="ignore"):
+        return float(np.ldexp(np.sqrt(np.ldexp(r, k % 2)), k // 2))
+
+
+def _sqnr_db_of(r: float, k: int) -> float:
+    """``-10 log10(r * 2**k)`` in dB; +inf for ``r == 0``."""
+    if r == 0.0:
+        return float("inf")
+    db = -10.0 * np.log10(r) if k == 0 else -10.0 * (np.log10(r) + k * np.log10(2.0))
+    return float(db) + 0.0  # + 0.0 turns a ratio of exactly 1 into 0.0 dB, not -0.0
 
 
 def rel_error(q, x) -> float:
@@ -60,7 +98,7 @@ def rel_error(q, x) -> float:
     ValueError
         If the shapes differ, ``x`` is empty or all zero, or either holds NaN or Inf.
     """
-    return float(np.sqrt(_noise_to_signal(q, x)))
+    return _rel_error_of(*_noise_to_signal(q, x))
 
 
 def sqnr_db(q, x) -> float:
@@ -73,5 +111,4 @@ def sqnr_db(q, x) -> float:
     ------------------
     As :func:`rel_error`.
     """
-    ratio = _noise_to_signal(q, x)
-    return float("inf") if ratio == 0.0 else float(-10.0 * np.log10(ratio))
+    return _sqnr_db_of(*_noise_to_signal(q, x))

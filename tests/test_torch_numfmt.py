@@ -231,6 +231,23 @@ def test_metrics_agree_with_numpy_to_summation_order(device):
     assert nt.sqnr_db(tx, tx) == float("inf")
 
 
+
+@pytest.mark.parametrize("c", [1e-320, 1e-300, 1e-200, 1.0, 1e200, 1e300])
+def test_metrics_are_scale_invariant_at_extreme_magnitudes(c):
+    # Hand case as in test_metrics: q = [2, 1] c, x = [1, 1] c gives rel_error 1/sqrt(2) and
+    # SQNR 10 log10(2) dB at every magnitude c, though the squares overflow or underflow.
+    q, x = torch.tensor([2.0, 1.0], dtype=torch.float64) * c, torch.ones(2, dtype=torch.float64) * c
+    assert nt.rel_error(q, x) == pytest.approx(1 / np.sqrt(2), rel=1e-12)
+    assert nt.sqnr_db(q, x) == pytest.approx(10 * np.log10(2), rel=1e-12)
+
+
+def test_metrics_noise_far_below_the_signal_is_not_reported_as_exact():
+    # (1e-170)^2 underflows float64: rel_error is still 1e-170 and SQNR 3400 dB, as numpy.
+    q, x = torch.tensor([1.0, 1e-170], dtype=torch.float64), torch.tensor([1.0, 0.0],
+                                                                           dtype=torch.float64)
+    assert nt.rel_error(q, x) == pytest.approx(1e-170, rel=1e-12, abs=0)
+    assert nt.sqnr_db(q, x) == pytest.approx(3400.0, rel=1e-12)
+
 # ---------------------------------------------------------------- torch native dtypes
 def _float32_sample(fmt, n=200_000, seed=5) -> np.ndarray:
     """float32 values (so torch's cast rounds once) covering every branch of ``fmt``."""

@@ -11,6 +11,7 @@ import math
 
 import torch
 
+from numfmt.metrics import _TINY, _noise_to_signal_scaled, _rel_error_of, _sqnr_db_of
 from numfmt.torch._core import as_real_tensor
 
 
@@ -28,6 +29,15 @@ def _pair(q, x) -> tuple[torch.Tensor, torch.Tensor]:
     if not bool(x.any()):
         raise ValueError("x is all zero: a relative error or SQNR against zero is undefined")
     return q, x
+
+
+def _sums(q: torch.Tensor, x: torch.Tensor):
+    """``(noise, signal)`` sums in float64, or None where a square overflows or underflows
+    (then numpy's power-of-two scaled path gives the ratio; see :mod:`numfmt.metrics`)."""
+    noise, signal = float(torch.sum((q - x) ** 2)), float(torch.sum(x ** 2))
+    if math.isfinite(noise) and math.isfinite(signal) and noise >= _TINY and signal >= _TINY:
+        return noise, signal
+    return None
 
 
 def rel_error(q, x) -> float:
@@ -49,7 +59,10 @@ def rel_error(q, x) -> float:
         If the shapes differ, ``x`` is empty or all zero, or either holds NaN or Inf.
     """
     q, x = _pair(q, x)
-    return float(torch.linalg.vector_norm(q - x) / torch.linalg.vector_norm(x))
+    if _sums(q, x) is not None:
+        return float(torch.linalg.vector_norm(q - x) / torch.linalg.vector_norm(x))
+    return _rel_error_of(*_noise_to_signal_scaled(q.cpu().numpy().ravel(),
+                                                  x.cpu().numpy().ravel()))
 
 
 def sqnr_db(q, x) -> float:
@@ -58,7 +71,8 @@ def sqnr_db(q, x) -> float:
     +inf when ``q == x`` exactly. Parameters and errors as :func:`rel_error`.
     """
     q, x = _pair(q, x)
-    noise = float(torch.sum((q - x) ** 2))
-    if noise == 0.0:
-        return math.inf
-    return 10.0 * math.log10(float(torch.sum(x ** 2)) / noise)
+    sums = _sums(q, x)
+    if sums is not None:
+        return 10.0 * math.log10(sums[1] / sums[0]) + 0.0  # + 0.0: a ratio of 1 is 0.0 dB
+    return _sqnr_db_of(*_noise_to_signal_scaled(q.cpu().numpy().ravel(),
+                                                x.cpu().numpy().ravel()))
