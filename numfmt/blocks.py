@@ -18,10 +18,25 @@ from typing import NamedTuple
 import numpy as np
 
 from numfmt._validate import as_calibration_array, check_block
-from numfmt.formats import E8M0, FP4_E2M1, FP8_E4M3, FloatFormat
+from numfmt.formats import E8M0, FP4_E2M1, FP8_E4M3, FP32, FloatFormat
 
 #: Scale kinds of :func:`block_quantize` and the bits each stored scale costs.
 SCALE_BITS = {"e8m0": 8, "e4m3": 8, "exact": 32}
+
+# An exact scale maps the block maximum to max_value up to one float64 rounding of the
+# division (448.00000000000006): that is not clipping, so a few ulps are allowed.
+CLIP_TOLERANCE = 1 + 4 * np.finfo(np.float64).eps
+
+
+def fp32_tensor_scale(t_amax: float, elem: FloatFormat) -> float:
+    """NVFP4's second-level scale ``amax / (elem.max_value * 448)`` as stored in FP32.
+
+    Rounded to nearest even in FP32; clamped to FP32's finite range [2^-149, max] (a tensor
+    scale of 0 or Inf would turn the whole tensor into zeros or NaN), so a tensor beyond it
+    saturates (reported by ``clipped``) or flushes block by block through its E4M3 scales.
+    """
+    ideal = t_amax / (elem.max_value * FP8_E4M3.max_value)
+    return float(np.clip(FP32.round(ideal), FP32.min_subnormal, FP32.max_value))
 
 
 class BlockQuantized(NamedTuple):
@@ -63,7 +78,10 @@ def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0")
         ``values`` and ``elements`` with the shape of ``x``; ``scales`` of shape
         ``x.shape[:-1] + (K // block,)``; ``bits_per_element = elem.bits + scale bits / block``.
         An all-zero block gets scale 1.0 (E8M0, exact) and zero elements. An E4M3 block scale
-        that underflows to 0 is stored as 0 and its block decodes to zeros, as hardware does.
+        that underflows to 0 is stored as 0 and its block decodes to zeros, as hardware does;
+        so does an exact scale that underflows float64 (amax of a few float64 subnormals).
+        The FP32 tensor scale of "e4m3" is kept within FP32's finite range (see
+        :func:`fp32_tensor_scale`): beyond it, elements saturate and count as clipped.
 
     Raises
     ------
@@ -88,7 +106,7 @@ def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0")
     elif scale_format == "e4m3":
         t_amax = float(amax.max())
         if t_amax > 0:
-            tensor_scale = float(np.float32(t_amax / (elem.max_value * FP8_E4M3.max_value)))
+            tensor_scale = fp32_tensor_scale(t_amax, elem)
         scales = FP8_E4M3.round(amax / elem.max_value / tensor_scale)
     else:
         scales = np.where(amax > 0, amax / elem.max_value, 1.0)
@@ -96,9 +114,7 @@ def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0")
     full = scales * tensor_scale                                    # (..., n_blocks)
     safe = np.where(full > 0, full, 1.0)[..., None]
     y = xb / safe
-    # An exact scale maps the block maximum to max_value up to one float64 rounding of the
-    # division (448.00000000000006): that is not clipping, so allow a few ulps.
-    clipped = float(np.mean(np.abs(y) > elem.max_value * (1 + 4 * np.finfo(np.float64).eps)))
+    clipped = float(np.mean(np.abs(y) > elem.max_value * CLIP_TOLERANCE))
     elements = elem.round(y)
     elements[full == 0] = 0.0
     values = elements * safe
@@ -141,7 +157,8 @@ def tensor_scaled(x, elem: FloatFormat) -> BlockQuantized:
     Returns
     -------
     BlockQuantized
-        ``tensor_scale`` holds the scale (1.0 for an all-zero tensor); ``scales`` is ones of
+        ``tensor_scale`` holds the scale (1.0 for an all-zero tensor; 0.0, with zero elements,
+        where ``amax / elem.max_value`` underflows float64); ``scales`` is ones of
         shape ``x.shape[:-1] + (1,)``; ``bits_per_element = elem.bits``; ``clipped`` is 0.
 
     Raises
@@ -153,6 +170,7 @@ def tensor_scaled(x, elem: FloatFormat) -> BlockQuantized:
     elem = _check_elem(elem)
     amax = float(np.abs(x).max())
     s = amax / elem.max_value if amax > 0 else 1.0
-    elements = elem.round(x / s)
+    # s == 0: amax is a few float64 subnormals and the scale underflows; flush to zero.
+    elements = elem.round(x / s) if s > 0 else np.zeros_like(x)
     return BlockQuantized(elements * s, elements, np.ones(x.shape[:-1] + (1,)), s, 0.0,
                           float(elem.bits))

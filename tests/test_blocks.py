@@ -161,3 +161,47 @@ def test_exact_scale_reports_no_clipping_despite_division_rounding(fmt):
     # which is not a clipped value. Student-t data, blocks of 32, every element format.
     x = np.random.default_rng(0).standard_t(5, 1 << 16) * 0.02
     assert block_quantize(x, fmt, 32, "exact").clipped == 0.0
+
+
+ELEMS = [FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E5M2]
+SCALINGS = [lambda x, f: tensor_scaled(x, f)] + [
+    (lambda s: lambda x, f: block_quantize(x, f, 2, s))(s) for s in ("e8m0", "e4m3", "exact")]
+
+
+@pytest.mark.parametrize("fmt", ELEMS, ids=str)
+@pytest.mark.parametrize("quantize", SCALINGS, ids=["tensor", "e8m0", "e4m3", "exact"])
+def test_subnormal_tensor_gives_finite_values_without_warnings(quantize, fmt):
+    # amax = 2^-1074 (the smallest float64 subnormal): amax / max_value underflows float64 to
+    # 0. A scale of 0 cannot be divided by; the tensor is flushed to zero (the fate of values
+    # below a format's smallest subnormal) and no NaN appears, not even for the exact zero.
+    x = np.array([[5e-324, 0.0], [-5e-324, 0.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r = quantize(x, fmt)
+    assert np.all(np.isfinite(r.values)) and np.all(np.isfinite(r.elements))
+    assert np.all(np.abs(r.values) <= 5e-324)
+
+
+def test_nvfp4_tensor_scale_saturates_at_fp32_max():
+    # amax = 1e300 asks for an FP32 tensor scale 1e300 / (6 * 448) = 3.7e296, beyond FP32's
+    # max (2 - 2^-23) * 2^127 = 3.4028e38. The stored FP32 scale saturates there (as the E8M0
+    # exponent of MX is clamped), the E4M3 block scale saturates at 448, elements at 6, and
+    # every element is reported clipped: values 6 * 448 * 3.4028e38 = 9.146e41, finite.
+    fp32_max = float(np.finfo(np.float32).max)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r = nvfp4_quantize(np.full(16, 1e300))
+    assert r.tensor_scale == fp32_max and r.scales.tolist() == [448.0]
+    assert r.clipped == 1.0 and np.all(r.values == 6 * 448 * fp32_max)
+
+
+def test_nvfp4_tensor_scale_never_flushes_to_zero():
+    # amax = 1e-300: 1e-300 / 2688 is below FP32's smallest subnormal 2^-149. The tensor scale
+    # stays 2^-149 (positive, so nothing is divided by zero); the E4M3 block scale
+    # 1e-300 / 6 / 2^-149 = 1.2e-256 is below E4M3's smallest subnormal 2^-9 and rounds to 0,
+    # so the block decodes to zeros, as any E4M3 scale underflow does.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r = nvfp4_quantize(np.full(16, 1e-300))
+    assert r.tensor_scale == 2.0**-149 and r.scales.tolist() == [0.0]
+    assert np.all(r.values == 0.0)

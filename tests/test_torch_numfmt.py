@@ -208,6 +208,35 @@ def test_block_quantizers_bit_identical(name, fn, device):
     _assert_quantized_equal(got, fn(nf, x))
 
 
+EXTREME_INPUTS = {
+    # amax / (amax / max_value) can be max_value * (1 + 2^-52): not clipping, in both twins.
+    "student-t": np.random.default_rng(0).standard_t(5, (64, 32)) * 0.02,
+    "subnormal": np.array([[5e-324, 0.0, -5e-324, 0.0]] * 8),  # exact scale underflows to 0
+    "1e300": np.full((2, 32), 1e300),     # NVFP4's FP32 tensor scale would overflow
+    "1e-300": np.full((2, 32), 1e-300),   # ... or underflow
+}
+
+
+@pytest.mark.parametrize("x", EXTREME_INPUTS.values(), ids=EXTREME_INPUTS.keys())
+@pytest.mark.parametrize("fn", [
+    lambda m, x: m.tensor_scaled(x, nf.FP8_E4M3),
+    lambda m, x: m.tensor_scaled(x, nf.FP4_E2M1),
+    lambda m, x: m.mx_quantize(x, nf.FP8_E4M3, 4),
+    lambda m, x: m.nvfp4_quantize(x, 4),
+    lambda m, x: m.block_quantize(x, nf.FP8_E4M3, 4, "exact"),
+    lambda m, x: m.block_quantize(x, nf.FP6_E3M2, 4, "exact"),
+    lambda m, x: m.block_quantize(x, nf.FP4_E2M1, 4, "exact"),
+], ids=["tensor-E4M3", "tensor-E2M1", "mx-E4M3", "nvfp4", "exact-E4M3", "exact-E3M2",
+        "exact-E2M1"])
+def test_block_quantizers_agree_with_numpy_at_extremes(fn, x):
+    # Same values, scales, tensor scale and clipped fraction as numpy, and no NaN anywhere.
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got, want = fn(nt, torch.from_numpy(x)), fn(nf, x)
+    _assert_quantized_equal(got, want)
+    assert np.all(np.isfinite(want.values))
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_quantize_affine_and_dequantize_match_numpy(device):
     x = np.array([-2.5, -0.5, 0.5, 1.5, 2.5, 1e9, -np.inf])

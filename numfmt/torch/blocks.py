@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import numpy as np
 import torch
 
 from numfmt._validate import check_block
-from numfmt.blocks import SCALE_BITS
+from numfmt.blocks import CLIP_TOLERANCE, SCALE_BITS, fp32_tensor_scale
 from numfmt.formats import E8M0, FP4_E2M1, FP8_E4M3, FloatFormat
 from numfmt.torch._core import as_calibration_tensor, floor_log2, pow2
 from numfmt.torch.formats import round as round_to
@@ -79,7 +78,7 @@ def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0",
     elif scale_format == "e4m3":
         t_amax = float(amax.max())
         if t_amax > 0:
-            tensor_scale = float(np.float32(t_amax / (elem.max_value * FP8_E4M3.max_value)))
+            tensor_scale = fp32_tensor_scale(t_amax, elem)
         scales = round_to(amax / elem.max_value / tensor_scale, FP8_E4M3)
     else:
         scales = torch.where(amax > 0, amax / elem.max_value, 1.0)
@@ -87,7 +86,7 @@ def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0",
     full = scales * tensor_scale                                    # (..., n_blocks)
     safe = torch.where(full > 0, full, 1.0)[..., None]              # (..., n_blocks, 1)
     y = xb / safe
-    clipped = int((y.abs() > elem.max_value).sum()) / y.numel()
+    clipped = int((y.abs() > elem.max_value * CLIP_TOLERANCE).sum()) / y.numel()
     elements = round_to(y, elem)
     elements = torch.where((full == 0)[..., None], 0.0, elements)
     values = elements * safe
@@ -124,7 +123,8 @@ def tensor_scaled(x, elem: FloatFormat, device=None) -> BlockQuantized:
     elem = _check_elem(elem)
     amax = float(x.abs().max())
     s = amax / elem.max_value if amax > 0 else 1.0
-    elements = round_to(x / s, elem)
+    # s == 0: amax is a few float64 subnormals and the scale underflows; flush to zero.
+    elements = round_to(x / s, elem) if s > 0 else torch.zeros_like(x)
     return BlockQuantized(elements * s, elements,
                           torch.ones(x.shape[:-1] + (1,), dtype=torch.float64, device=x.device),
                           s, 0.0, float(elem.bits))
