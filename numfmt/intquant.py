@@ -49,6 +49,19 @@ def int_range(bits: int, symmetric: bool = True) -> tuple[int, int]:
     return 0, 2**bits - 1
 
 
+def _affine_scale(lo: np.ndarray, hi: np.ndarray, levels: int) -> np.ndarray:
+    """``(hi - lo) / levels``, also where ``hi - lo`` overflows float64 (ranges above 1.8e308).
+
+    There both bounds are huge, so halving them is exact and ``(hi/2 - lo/2) / levels * 2``
+    is the same correctly rounded quotient; elsewhere the first form is used unchanged.
+    """
+    with np.errstate(over="ignore"):
+        width = hi - lo
+    if np.isfinite(width).all():
+        return width / levels
+    return np.where(np.isfinite(width), width / levels, (hi * 0.5 - lo * 0.5) / levels * 2.0)
+
+
 def quantize_affine(x, scale, zero_point=0, qmin: int = -127, qmax: int = 127) -> np.ndarray:
     """Return the codes ``clamp(round_half_even(x / scale) + zero_point, qmin, qmax)``.
 
@@ -157,7 +170,7 @@ def quantize_int(x, bits: int, symmetric: bool = True, granularity: str = "tenso
     else:
         lo = np.minimum(xg.min(axis=axis, keepdims=True), 0.0) * clip
         hi = np.maximum(xg.max(axis=axis, keepdims=True), 0.0) * clip
-        scale = (hi - lo) / qmax
+        scale = _affine_scale(lo, hi, qmax)
         scale[scale == 0] = 1.0
         zero_point = np.clip(np.rint(-lo / scale), qmin, qmax).astype(np.int64)
 

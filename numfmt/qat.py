@@ -33,7 +33,7 @@ import numpy as np
 from numfmt._validate import as_calibration_array, as_real_array
 from numfmt.blocks import block_quantize
 from numfmt.formats import FP4_E2M1, FP8_E4M3, FP8_E5M2, FloatFormat
-from numfmt.intquant import dequantize_affine, int_range, quantize_affine
+from numfmt.intquant import _affine_scale, dequantize_affine, int_range, quantize_affine
 
 ROUNDINGS = ("nearest", "stochastic")
 
@@ -171,7 +171,7 @@ def qparams_from_range(lo, hi, bits: int, symmetric: bool = True) -> QParams:
         zero_point = np.zeros(scale.shape, dtype=np.int64)
     else:
         lo, hi = np.minimum(lo, 0.0), np.maximum(hi, 0.0)
-        scale = (hi - lo) / (qmax - qmin)
+        scale = _affine_scale(lo, hi, qmax - qmin)
         with np.errstate(divide="ignore", invalid="ignore"):
             zero_point = np.clip(np.rint(qmin - lo / scale), qmin, qmax)
         zero_point = np.where(scale > 0, zero_point, 0).astype(np.int64)

@@ -159,3 +159,18 @@ def test_quantize_affine_rejects_bad_scale_and_nan():
         quantize_affine([np.nan], 1.0)
     with pytest.raises(ValueError, match="qmin"):
         quantize_affine([1.0], 1.0, 0, 5, 4)
+
+
+@pytest.mark.parametrize("gran,group", [("tensor", None), ("channel", None), ("group", 2)])
+def test_asymmetric_range_wider_than_float64_max(gran, group):
+    # max - min = 1.6e308 + 1e308 overflows float64, but the scale 2.6e308 / 255 = 1.0196e306
+    # does not. Hand derivation: zero point round(1e308 / 1.0196e306) = round(98.08) = 98;
+    # -1e308 -> code 0, 1.6e308 -> code 98 + round(156.92) = 255. Every value lies within half
+    # a step of its reconstruction; nothing is NaN.
+    x = np.array([[-1e308, 1.6e308], [-1e308, 1.6e308]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r = quantize_int(x, 8, symmetric=False, granularity=gran, group=group)
+    assert np.all(r.scale == pytest.approx(1.6e308 / 255 + 1e308 / 255, rel=1e-15))
+    assert np.all(r.zero_point == 98) and r.codes.tolist() == [[0, 255], [0, 255]]
+    assert np.all(np.abs(r.values - x) <= r.scale / 2)

@@ -196,6 +196,18 @@ def test_affine_range_widened_to_contain_zero():
     assert qp.zero_point.item() == 0 and qp.scale.item() == pytest.approx(3.0 / 255)
 
 
+def test_affine_range_wider_than_float64_max():
+    # 1.6e308 - (-1e308) overflows float64; the scale 2.6e308 / 255 does not. Zero point:
+    # round(0 - (-1e308) / 1.0196e306) = round(98.08) = 98. No NaN, no warning.
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        qp = qparams_from_range(-1e308, 1.6e308, 8, symmetric=False)
+        fq = fake_quantize([-1e308, 1.6e308], qp)
+    assert qp.scale.item() == pytest.approx(1.6e308 / 255 + 1e308 / 255, rel=1e-15)
+    assert qp.zero_point.item() == 98
+    assert np.all(np.abs(fq.values - [-1e308, 1.6e308]) <= qp.scale / 2) and fq.mask.all()
+
 def test_percentile_nearest_rank_by_hand():
     x = np.concatenate([np.arange(100) / 100, [1000.0]])    # 101 values, last = 100
     # c = 0.02: lo index floor(2) = 2 -> 0.02; hi index ceil(98) = 98 -> 0.98.

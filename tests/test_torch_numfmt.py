@@ -237,6 +237,16 @@ def test_block_quantizers_agree_with_numpy_at_extremes(fn, x):
     _assert_quantized_equal(got, want)
     assert np.all(np.isfinite(want.values))
 
+@pytest.mark.parametrize("granularity,group", [("tensor", None), ("channel", None),
+                                               ("group", 2)])
+def test_quantize_int_range_beyond_float64_max_matches_numpy(granularity, group):
+    # max - min = 2.6e308 overflows float64 (numpy's hand case in test_intquant): no NaN.
+    x = np.array([[-1e308, 1.6e308], [-1e308, 1.6e308]])
+    got = nt.quantize_int(torch.from_numpy(x), 8, False, granularity, group)
+    want = nf.quantize_int(x, 8, False, granularity, group)
+    _assert_quantized_equal(got, want)
+    assert np.all(np.isfinite(want.values))
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_quantize_affine_and_dequantize_match_numpy(device):
     x = np.array([-2.5, -0.5, 0.5, 1.5, 2.5, 1e9, -np.inf])

@@ -117,7 +117,8 @@ def quantize_int(x, bits: int, symmetric: bool = True, granularity: str = "tenso
     else:
         lo = torch.clamp(reduce(xg, torch.amin), max=0.0) * clip
         hi = torch.clamp(reduce(xg, torch.amax), min=0.0) * clip
-        scale = (hi - lo) / qmax
+        width = hi - lo  # beyond float64's max: halve both bounds first, as numfmt does
+        scale = torch.where(torch.isfinite(width), width / qmax, (hi * 0.5 - lo * 0.5) / qmax * 2.0)
         scale = torch.where(scale == 0, 1.0, scale)
         zero_point = torch.clamp(torch.round(-lo / scale), qmin, qmax).to(torch.int64)
 
