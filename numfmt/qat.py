@@ -147,11 +147,13 @@ def qparams_from_range(lo, hi, bits: int, symmetric: bool = True) -> QParams:
     -------
     QParams
         ``scale`` (float64) and ``zero_point`` (int64) with the broadcast shape of lo and hi.
+        An all-zero interval gets scale 1.0 and zero point 0 (it quantizes to zeros, as in
+        :func:`numfmt.quantize_int`).
 
     Raises
     ------
     ValueError
-        If a bound is not finite, ``lo > hi``, or the interval is all zero (no scale exists).
+        If a bound is not finite or ``lo > hi``.
     TypeError, ValueError
         If ``bits`` is not an integer in [2, 16] (see :func:`numfmt.int_range`).
 
@@ -175,9 +177,9 @@ def qparams_from_range(lo, hi, bits: int, symmetric: bool = True) -> QParams:
         with np.errstate(divide="ignore", invalid="ignore"):
             zero_point = np.clip(np.rint(qmin - lo / scale), qmin, qmax)
         zero_point = np.where(scale > 0, zero_point, 0).astype(np.int64)
-    if not (scale > 0).all():
-        raise ValueError("calibration range is all zero: no scale maps it onto the grid "
-                         "(an all-zero tensor or channel cannot be calibrated)")
+    # An all-zero range (or one whose scale underflows float64) gets scale 1, as in
+    # numfmt.quantize_int: its values are code zero_point and dequantize to 0.
+    scale = np.where(scale > 0, scale, 1.0)
     return QParams(scale, zero_point, qmin, qmax)
 
 
@@ -205,8 +207,8 @@ def calibrate_minmax(x, bits: int, symmetric: bool = True, axis: int | None = No
     TypeError
         If ``x`` is not real-valued or ``axis`` is not an integer.
     ValueError
-        If ``x`` is empty or non-finite, a tensor or channel is all zero, or ``axis`` is out of
-        range.
+        If ``x`` is empty or non-finite, or ``axis`` is out of range. An all-zero tensor or
+        channel is not an error: it gets scale 1.0 (see :func:`qparams_from_range`).
     """
     x = as_calibration_array(x)
     xc, keep = _channel_view(x, axis)  # (C, N)
@@ -399,7 +401,8 @@ def fake_quantize_block(x, elem: FloatFormat, block: int,
         where ``x / block scale`` stays within ``elem`` (the float rule of
         :func:`fake_quantize_float`). An MX power-of-two scale can put the block maximum
         above ``elem.max_value``, so MX saturates (mask False) there; a block whose E4M3 scale
-        underflows to 0 decodes to zeros and gets mask False.
+        underflows to 0 decodes to zeros and gets mask False except at its exact zeros (an
+        all-zero block has scale 0 and mask True).
 
     Raises
     ------
@@ -411,7 +414,9 @@ def fake_quantize_block(x, elem: FloatFormat, block: int,
     full = (bq.scales * bq.tensor_scale)[..., None]                  # (..., n_blocks, 1)
     xb = x.reshape(x.shape[:-1] + (-1, block))                        # (..., n_blocks, block)
     with np.errstate(divide="ignore", invalid="ignore"):
-        mask = np.where(full > 0, _float_mask(xb / full, elem), False)
+        # Where the scale is 0 only the zeros are represented exactly (an all-zero block
+        # passes its whole gradient, so zero-initialised weights can train).
+        mask = np.where(full > 0, _float_mask(xb / full, elem), xb == 0)
     return FakeQuantized(bq.values, mask.reshape(x.shape))
 
 
@@ -447,9 +452,8 @@ def fake_quantize_weight(w, fmt: str, axis: int | None = None, rounding: str = "
     Raises
     ------
     ValueError
-        If ``fmt`` is unknown, ``w`` is all zero for an integer format (or a channel is),
-        ``axis`` is given for a block format, or a block format is asked for stochastic
-        rounding; plus what the calibration and block functions raise.
+        If ``fmt`` is unknown, ``axis`` is given for a block format, or a block format is
+        asked for stochastic rounding; plus what the calibration and block functions raise.
     """
     if fmt in _INT_BITS:
         qp = calibrate_absmax(w, _INT_BITS[fmt], axis=axis)

@@ -229,7 +229,7 @@ def test_percentile_per_channel_axis_1():
 @pytest.mark.parametrize("fn", [
     lambda x: calibrate_minmax(x, 8), lambda x: calibrate_minmax(x, 8, symmetric=False),
     lambda x: calibrate_absmax(x, 4), lambda x: calibrate_percentile(x, 8, 0.1)])
-@pytest.mark.parametrize("bad,err", [([], ValueError), ([0.0, 0.0], ValueError),
+@pytest.mark.parametrize("bad,err", [([], ValueError),
                                      ([1.0, np.nan], ValueError), ([1.0, np.inf], ValueError),
                                      (["a"], TypeError)])
 def test_calibration_refuses_degenerate_input(fn, bad, err):
@@ -237,9 +237,40 @@ def test_calibration_refuses_degenerate_input(fn, bad, err):
         fn(np.array(bad))
 
 
-def test_calibration_refuses_an_all_zero_channel_and_bad_arguments():
-    with pytest.raises(ValueError, match="all zero"):
-        calibrate_absmax([[1.0, 2.0], [0.0, 0.0]], 8, axis=0)
+@pytest.mark.parametrize("calibrate", [
+    lambda x: calibrate_minmax(x, 8), lambda x: calibrate_minmax(x, 8, symmetric=False),
+    lambda x: calibrate_absmax(x, 4), lambda x: calibrate_percentile(x, 8, 0.1),
+    lambda x: calibrate_minmax(x, 4, axis=0), lambda x: calibrate_minmax(x, 4, False, axis=1),
+    lambda x: qparams_from_range(0.0, 0.0, 8), lambda x: qparams_from_range(0, 0, 8, False)])
+def test_all_zero_calibrates_to_scale_one_and_quantizes_to_zeros(calibrate):
+    # The house rule (as numfmt.quantize_int): an all-zero tensor or channel gets scale 1 and
+    # zero point 0 (real 0 is code 0 in both the signed and the unsigned range), and
+    # fake-quantizes to zeros with the gradient passing everywhere, without NaN or warnings.
+    import warnings
+    x = np.zeros((3, 4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        qp = calibrate(x)
+        fq = fake_quantize(x, qp)
+    assert np.all(qp.scale == 1.0) and np.all(qp.zero_point == 0)
+    assert np.all(fq.values == 0.0) and fq.mask.all()
+
+
+def test_an_all_zero_channel_beside_others_gets_scale_one():
+    qp = calibrate_absmax([[1.0, 2.0], [0.0, 0.0]], 8, axis=0)
+    assert qp.scale.ravel().tolist() == [2.0 / 127, 1.0]
+
+
+@pytest.mark.parametrize("fmt", WEIGHT_FORMATS)
+def test_fake_quantize_weight_of_zeros_is_zeros(fmt):
+    # A zero-initialised weight (a common init for output projections) in every format.
+    fq = fake_quantize_weight(np.zeros((2, 32)), fmt)
+    assert np.all(fq.values == 0.0) and fq.mask.all()
+    opt = QATAdam(np.zeros((2, 32)), lambda w: fake_quantize_weight(w, fmt))
+    assert np.all(opt.view == 0.0)
+
+
+def test_calibration_refuses_bad_arguments():
     with pytest.raises(ValueError, match="clip_fraction"):
         calibrate_percentile([1.0, 2.0], 8, 0.5)
     with pytest.raises(ValueError, match="clip_fraction"):

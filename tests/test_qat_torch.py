@@ -104,3 +104,25 @@ def test_bad_input():
         fake_quantize_int(torch.ones(2), 1.0, 0, 7, -8)
     with pytest.raises(TypeError, match="floating"):
         fake_quantize_weight_ste(np.ones(4), "INT8")
+
+
+@pytest.mark.parametrize("fmt", WEIGHT_FORMATS)
+def test_zero_initialised_qatlinear_runs_and_its_weights_get_gradients(fmt):
+    # nn.init.zeros_ is a common init (output projections, LoRA B): every format quantizes the
+    # zeros to zeros, and the STE passes the whole gradient (nothing is saturated), so the
+    # first step moves the weights. Hand case: y = W x with x = ones(32), loss = sum(y),
+    # dloss/dW = ones.
+    layer = QATLinear(32, 2, bias=False, weight_format=fmt)
+    torch.nn.init.zeros_(layer.weight)
+    y = layer(torch.ones(1, 32))
+    assert torch.equal(y, torch.zeros(1, 2))
+    y.sum().backward()
+    assert torch.equal(layer.weight.grad, torch.ones(2, 32))
+
+
+def test_activation_quantizer_accepts_an_all_zero_first_batch():
+    # A dead-ReLU batch of zeros calibrates the range [0, 0]: scale 1, output zeros.
+    act = ActivationFakeQuant(8)
+    assert torch.equal(act(torch.zeros(4)), torch.zeros(4))
+    act(torch.tensor([0.0, 2.0]))
+    assert act.hi.item() == pytest.approx(0.2)               # 0 + 0.1 (2 - 0)
