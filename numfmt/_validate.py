@@ -68,3 +68,60 @@ def check_block(n: int, block, what: str = "block") -> int:
             f"pad the tensor or choose a {what} size that divides {n}"
         )
     return block
+
+
+def check_int(value, name: str) -> int:
+    """Return ``value`` as an int, refusing bools, floats and anything else that is not one.
+
+    Raises
+    ------
+    TypeError
+        If ``value`` is not a Python or numpy integer.
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {value!r}")
+    return int(value)
+
+
+def check_real_scalar(value, name: str) -> float:
+    """Return ``value`` as a float, refusing bools, strings, arrays and other non-numbers.
+
+    Raises
+    ------
+    TypeError
+        If ``value`` is not a Python or numpy int or float scalar.
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+            value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a real number, got {value!r}")
+    return float(value)
+
+
+def check_clip(clip) -> float:
+    """Return ``clip`` as a float in (0, 1].
+
+    Raises
+    ------
+    TypeError
+        If ``clip`` is not a real number (see :func:`check_real_scalar`).
+    ValueError
+        If ``clip`` is outside (0, 1] (NaN included).
+    """
+    c = check_real_scalar(clip, "clip")
+    if not 0.0 < c <= 1.0:
+        raise ValueError(f"clip must be a number in (0, 1], got {clip!r}")
+    return c
+
+
+def as_integer_array(x, name: str) -> np.ndarray:
+    """Return ``x`` as an int64 ndarray, refusing floats, bools and other non-integers.
+
+    Raises
+    ------
+    TypeError
+        If ``x`` does not have an integer dtype.
+    """
+    arr = np.asarray(x)
+    if arr.dtype == np.bool_ or arr.dtype.kind not in "iu":
+        raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
+    return arr.astype(np.int64)

@@ -17,7 +17,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from numfmt._validate import as_calibration_array, as_real_array, check_block
+from numfmt._validate import (as_calibration_array, as_integer_array, as_real_array, check_block,
+                              check_clip, check_int)
 
 GRANULARITIES = ("tensor", "channel", "group")
 MIN_BITS, MAX_BITS = 2, 16
@@ -75,30 +76,63 @@ def quantize_affine(x, scale, zero_point=0, qmin: int = -127, qmax: int = 127) -
 
     Returns
     -------
-    ndarray of int64, the broadcast shape. NaN is refused; +-Inf clamps to qmin/qmax.
+    ndarray of int64, the broadcast shape. NaN is refused; +-Inf (and a quotient ``x / scale``
+    beyond float64's range) clamps to qmin/qmax.
 
     Raises
     ------
+    TypeError
+        If ``x`` or ``scale`` is not real-valued, ``zero_point`` does not hold integers, or
+        ``qmin``/``qmax`` is not an integer.
     ValueError
         If a scale is not positive and finite, ``x`` contains NaN, or ``qmin > qmax``.
     """
     x = as_real_array(x)
-    scale = as_real_array(scale, "scale")
-    if not (np.isfinite(scale).all() and (scale > 0).all()):
-        raise ValueError("scale must be positive and finite")
+    scale = _check_scale(scale)
+    zero_point = as_integer_array(zero_point, "zero_point")
+    qmin, qmax = check_int(qmin, "qmin"), check_int(qmax, "qmax")
     if np.isnan(x).any():
         raise ValueError("x contains NaN: it has no integer code")
     if qmin > qmax:
         raise ValueError(f"qmin ({qmin}) must not exceed qmax ({qmax})")
-    q = np.rint(x / scale)
-    q += zero_point
+    with np.errstate(over="ignore"):  # an overflowing quotient is +-inf and clamps
+        q = np.rint(x / scale)
+    q = q + zero_point  # not in place: zero_point may broadcast q to a larger shape
     np.clip(q, qmin, qmax, out=q)
     return q.astype(np.int64)
 
 
+def _check_scale(scale) -> np.ndarray:
+    scale = as_real_array(scale, "scale")
+    if not (np.isfinite(scale).all() and (scale > 0).all()):
+        raise ValueError("scale must be positive and finite")
+    return scale
+
+
 def dequantize_affine(codes, scale, zero_point=0) -> np.ndarray:
-    """Return ``(codes - zero_point) * scale`` as float64 (shapes broadcast)."""
-    return (np.asarray(codes, dtype=np.float64) - zero_point) * np.asarray(scale, np.float64)
+    """Return ``(codes - zero_point) * scale`` as float64 (shapes broadcast).
+
+    Parameters
+    ----------
+    codes : array_like of integers (or integer-valued reals)
+    scale : array_like, positive and finite, broadcastable against ``codes``
+    zero_point : array_like of integers, broadcastable against ``codes``
+
+    Returns
+    -------
+    ndarray of float64, the broadcast shape.
+
+    Raises
+    ------
+    TypeError
+        If ``codes`` or ``scale`` is not real-valued or ``zero_point`` does not hold integers.
+    ValueError
+        If a scale is not positive and finite.
+    """
+    codes = as_real_array(codes, "codes")
+    scale = _check_scale(scale)
+    zero_point = as_integer_array(zero_point, "zero_point")
+    return (codes - zero_point) * scale
 
 
 def quantize_int(x, bits: int, symmetric: bool = True, granularity: str = "tensor",
@@ -134,7 +168,8 @@ def quantize_int(x, bits: int, symmetric: bool = True, granularity: str = "tenso
     Raises
     ------
     TypeError
-        If ``x`` is not real-valued, or ``bits``/``group`` is not an integer.
+        If ``x`` is not real-valued, ``bits``/``group`` is not an integer, or ``clip`` is not
+        a real number.
     ValueError
         If ``x`` is empty or non-finite, ``bits`` is outside [2, 16], ``clip`` is outside (0, 1],
         ``granularity`` is unknown, ``group`` is missing, given without "group", or does not
@@ -147,8 +182,7 @@ def quantize_int(x, bits: int, symmetric: bool = True, granularity: str = "tenso
     """
     x = as_calibration_array(x)
     qmin, qmax = int_range(bits, symmetric)
-    if not (isinstance(clip, (int, float, np.floating, np.integer)) and 0.0 < clip <= 1.0):
-        raise ValueError(f"clip must be a number in (0, 1], got {clip!r}")
+    clip = check_clip(clip)
     if granularity not in GRANULARITIES:
         raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
     if granularity == "group":

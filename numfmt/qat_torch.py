@@ -18,6 +18,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from numfmt._validate import check_int, check_real_scalar
 from numfmt.qat import WEIGHT_FORMATS, fake_quantize_weight, qparams_from_range
 
 __all__ = ["FakeQuantizeSTE", "fake_quantize_int", "fake_quantize_weight_ste",
@@ -54,7 +55,7 @@ def fake_quantize_int(x: torch.Tensor, scale: float, zero_point: int, qmin: int,
     Parameters
     ----------
     x : torch.Tensor, floating point, any shape and device; NaN is refused
-    scale : float > 0
+    scale : float > 0 (or a one-element floating-point tensor)
     zero_point, qmin, qmax : int with ``qmin <= qmax``
 
     Returns
@@ -64,19 +65,25 @@ def fake_quantize_int(x: torch.Tensor, scale: float, zero_point: int, qmin: int,
     Raises
     ------
     TypeError
-        If ``x`` is not a floating-point tensor.
+        If ``x`` is not a floating-point tensor, ``scale`` not a real number, or
+        ``zero_point``/``qmin``/``qmax`` not an integer.
     ValueError
         If ``scale`` is not positive and finite, ``qmin > qmax``, or ``x`` contains NaN.
     """
     if not isinstance(x, torch.Tensor) or not x.is_floating_point():
         raise TypeError("x must be a floating-point torch.Tensor")
+    if isinstance(scale, torch.Tensor) and scale.numel() == 1 and scale.is_floating_point():
+        scale = scale.item()
+    scale = check_real_scalar(scale, "scale")
+    zero_point = check_int(zero_point, "zero_point")
+    qmin, qmax = check_int(qmin, "qmin"), check_int(qmax, "qmax")
     if not (np.isfinite(scale) and scale > 0):
         raise ValueError(f"scale must be positive and finite, got {scale!r}")
     if qmin > qmax:
         raise ValueError(f"qmin ({qmin}) must not exceed qmax ({qmax})")
     if torch.isnan(x).any():
         raise ValueError("x contains NaN: it has no place on the grid")
-    return FakeQuantizeSTE.apply(x, float(scale), int(zero_point), int(qmin), int(qmax))
+    return FakeQuantizeSTE.apply(x, scale, zero_point, qmin, qmax)
 
 
 class _MaskedStraightThrough(torch.autograd.Function):

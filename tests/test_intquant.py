@@ -174,3 +174,42 @@ def test_asymmetric_range_wider_than_float64_max(gran, group):
     assert np.all(r.scale == pytest.approx(1.6e308 / 255 + 1e308 / 255, rel=1e-15))
     assert np.all(r.zero_point == 98) and r.codes.tolist() == [[0, 255], [0, 255]]
     assert np.all(np.abs(r.values - x) <= r.scale / 2)
+
+
+@pytest.mark.parametrize("call,exc,msg", [
+    (lambda: quantize_affine([1.0], 1.0, 0.5), TypeError, "zero_point must hold integers"),
+    (lambda: quantize_affine([1.0], 1.0, np.nan), TypeError, "zero_point must hold integers"),
+    (lambda: quantize_affine([1.0], 1.0, True), TypeError, "zero_point must hold integers"),
+    (lambda: quantize_affine([1.0], 1.0, 0, -127.5, 127), TypeError, "qmin must be an integer"),
+    (lambda: quantize_affine([1.0], 1.0, 0, -127, "127"), TypeError, "qmax must be an integer"),
+    (lambda: quantize_affine([1.0], "1.0"), TypeError, "scale must hold real numbers"),
+    (lambda: dequantize_affine(["1", "2"], 0.5), TypeError, "codes must hold real numbers"),
+    (lambda: dequantize_affine([True], 0.5), TypeError, "codes must hold real numbers"),
+    (lambda: dequantize_affine([1], "0.5"), TypeError, "scale must hold real numbers"),
+    (lambda: dequantize_affine([1], 0.0), ValueError, "positive and finite"),
+    (lambda: dequantize_affine([1], np.nan), ValueError, "positive and finite"),
+    (lambda: dequantize_affine([1], 1.0, 0.5), TypeError, "zero_point must hold integers"),
+    (lambda: quantize_int([1.0], 8, clip=True), TypeError, "clip must be a real number"),
+    (lambda: quantize_int([1.0], 8, clip="0.5"), TypeError, "clip must be a real number"),
+])
+def test_affine_helpers_refuse_non_integer_zero_points_and_non_numbers(call, exc, msg):
+    # Before: a zero point of 0.5 silently shifted every code by half a step and truncated;
+    # NaN became an arbitrary int64; strings were parsed as numbers.
+    with pytest.raises(exc, match=msg):
+        call()
+
+
+def test_affine_helpers_accept_numpy_scalars_and_broadcast():
+    # numpy integer/float scalars are numbers; zero_point broadcasts against a scalar x:
+    # round(1.0 / 0.5) + [0, 3] = [2, 5]; dequantized back (code - zp) * 0.5 = [1.0, 1.0].
+    codes = quantize_affine(1.0, np.float32(0.5), np.array([0, 3]), np.int8(-8), np.int64(7))
+    assert codes.tolist() == [2, 5]
+    assert dequantize_affine(codes, 0.5, np.array([0, 3])).tolist() == [1.0, 1.0]
+    assert quantize_int([1.0, -0.5], 8, clip=np.float32(0.5)).scale.item() == 0.5 / 127
+
+
+def test_quantize_affine_overflowing_quotient_clamps_without_warning():
+    # 1e300 / 1e-300 = 1e600 overflows float64 to +inf, which clamps to qmax, as +inf does.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert quantize_affine([1e300, -1e300], 1e-300).tolist() == [127, -127]

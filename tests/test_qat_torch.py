@@ -126,3 +126,24 @@ def test_activation_quantizer_accepts_an_all_zero_first_batch():
     assert torch.equal(act(torch.zeros(4)), torch.zeros(4))
     act(torch.tensor([0.0, 2.0]))
     assert act.hi.item() == pytest.approx(0.2)               # 0 + 0.1 (2 - 0)
+
+
+
+@pytest.mark.parametrize("args,exc,match", [
+    ((1.0, 0.5, -8, 7), TypeError, "zero_point must be an integer"),
+    ((1.0, 0, -8.5, 7), TypeError, "qmin must be an integer"),
+    (("0.5", 0, -8, 7), TypeError, "scale must be a real number"),
+    ((True, 0, -8, 7), TypeError, "scale must be a real number"),
+])
+def test_fake_quantize_int_refuses_non_integer_grid_parameters(args, exc, match):
+    # Before: int(0.5) silently truncated the zero point to 0, int(-8.5) the range to -8.
+    with pytest.raises(exc, match=match):
+        fake_quantize_int(torch.ones(2), *args)
+
+
+def test_fake_quantize_int_accepts_a_one_element_tensor_scale_without_warnings():
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y = fake_quantize_int(torch.tensor([1.2]), torch.tensor(0.5), np.int64(0), -8, 7)
+    assert y.tolist() == [1.0]   # round(1.2 / 0.5) = round(2.4) = 2 -> 2 * 0.5

@@ -247,6 +247,15 @@ def test_quantize_int_range_beyond_float64_max_matches_numpy(granularity, group)
     _assert_quantized_equal(got, want)
     assert np.all(np.isfinite(want.values))
 
+def test_integer_parameters_accept_numpy_scalars_as_numpy_does():
+    # clip as np.float32 and a broadcasting zero point: as numfmt (test_intquant's hand case).
+    got = nt.quantize_int(torch.tensor([1.0, -0.5]), 8, clip=np.float32(0.5))
+    assert got.scale.item() == 0.5 / 127
+    codes = nt.quantize_affine(torch.tensor(1.0), np.float32(0.5), torch.tensor([0, 3]),
+                               np.int8(-8), np.int64(7))
+    assert codes.tolist() == [2, 5]
+    assert nt.dequantize_affine(codes, 0.5, torch.tensor([0, 3])).tolist() == [1.0, 1.0]
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_quantize_affine_and_dequantize_match_numpy(device):
     x = np.array([-2.5, -0.5, 0.5, 1.5, 2.5, 1e9, -np.inf])
@@ -463,6 +472,15 @@ def test_numfmt_imports_without_torch_and_numfmt_torch_says_what_is_missing():
     (lambda: nt.quantize_affine([1.0], 0.0), ValueError, "positive and finite"),
     (lambda: nt.quantize_affine([1.0], np.inf), ValueError, "positive and finite"),
     (lambda: nt.quantize_affine([np.nan], 1.0), ValueError, "NaN"),
+    (lambda: nt.quantize_affine([1.0], 1.0, 0.5), TypeError, "zero_point must hold integers"),
+    (lambda: nt.quantize_affine([1.0], 1.0, torch.tensor(0.5)), TypeError,
+     "zero_point must hold integers"),
+    (lambda: nt.quantize_affine([1.0], 1.0, 0, -127.5, 127), TypeError, "qmin must be an int"),
+    (lambda: nt.quantize_affine([1.0], "1.0"), TypeError, "scale must hold real numbers"),
+    (lambda: nt.dequantize_affine([1], 0.5, 0.5), TypeError, "zero_point must hold integers"),
+    (lambda: nt.dequantize_affine(["1"], 0.5), TypeError, "codes must hold real numbers"),
+    (lambda: nt.dequantize_affine([1], 0.0), ValueError, "positive and finite"),
+    (lambda: nt.quantize_int([1.0], 8, clip=True), TypeError, "clip must be a real number"),
     (lambda: nt.mx_quantize(np.ones((2, 48)), nf.FP4_E2M1), ValueError, "does not divide"),
     (lambda: nt.mx_quantize(np.ones(32), nf.E8M0), TypeError, "signed FloatFormat"),
     (lambda: nt.block_quantize(np.ones(32), nf.FP4_E2M1, 32, "ue8m0"), ValueError,

@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import torch
 
-from numfmt._validate import check_block
+from numfmt._validate import as_integer_array, check_block, check_clip, check_int
 from numfmt.intquant import GRANULARITIES, int_range
 from numfmt.torch._core import F64, as_calibration_tensor, as_real_tensor
 
@@ -43,28 +43,55 @@ def quantize_affine(x, scale, zero_point=0, qmin: int = -127, qmax: int = 127,
 
     Raises
     ------
+    TypeError
+        If ``x`` or ``scale`` is not real-valued, ``zero_point`` does not hold integers, or
+        ``qmin``/``qmax`` is not an integer.
     ValueError
         If a scale is not positive and finite, ``x`` contains NaN, or ``qmin > qmax``.
     """
     x = as_real_tensor(x, device=device)
-    scale = as_real_tensor(scale, "scale", device=x.device)
-    if not bool((torch.isfinite(scale) & (scale > 0)).all()):
-        raise ValueError("scale must be positive and finite")
+    scale = _check_scale(scale, x.device)
+    zp = _integer_tensor(zero_point, x.device)
+    qmin, qmax = check_int(qmin, "qmin"), check_int(qmax, "qmax")
     if bool(torch.isnan(x).any()):
         raise ValueError("x contains NaN: it has no integer code")
     if qmin > qmax:
         raise ValueError(f"qmin ({qmin}) must not exceed qmax ({qmax})")
-    zp = torch.as_tensor(zero_point, device=x.device).to(F64)
     q = torch.round(x / scale) + zp  # torch.round is round-half-to-even, as np.rint
     return torch.clamp(q, qmin, qmax).to(torch.int64)
 
 
+def _check_scale(scale, device) -> torch.Tensor:
+    scale = as_real_tensor(scale, "scale", device=device)
+    if not bool((torch.isfinite(scale) & (scale > 0)).all()):
+        raise ValueError("scale must be positive and finite")
+    return scale
+
+
+def _integer_tensor(zero_point, device) -> torch.Tensor:
+    """``zero_point`` as float64 on ``device``, refusing what does not hold integers."""
+    if isinstance(zero_point, torch.Tensor):
+        if zero_point.dtype == torch.bool or zero_point.is_floating_point() \
+                or zero_point.is_complex():
+            raise TypeError(f"zero_point must hold integers, got dtype {zero_point.dtype}")
+        return zero_point.to(device=device, dtype=F64)
+    return torch.as_tensor(as_integer_array(zero_point, "zero_point"), device=device).to(F64)
+
+
 def dequantize_affine(codes, scale, zero_point=0) -> torch.Tensor:
-    """Return ``(codes - zero_point) * scale`` as float64 (shapes broadcast)."""
-    codes = torch.as_tensor(codes)
+    """Return ``(codes - zero_point) * scale`` as float64 (shapes broadcast); the twin of
+    :func:`numfmt.dequantize_affine`, on the device of ``codes`` (a tensor) or the default one.
+
+    Raises
+    ------
+    TypeError
+        If ``codes`` or ``scale`` is not real-valued or ``zero_point`` does not hold integers.
+    ValueError
+        If a scale is not positive and finite.
+    """
+    codes = as_real_tensor(codes, "codes")
     dev = codes.device
-    return ((codes.to(F64) - torch.as_tensor(zero_point, device=dev).to(F64))
-            * torch.as_tensor(scale, device=dev).to(F64))
+    return (codes - _integer_tensor(zero_point, dev)) * _check_scale(scale, dev)
 
 
 def quantize_int(x, bits: int, symmetric: bool = True, granularity: str = "tensor",
@@ -91,8 +118,7 @@ def quantize_int(x, bits: int, symmetric: bool = True, granularity: str = "tenso
     """
     x = as_calibration_tensor(x, device=device)
     qmin, qmax = int_range(bits, symmetric)
-    if isinstance(clip, bool) or not (isinstance(clip, (int, float)) and 0.0 < clip <= 1.0):
-        raise ValueError(f"clip must be a number in (0, 1], got {clip!r}")
+    clip = check_clip(clip)
     if granularity not in GRANULARITIES:
         raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
     if granularity == "group":
