@@ -317,7 +317,7 @@ def fake_quantize(x, qparams: QParams, rounding: str = "nearest", rng=None) -> F
         raise ValueError("x contains NaN: it has no place on the grid")
     if not (np.isfinite(qp.scale).all() and (np.asarray(qp.scale) > 0).all()):
         raise ValueError("scale must be positive and finite")
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):  # a quotient past float64 is inf
         t = _round_int(x / qp.scale, rounding, rng)
     # Clamping to a range one code wider keeps "was it saturated?" visible in the codes.
     wide = quantize_affine(t, 1.0, qp.zero_point, qp.qmin - 1, qp.qmax + 1)
@@ -375,7 +375,8 @@ def fake_quantize_float(x, fmt: FloatFormat, scale=1.0, rounding: str = "nearest
         raise ValueError("scale must be positive and finite")
     if np.isnan(x).any():
         raise ValueError("x contains NaN: it has no place on the grid")
-    y = x / scale
+    with np.errstate(over="ignore"):  # a quotient past float64 is inf and saturates
+        y = x / scale
     values = fmt.round(y, saturate=True, mode=rounding, rng=rng) * scale
     return FakeQuantized(values, _float_mask(y, fmt))
 

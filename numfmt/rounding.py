@@ -81,7 +81,8 @@ def round_to_format(x, fmt: FloatFormat, mode: str = "nearest_even", rng=None) -
     low = np.floor(steps)
     if mode == "half_away":
         low += (steps - low) >= 0.5
-    r = np.where(finite, low * quantum, a)  # a carry into the next binade stays on the grid
+    with np.errstate(over="ignore"):  # a carry past float64's max is inf and saturates below
+        r = np.where(finite, low * quantum, a)  # a carry into the next binade stays on the grid
     r = np.minimum(r, fmt.max_value)        # NaN passes through np.minimum
     return np.copysign(r, x)
 
@@ -130,6 +131,13 @@ def sum_in_format(x, fmt: FloatFormat, method: str = "sequential") -> np.ndarray
 
     fl = _scalar_nearest(fmt) if x.ndim == 1 else (lambda v: fmt.round(v, saturate=False))
 
+    # IEEE arithmetic in the format: inf + (-inf) is NaN and a sum past float64's max is inf,
+    # quietly (the 1-D path does the same with Python floats).
+    with np.errstate(invalid="ignore", over="ignore"):
+        return _sum(x, fmt, fl, method)
+
+
+def _sum(x: np.ndarray, fmt: FloatFormat, fl, method: str) -> np.ndarray:
     if method == "pairwise":
         terms = x
         while terms.shape[0] > 1:
@@ -146,10 +154,9 @@ def sum_in_format(x, fmt: FloatFormat, method: str = "sequential") -> np.ndarray
         if method == "sequential":
             s = fl(s + term)
         else:
-            with np.errstate(invalid="ignore"):  # inf - inf once the sum has overflowed
-                y = fl(term - c)
-                t = fl(s + y)
-                c = fl(fl(t - s) - y)
+            y = fl(term - c)
+            t = fl(s + y)
+            c = fl(fl(t - s) - y)
             s = t
     return np.asarray(s, dtype=np.float64)
 

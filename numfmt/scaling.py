@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from numfmt._validate import as_calibration_array, as_real_array
+from numfmt._validate import as_calibration_array, as_real_array, check_real_scalar
 from numfmt.formats import FloatFormat
 
 
@@ -54,15 +54,26 @@ def scale_from_amax(amax, fmt: FloatFormat, margin: int = 0) -> np.ndarray:
     TypeError
         If ``fmt`` is not a signed FloatFormat, ``amax`` not real, or ``margin`` not an int.
     ValueError
-        If ``amax`` has a negative or non-finite entry.
+        If ``amax`` has a negative or non-finite entry, or a scale over- or underflows float64
+        (``margin`` far from 0, or ``amax`` near float64's max).
     """
     fmt = _check_fmt(fmt)
     if isinstance(margin, bool) or not isinstance(margin, (int, np.integer)):
         raise TypeError(f"margin must be an integer, got {margin!r}")
-    amax = as_real_array(amax, "amax")
+    amax = _check_amax(amax, "amax")
+    with np.errstate(over="ignore", under="ignore"):
+        scale = np.ldexp(amax, int(margin)) / fmt.max_value  # ldexp: exact, as * 2.0**margin
+    if not (np.isfinite(scale) & ((scale > 0) | (amax == 0))).all():
+        raise ValueError(f"amax * 2**{int(margin)} / {fmt.max_value:g} is beyond float64's range: "
+                         "the scale would be 0 or Inf")
+    return np.where(amax > 0, scale, 1.0)
+
+
+def _check_amax(amax, name: str) -> np.ndarray:
+    amax = as_real_array(amax, name)
     if not (np.isfinite(amax).all() and (amax >= 0).all()):
-        raise ValueError("amax must be finite and non-negative")
-    return np.where(amax > 0, amax * 2.0**margin / fmt.max_value, 1.0)
+        raise ValueError(f"{name} must be finite and non-negative")
+    return amax
 
 
 def quantize_with_scale(x, fmt: FloatFormat, scale: float) -> Scaled:
@@ -87,16 +98,17 @@ def quantize_with_scale(x, fmt: FloatFormat, scale: float) -> Scaled:
     Raises
     ------
     TypeError
-        If ``x`` is not real or ``fmt`` not a signed FloatFormat.
+        If ``x`` is not real, ``fmt`` not a signed FloatFormat, or ``scale`` not one real number.
     ValueError
         If ``x`` is empty or non-finite, or ``scale`` is not positive and finite.
     """
     fmt = _check_fmt(fmt)
     x = as_calibration_array(x)
-    scale = float(scale)
+    scale = check_real_scalar(scale, "scale")
     if not (np.isfinite(scale) and scale > 0):
         raise ValueError(f"scale must be positive and finite, got {scale}")
-    y = x / scale
+    with np.errstate(over="ignore"):  # a quotient beyond float64 is inf and saturates
+        y = x / scale
     values = fmt.round(y) * scale
     nonzero = x != 0
     flushed = float(np.mean(values[nonzero] == 0)) if nonzero.any() else 0.0
@@ -128,7 +140,7 @@ def delayed_scales(amaxes, fmt: FloatFormat, history: int = 16, margin: int = 0)
         As :func:`scale_from_amax`; ValueError if ``amaxes`` is not 1-D and non-empty or
         ``history`` is not a positive integer.
     """
-    a = as_real_array(amaxes, "amaxes")
+    a = _check_amax(amaxes, "amaxes")
     if a.ndim != 1 or a.size == 0:
         raise ValueError(f"amaxes must be 1-D and non-empty, got shape {a.shape}")
     if isinstance(history, bool) or not isinstance(history, (int, np.integer)) or history < 1:

@@ -402,3 +402,16 @@ def test_qat_adam_bad_input():
     with pytest.raises(ValueError, match="lr"):
         adam_update([1.0], [1.0], [0.0], [0.0], 1, -0.1)
     assert isinstance(fake_quantize_weight([1.0, 2.0], "INT8"), FakeQuantized)
+
+
+def test_fake_quantize_overflowing_quotient_saturates_without_warning():
+    # x / scale = 1e300 / 1e-300 overflows float64 to +-inf: it clamps (integer grid: code
+    # +-127, value +-127e-300; E4M3: +-448e-300) and its gradient is masked, as for +-Inf.
+    import warnings
+    x = np.array([1e300, -1e300])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fi = fake_quantize(x, QParams(np.array(1e-300), np.array(0), -127, 127))
+        ff = fake_quantize_float(x, FP8_E4M3, 1e-300)
+    assert fi.values.tolist() == [127 * 1e-300, -127 * 1e-300] and not fi.mask.any()
+    assert ff.values.tolist() == [448 * 1e-300, -448 * 1e-300] and not ff.mask.any()

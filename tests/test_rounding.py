@@ -166,3 +166,30 @@ def test_cumsum_in_format_bad_input():
         cumsum_in_format([], FP16)
     with pytest.raises(TypeError, match="FloatFormat"):
         cumsum_in_format([1.0], "FP16")
+
+
+@pytest.mark.parametrize("mode", ["nearest_even", "half_away", "toward_zero", "stochastic"])
+@pytest.mark.parametrize("fmt", [f for f in SIGNED], ids=lambda f: f.name)
+def test_float64_extremes_saturate_without_warnings(fmt, mode):
+    # float64's max rounds up past 2^1024 in half_away (the carry overflowed float64 with a
+    # warning); every mode must saturate it to +-max_value quietly, and keep subnormals' sign.
+    import warnings
+    big = np.finfo(np.float64).max
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r = round_to_format([big, -big, 5e-324, -5e-324], fmt, mode, rng=0)
+    assert r[:2].tolist() == [fmt.max_value, -fmt.max_value]
+    assert np.all(np.abs(r[2:]) <= fmt.min_subnormal) and np.signbit(r).tolist() == [0, 1, 0, 1]
+
+
+@pytest.mark.parametrize("method", ["sequential", "pairwise", "kahan"])
+def test_opposite_infinities_give_nan_without_warnings_in_both_paths(method):
+    # IEEE: inf + (-inf) is NaN. FP16 partial sums overflow to +inf in column 0 and -inf in
+    # column 1; the 2-D path (and the 1-D one, column by column) gives NaN quietly.
+    import warnings
+    x = np.array([[6e4, -6e4], [6e4, -6e4], [-np.inf, np.inf]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r = sum_in_format(x, FP16, method)
+        cols = [sum_in_format(x[:, j], FP16, method) for j in range(2)]
+    assert np.all(np.isnan(r)) and np.all(np.isnan(cols))

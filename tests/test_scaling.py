@@ -59,3 +59,46 @@ def test_bad_input():
         delayed_scales([1.0], FP8_E4M3, history=0)
     with pytest.raises(ValueError, match="1-D"):
         delayed_scales(np.ones((2, 2)), FP8_E4M3)
+
+
+@pytest.mark.parametrize("scale,exc,msg", [
+    ("2", TypeError, "scale must be a real number"),
+    (True, TypeError, "scale must be a real number"),
+    (np.array([2.0]), TypeError, "scale must be a real number"),
+    (np.nan, ValueError, "positive and finite"),
+])
+def test_quantize_with_scale_refuses_a_scale_that_is_not_one_number(scale, exc, msg):
+    # Before: "2" was parsed as 2.0 and True taken as 1.0.
+    with pytest.raises(exc, match=msg):
+        quantize_with_scale([1.0], FP8_E4M3, scale)
+
+
+def test_quantize_with_scale_overflowing_quotient_saturates_without_warning():
+    # 1e300 / 1e-300 overflows float64 to inf, which saturates to 448: values +-448e-300,
+    # both elements clipped.
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r = quantize_with_scale([1e300, -1e300], FP8_E4M3, 1e-300)
+    assert r.values.tolist() == [448 * 1e-300, -448 * 1e-300] and r.clipped == 1.0
+
+
+@pytest.mark.parametrize("amax,margin", [(1.0, -2000), (1.0, 2000), (1e308, 10)])
+def test_scale_from_amax_refuses_a_scale_beyond_float64(amax, margin):
+    # 2^-2000 underflows to 0 (a zero scale), 2^2000 and 1e308 * 1024 / 448 overflow (Inf):
+    # both used to be returned (or raise OverflowError from Python's float power).
+    with pytest.raises(ValueError, match="float64"):
+        scale_from_amax(amax, FP8_E4M3, margin)
+
+
+def test_scale_from_amax_accepts_numpy_integer_margin():
+    # 448 * 2^3 / 448 = 8.
+    assert scale_from_amax(448.0, FP8_E4M3, np.int8(3)).item() == 8.0
+
+
+@pytest.mark.parametrize("amaxes", [[1.0, 2.0, np.nan], [1.0, 2.0, -1.0], [1.0, np.inf]])
+def test_delayed_scales_checks_every_amax(amaxes):
+    # The last step's amax is never used for a scale, but a NaN or negative one is still bad
+    # input (it was silently ignored).
+    with pytest.raises(ValueError, match="finite and non-negative"):
+        delayed_scales(amaxes, FP8_E4M3)
