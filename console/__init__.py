@@ -22,8 +22,8 @@ from wcwidth import wcswidth, wcwidth
 
 __all__ = [
     "display_width", "is_numeric", "use_color",
-    "format_header", "format_table", "format_observations",
-    "print_header", "print_table", "print_observations",
+    "format_title", "format_header", "format_table", "format_observations",
+    "print_title", "print_header", "print_table", "print_observations",
 ]
 
 HEADER_WIDTH = 72
@@ -117,6 +117,55 @@ def _style(text: str, code: str, color: bool) -> str:
 def _pad(text: str, width: int, right: bool) -> str:
     fill = " " * (width - display_width(text))
     return fill + text if right else text + fill
+
+
+def format_title(title: str, intro: Sequence[str] = (), *, width: int = OBSERVATIONS_WIDTH,
+                 color: bool = False) -> str:
+    """Return a lecture's opening: the title between ``#`` rules, then intro paragraphs.
+
+    Parameters
+    ----------
+    title : str
+        One line, e.g. ``"Lecture 05: quantization basics"``.
+    intro : sequence of str, optional
+        Paragraphs, each wrapped to `width` display columns, separated by blank lines.
+    width : int, optional
+        Wrap width in display columns (default 100); also the rule's length.
+    color : bool, optional
+        Bold title (ANSI). Default False.
+
+    Returns
+    -------
+    str
+
+    Raises
+    ------
+    TypeError
+        If `title` is not a str or `intro` is a bare str instead of a sequence of str.
+    ValueError
+        If `title` is blank or contains a control character.
+    """
+    if not isinstance(title, str):
+        raise TypeError(f"title must be a str, got {type(title).__name__}")
+    if isinstance(intro, str):
+        raise TypeError("intro must be a sequence of paragraphs, not a single str")
+    title = title.strip()
+    if not title:
+        raise ValueError("title must not be empty")
+    rule = "#" * max(width, display_width(title))
+    out = [rule, _style(title, _BOLD, color), rule]
+    for paragraph in intro:
+        out += [""] + _wrap(str(paragraph), width)
+    return "\n".join(out)
+
+
+def print_title(title: str, intro: Sequence[str] = (), *, file: TextIO | None = None) -> None:
+    """Print `format_title(title, intro)` to `file`, styled if `file` is a terminal.
+
+    Raises as `format_title`.
+    """
+    file = sys.stdout if file is None else file
+    print(format_title(title, intro, color=use_color(file)), file=file)
 
 
 def format_header(title: str, *, color: bool = False) -> str:

@@ -304,3 +304,16 @@ def test_piped_output_is_byte_identical_across_runs():
     assert outputs[0] == outputs[1] == outputs[2]
     assert b"\x1b" not in outputs[0]
     assert "格式 E4M3".encode() in outputs[0]
+
+
+def test_format_title_wraps_intro_and_rules_the_title():
+    from console import format_title
+    text = format_title("Lecture 05: basics", ["word " * 30, "短句"], width=40)
+    lines = text.split("\n")
+    assert lines[0] == lines[2] == "#" * 40 and lines[1] == "Lecture 05: basics"
+    assert lines[3] == "" and all(len(line) <= 40 for line in lines)
+    assert lines[-1] == "短句" and lines[-2] == ""
+    with pytest.raises(TypeError):
+        format_title("t", "a bare string")
+    with pytest.raises(ValueError):
+        format_title("  ")
