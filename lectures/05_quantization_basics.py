@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from console import print_header, print_observations, print_table
+from console import print_header, print_observations, print_table, print_title
 from numfmt import (FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FloatFormat, block_quantize, int_range,
                     mx_quantize, nvfp4_quantize, quantize_int, rel_error, sqnr_db, tensor_scaled)
 
@@ -132,6 +132,7 @@ class ClipResult:
     errors: dict            # distribution -> list of rel errors, one per c
     max_over_std: dict      # distribution -> max|x| / std
     best: dict              # distribution -> (best c, best error, error at c = 1, clip point in σ)
+    n: int                  # values per distribution
 
 
 def clip_curve(z: np.ndarray, bits: int = 4, clips=CLIPS) -> list:
@@ -234,15 +235,17 @@ def demo2_clipping(n: int = 1 << 18, seed: int = 0) -> ClipResult:
         errors[name] = errs
         ratio[name] = float(np.abs(z).max() / z.std())
         best[name] = (CLIPS[i], errs[i], errs[0], CLIPS[i] * ratio[name])
-    return ClipResult(CLIPS, errors, ratio, best)
+    return ClipResult(CLIPS, errors, ratio, best, n)
 
 
 def show_demo2(r: ClipResult) -> None:
-    print_header("Demo 2: clipping: INT4 symmetric with range c × max|x|, relative error")
-    rows = [[name, f"{r.max_over_std[name]:.1f}"] + [f"{e * 100:.1f}" for e in errs]
-            for name, errs in r.errors.items()]
-    print_table(["distribution", "max/σ"] + [f"c={c:g}" for c in r.clips], rows)
-    print("(relative error in %)")
+    print_header("Demo 2: clipping: INT4 symmetric with range c × max|x|")
+    names = list(r.errors)
+    print("max|x| / σ: " + ", ".join(f"{n} {r.max_over_std[n]:.2f}" for n in names)
+          + f" ({r.n:,} values each)")
+    rows = [[f"{c:g}"] + [f"{r.errors[n][i] * 100:.2f}%" for n in names]
+            for i, c in enumerate(r.clips)]
+    print_table(["clip ratio c"] + [f"rel. error, {n}" for n in names], rows)
     lines = [f"{name}: best c = {c:g} (clip point ≈ {sigma:.1f}σ); the error falls from "
              f"{e1 * 100:.1f}% to {e * 100:.1f}%" for name, (c, e, e1, sigma) in r.best.items()]
     print_observations(lines + [
@@ -298,6 +301,7 @@ class GranularityResult:
     labels: list            # granularity labels
     extra_bits: list        # scale bits per element, one FP16 scale per row / group
     errors: dict            # (matrix "W"/"A", bits, label) -> rel error
+    shapes: dict            # "W" / "A" -> shape
 
 
 def demo3_granularity(seed: int = 1) -> GranularityResult:
@@ -316,16 +320,20 @@ def demo3_granularity(seed: int = 1) -> GranularityResult:
             for label, gran, group in GRANULARITY:
                 errors[(name, bits, label)] = granularity_error(M, bits, gran, group)
     return GranularityResult([g[0] for g in GRANULARITY],
-                             [scale_overhead_bits(g, s, k) for _, g, s in GRANULARITY], errors)
+                             [scale_overhead_bits(g, s, k) for _, g, s in GRANULARITY], errors,
+                             {name: M.shape for name, M in data.items()})
 
 
 def show_demo3(r: GranularityResult) -> None:
     print_header("Demo 3: granularity: per tensor / per row / per group, INT8 and INT4")
-    names = {"W": "W: row scales differ", "A": "A: 8 outlier channels"}
+    print(f"W: {r.shapes['W'][0]} × {r.shapes['W'][1]} weights, rows with log-normal scales; "
+          f"A: {r.shapes['A'][0]} tokens × {r.shapes['A'][1]} channels, 8 channels × 60.")
+    names = {"W": "W (row scales)", "A": "A (outliers)"}
     rows = [[names[m], f"INT{b}"] + [f"{r.errors[(m, b, g)] * 100:.2f}%" for g in r.labels]
             for m in ("W", "A") for b in (8, 4)]
-    print_table(["matrix", "bits"] + [f"{g} (+{x:.3g} bit)" for g, x in zip(r.labels, r.extra_bits)],
-                rows)
+    rows.append(["scale cost", "bits/elem."] + [f"+{x:.3g}" for x in r.extra_bits])
+    print_table(["matrix", "bits"] + r.labels, rows)
+    print("(relative error; the last row is one FP16 scale per row or group, in bits per element)")
     e = r.errors
     print_observations([
         f"Weights W: one scale per row (output channel) cuts the INT4 error from "
@@ -430,9 +438,11 @@ def show_demo4(r: BlockFormatResult) -> None:
     print_header("Demo 4: block-scaled formats on the same weight-like data as lecture 03")
     print_table(["format", "bits/element", "rel. error", "SQNR (dB)"],
                 [[label, f"{bits:g}", f"{e * 100:.2f}%", f"{s:.1f}"] for label, bits, e, s in r.formats])
-    print(f"\nMXFP8: a block's maximum divided by its power-of-two scale lands in [256, 512), so "
+    print(f"\nMXFP8: a block's maximum divided by its power-of-two scale lands in [256, 512), so\n"
           f"values above 448 saturate: {r.mxfp8_clipped * 100:.3f}% of all elements.")
-    print("\nNVFP4 against MXFP4, one difference at a time (E2M1 elements throughout):")
+    print("\nNVFP4 against MXFP4, one difference at a time (E2M1 elements throughout).\n"
+          "'clipped' is the share of elements above 6 after division by their block scale:\n"
+          "they saturate at 6 because the scale was rounded down.")
     a = r.ablation
     print_table(["block size"] + [name for _, name in SCALE_KINDS],
                 [[f"{block}"] + [f"{a[(block, k)][0] * 100:.2f}% (clipped {a[(block, k)][1] * 100:.2f}%)"
@@ -468,6 +478,7 @@ def show_demo4(r: BlockFormatResult) -> None:
 class PropagationResult:
     rows: list              # [(format, weight rel error, output rel error)]
     sqnr: list              # [(bits, SQNR dB)] for INT2 … INT8 per row on Gaussian data
+    shapes: dict            # "W", "X", "z" -> shape
 
     @property
     def db_per_bit(self) -> list:
@@ -502,14 +513,16 @@ def demo5_error_propagation(seed: int = 0) -> PropagationResult:
                       ("INT4 groups of 128", quantize_int(W, 4, granularity="group", group=128)[0])):
         rows.append((label, rel_error(Wq, W), rel_error(Wq @ X, Y)))
     z = rng.standard_normal((256, 4096))
-    return PropagationResult(rows, sqnr_by_bits(z))
+    return PropagationResult(rows, sqnr_by_bits(z), {"W": W.shape, "X": X.shape, "z": z.shape})
 
 
 def show_demo5(r: PropagationResult) -> None:
     print_header("Demo 5: element error → matmul output error; dB per bit")
+    (f, d), (_, b) = r.shapes["W"], r.shapes["X"]
+    print(f"W: {f} × {d} Student-t(5) × 0.02 weights; X: {d} × {b} Gaussian activations.")
     print_table(["weight format", "rel. error of W", "rel. error of Y = W·X"],
                 [[label, f"{ew * 100:.2f}%", f"{ey * 100:.2f}%"] for label, ew, ey in r.rows])
-    print()
+    print(f"\nSQNR of a {r.shapes['z'][0]} × {r.shapes['z'][1]} Gaussian matrix, one scale per row:")
     gains = ["—"] + [f"+{g:.1f}" for g in r.db_per_bit]
     print_table(["bits (per row, Gaussian data)", "SQNR (dB)", "gain over one bit fewer"],
                 [[f"INT{b}", f"{s:.1f}", g] for (b, s), g in zip(r.sqnr, gains)])
@@ -532,6 +545,14 @@ def show_demo5(r: PropagationResult) -> None:
 
 
 def main() -> None:
+    print_title("Lecture 05: quantization basics", [
+        "Quantizing means dividing numbers by a scale so that they fit a low-precision format, "
+        "then rounding. Five demos take the idea apart: scales and zero points with an "
+        "integer-only matmul; clipping; granularity (per tensor, row, group); block-scaled "
+        "formats (MXFP8/6/4, NVFP4, INT4 groups); and how element error reaches a matmul's output.",
+        "Relative error is ||q - x|| / ||x|| in percent; SQNR = 10·log10(Σx² / Σ(q - x)²) in dB. "
+        "The data are synthetic with fixed seeds, so every run prints the same numbers.",
+    ])
     show_demo1(demo1_affine_and_integer_matmul())
     show_demo2(demo2_clipping())
     show_demo3(demo3_granularity())

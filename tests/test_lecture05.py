@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from wcwidth import wcswidth
 
 ROOT = Path(__file__).resolve().parents[1]
 L = importlib.import_module("lectures.05_quantization_basics")
@@ -136,3 +137,6 @@ def test_script_output_is_identical_from_root_and_from_lectures_dir():
     assert a.stdout == b.stdout and "\x1b[" not in a.stdout
     assert a.stdout.count("What to notice") == 5
     assert "107" in a.stdout and "203" in a.stdout
+    assert a.stdout.startswith("#" * 100 + "\nLecture 05: quantization basics\n")
+    # Fits a 100-column terminal (display width, so CJK or symbols count correctly).
+    assert max(wcswidth(line) for line in a.stdout.splitlines()) <= 100
