@@ -57,7 +57,12 @@ def summary_rows(tests: dict, gemm_rows: list, quant_rows: list) -> list[list[st
 
 
 def main(argv=None) -> int:
-    import torch
+    try:
+        import torch
+    except ImportError:
+        print("torch is not installed: pip install -e '.[torch]' (torch 2.13.0), then run this "
+              "again on a machine with an NVIDIA GPU.")
+        return 0
 
     from console import print_header, print_table
     if not torch.cuda.is_available():
