@@ -27,11 +27,13 @@ Run
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 
 import numpy as np
 
-from console import print_header, print_observations, print_table
+from console import (OBSERVATIONS_WIDTH, print_header, print_observations, print_table,
+                     print_title)
 from numfmt import (BF16, E8M0, FORMATS, FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E5M2, FP16,
                     FP32, FloatFormat)
 from numfmt.anatomy import (bit_fields, bit_string, max_exact_integer, neighbours,
@@ -132,12 +134,16 @@ def demo1_format_table(example: float = EXAMPLE_VALUE) -> FormatTable:
 
 def show_demo1(r: FormatTable) -> None:
     print_header("Demo 1: the anatomy of each format (computed from the field widths)")
+    print("Fields and range:")
     print_table(
-        ["format", "bits", "S+E+M", "bias", "max", "min normal", "min subnormal",
-         "special values (codes)", "all integers up to"],
+        ["format", "bits", "S+E+M", "bias", "max", "min normal", "min subnormal"],
         [[d["name"], d["bits"], d["layout"], d["bias"], f"{d['max']:.6g}", pow2(d["min_normal"]),
-          pow2(d["min_subnormal"]) if d["min_subnormal"] else "none", d["specials"],
-          f"{d['exact_int']:,}" if d["exact_int"] else "n/a"] for d in r.rows])
+          pow2(d["min_subnormal"]) if d["min_subnormal"] else "none"] for d in r.rows])
+    print("\nSpecial values and integers:")
+    print_table(
+        ["format", "special values (codes)", "all integers up to"],
+        [[d["name"], d["specials"], f"{d['exact_int']:,}" if d["exact_int"] else "n/a"]
+         for d in r.rows])
     print(f"\nThe number {r.example[0].x} stored in each format (round to nearest even):")
     print_table(["format", "bits (S E M)", "stored value", "neighbours", "rel. error"],
                 [[a.fmt, a.bits, f"{a.stored:.8g}", f"{a.lower:.6g} … {a.upper:.6g}",
@@ -209,7 +215,9 @@ def show_demo2(r: GridResult) -> None:
         nonneg = g[g >= 0]
         print(f"\n{name}: {g.size} finite values, max {g[-1]:g}.")
         if nonneg.size <= 32:
-            print("  non-negative: " + " ".join(f"{v:g}" for v in nonneg))
+            print(textwrap.fill(" ".join(f"{v:g}" for v in nonneg), OBSERVATIONS_WIDTH,
+                                initial_indent="  non-negative: ", subsequent_indent=" " * 16,
+                                break_on_hyphens=False))
     print("\nE4M3, binade by binade (the negative half mirrors it):")
     print_table(["range", "first", "last", "values", "step"],
                 [[label, f"{a:g}", f"{b:g}", n, f"{s:g}"] for label, a, b, n, s in
@@ -270,11 +278,14 @@ def demo3_relative_spacing(n: int = 100_000, seed: int = 0) -> SpacingResult:
 
 def show_demo3(r: SpacingResult) -> None:
     print_header("Demo 3: relative spacing, relative error and subnormals")
-    print_table(["format", "M", "unit roundoff 2^-(M+1)", "worst rel. error (normal range)",
-                 "normal binades", "subnormals > 0", "range gained", "rel. error at min normal/10"],
-                [[d["name"], d["man_bits"], f"{d['u']:.3g}", f"{d['worst']:.3g}", d["binades"],
-                  f"{d['n_subnormal']:,}", f"{d['gain']:,.0f}x", f"{d['tiny_error'] * 100:.3g}%"]
+    print("In the normal range (values rounded to nearest; relative error = |q - x| / |x|):")
+    print_table(["format", "M", "unit roundoff 2^-(M+1)", "worst rel. error", "normal binades"],
+                [[d["name"], d["man_bits"], f"{d['u']:.3g}", f"{d['worst']:.3g}", d["binades"]]
                  for d in r.rows])
+    print("\nBelow the smallest normal value:")
+    print_table(["format", "subnormals > 0", "range gained", "rel. error at min normal / 10"],
+                [[d["name"], f"{d['n_subnormal']:,}", f"{d['gain']:,.0f}x",
+                  f"{d['tiny_error'] * 100:.3g}%"] for d in r.rows])
     d = {row["name"]: row for row in r.rows}
     print_observations([
         f"In the normal range the worst relative error of rounding never exceeds the unit "
@@ -432,12 +443,13 @@ def show_demo5(r: AccumulatorResult) -> None:
     def count(v):
         return f"{v:,}" if v < 1e9 else f"{v:.3g}"
 
-    print_table(["accumulator", "all integers up to", "largest value", "127·127 stored as",
-                 "127·127: exact terms", "127·127: terms that fit", "128·128: exact terms",
-                 "128·128: terms that fit"],
+    print_table(["accumulator", "all integers up to", "largest value", "127·127 stored as"],
                 [[d["name"], f"{d['exact_int']:,}", f"{d['largest']:.6g}",
-                  f"{d['stored 127 × 127']:g}"]
-                 + [count(d[f"{k} {w}"]) for k in PRODUCTS for w in ("exact", "fits")]
+                  f"{d['stored 127 × 127']:g}"] for d in r.rows])
+    print("\nWorst case: how many equal products sum exactly (exact) or stay finite (fit):")
+    print_table(["accumulator", "127·127: exact", "127·127: fit", "128·128: exact",
+                 "128·128: fit"],
+                [[d["name"]] + [count(d[f"{k} {w}"]) for k in PRODUCTS for w in ("exact", "fits")]
                  for d in r.rows])
     print(f"\n{r.n_dots} dot products of length {r.dot_k:,} "
           "between random int8 codes in [-127, 127], summed in order:")
@@ -472,7 +484,25 @@ def show_demo5(r: AccumulatorResult) -> None:
     ])
 
 
+TITLE = "Lecture 01: number formats, from FP32 down to FP4"
+INTRO = (
+    "A floating-point number is a sign, an exponent and a mantissa (S+E+M bits). This lecture "
+    "asks how those field widths decide what a format can hold: its range, the spacing of its "
+    "values, what happens at zero and past the largest value, and how many int8 products an "
+    "accumulator can sum.",
+    "Demo 1 tabulates the fields of FP32, BF16, FP16, the FP8/FP6/FP4 formats and the E8M0 scale. "
+    "Demo 2 lists the complete value grids of the small formats. Demo 3 measures relative "
+    "spacing and the role of subnormals. Demo 4 finds where each format overflows. Demo 5 counts "
+    "the int8 x int8 products an int32, FP32, BF16 or FP16 accumulator holds.",
+    "How to read the numbers: every figure is computed when the script runs (demo 5 draws its "
+    "int8 codes with a fixed seed). 2^-9 is a power of two. Relative error is |q - x| / |x|, where x is the value and q the value stored; it is "
+    "in percent where a % sign follows it, otherwise a plain fraction (0.01 = 1%). The unit "
+    "roundoff 2^-(M+1) is the largest relative error of rounding to nearest with M mantissa bits.",
+)
+
+
 def main() -> None:
+    print_title(TITLE, INTRO)
     show_demo1(demo1_format_table())
     show_demo2(demo2_value_grids())
     show_demo3(demo3_relative_spacing())

@@ -10,6 +10,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from console import display_width
 from numfmt import FP8_E4M3, FP16
 
 L = importlib.import_module("lectures.01_number_formats")
@@ -240,3 +241,6 @@ def test_script_runs_and_is_deterministic():
     inside = subprocess.run([sys.executable, "01_number_formats.py"], cwd=ROOT / "lectures",
                             capture_output=True, text=True, check=True).stdout
     assert inside == runs[0]
+    assert runs[0].startswith("#") and "Lecture 01:" in runs[0].splitlines()[1]
+    # every line fits a 100-column terminal
+    assert max(display_width(line) for line in runs[0].splitlines()) <= 100
