@@ -47,6 +47,14 @@ class FloatFormat:
     subnormals : bool
         Whether exponent field 0 holds subnormals (and zero). E8M0 has neither: its code 0 is
         the normal number 2^-127.
+
+    Raises
+    ------
+    TypeError
+        If ``name`` is not a string or ``exp_bits``, ``man_bits``, ``bias`` is not an integer.
+    ValueError
+        If ``specials`` is unknown, a width is out of range, the format has more than 32 bits,
+        or its binades leave float64's normal range (all arithmetic here is float64).
     """
 
     name: str
@@ -58,10 +66,22 @@ class FloatFormat:
     subnormals: bool = True
 
     def __post_init__(self):
+        if not isinstance(self.name, str):
+            raise TypeError(f"name must be a string, got {self.name!r}")
+        for field in ("exp_bits", "man_bits", "bias"):
+            v = getattr(self, field)
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"{field} must be an integer, got {v!r}")
         if self.specials not in _SPECIALS:
             raise ValueError(f"specials must be one of {_SPECIALS}, got {self.specials!r}")
         if not (1 <= self.exp_bits <= 11 and 0 <= self.man_bits <= 52):
             raise ValueError("exp_bits must be in [1, 11] and man_bits in [0, 52]")
+        if self.bits > 32:
+            # Codes are stored in at most uint32, and rounding works on float64 bit patterns.
+            raise ValueError(f"{self.name} has {self.bits} bits; formats have at most 32 bits")
+        if self.emax > 1023 or self.emin < -1022:
+            raise ValueError(f"{self.name}'s binades 2^{self.emin} .. 2^{self.emax} exceed "
+                             "float64's normal range 2^-1022 .. 2^1023 (choose another bias)")
 
     def __repr__(self) -> str:
         return f"FloatFormat({self.name})"
@@ -261,7 +281,9 @@ class FloatFormat:
         e = np.where(a >= self.min_normal, k - 1, self.emin)
         normal = a >= self.min_normal
         exp_field = np.where(normal, e + bias, 0)
-        frac = np.where(normal, np.ldexp(a, -e) - 1.0, np.ldexp(a, -self.emin))
+        # The subnormal branch scales only subnormals (a normal a * 2^-emin could overflow).
+        sub = np.ldexp(np.where(normal, 0.0, a), -self.emin)
+        frac = np.where(normal, np.ldexp(a, -e) - 1.0, sub)
         mant = np.rint(np.ldexp(frac, m))
         top_exp = (1 << self.exp_bits) - 1
         inf = np.isinf(a)
@@ -317,7 +339,8 @@ class FloatFormat:
         m = self.man_bits
         mant = c & ((1 << m) - 1)
         exp = (c >> m) & ((1 << self.exp_bits) - 1)
-        normal = np.ldexp(1.0 + mant / (1 << m), exp - self.bias)
+        with np.errstate(over="ignore"):  # the all-ones exponent of an E11 format: Inf/NaN below
+            normal = np.ldexp(1.0 + mant / (1 << m), exp - self.bias)
         if self.subnormals:
             sub = np.ldexp(mant.astype(np.float64), self.emin - m)
             val = np.where(exp == 0, sub, normal)

@@ -329,6 +329,38 @@ def test_format_definition_is_checked():
         FloatFormat("X", 0, 3, 7, "none")
 
 
+@pytest.mark.parametrize("args,exc,msg", [
+    (("X", 4.0, 3, 7, "fn"), TypeError, "exp_bits must be an integer"),
+    (("X", 4, 3.0, 7, "fn"), TypeError, "man_bits must be an integer"),
+    (("X", 4, 3, 7.5, "fn"), TypeError, "bias must be an integer"),
+    (("X", True, 3, 7, "fn"), TypeError, "exp_bits must be an integer"),
+    ((4, 4, 3, 7, "fn"), TypeError, "name must be a string"),
+    # 64 bits: man_bits = 52 made round() fail on a negative shift; 42 bits (11 + 30 + 1)
+    # silently cut codes to uint32.
+    (("FP64", 11, 52, 1023, "ieee"), ValueError, "at most 32 bits"),
+    (("E11M30", 11, 30, 1023, "ieee"), ValueError, "at most 32 bits"),
+    # bias 0: the top binade 2^2046 is beyond float64 (max_value was Inf, with a warning);
+    # bias 2000: the smallest normal 2^-1999 is below float64's normal range.
+    (("X", 11, 3, 0, "ieee"), ValueError, "float64"),
+    (("X", 11, 3, 2000, "ieee"), ValueError, "float64"),
+])
+def test_format_fields_must_be_integers_that_fit_float64(args, exc, msg):
+    with pytest.raises(exc, match=msg):
+        FloatFormat(*args)
+
+
+def test_a_32_bit_format_with_float64_exponent_range_rounds_correctly():
+    # E11M20: 1 + 11 + 20 = 32 bits, bias 1023 (float64's exponent). Hand rounding of 1e300
+    # with math.frexp: keep 21 significant bits, ties to even (Python's round).
+    import math
+    fmt = FloatFormat("E11M20", 11, 20, 1023, "ieee")
+    m, e = math.frexp(1e300)
+    want = math.ldexp(round(m * 2**21), e - 21)
+    assert fmt.round(1e300) == want
+    code = fmt.encode(1e300)
+    assert code.dtype == np.uint32 and fmt.decode(code) == want
+
+
 def test_empty_round_is_empty():
     assert FP8_E4M3.round(np.array([])).shape == (0,)
 

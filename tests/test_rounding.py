@@ -145,7 +145,7 @@ def test_sum_in_format_bad_input():
         sum_in_format(1.0, FP16)
     with pytest.raises(ValueError, match="wider than FP32"):
         from numfmt import FloatFormat
-        sum_in_format([1.0], FloatFormat("FP64", 11, 52, 1023, "ieee"))
+        sum_in_format([1.0], FloatFormat("E5M26", 5, 26, 15, "ieee"))  # 32 bits, 26 > 23
 
 
 def test_cumsum_in_format_matches_numpy_float16():
