@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from console import print_header, print_observations, print_table
+from console import print_header, print_observations, print_table, print_title
 from numfmt import BF16, FP8_E4M3, FP16
 from numfmt import FP32
 from numfmt.anatomy import spacing
@@ -85,8 +85,9 @@ def demo1_rounding_bias(n: int = 1 << 16, seed: int = 0) -> BiasResult:
 
 def show_demo1(r: BiasResult) -> None:
     print_header("Demo 1: three rounding rules and their bias (values in [1, 4) cast to E4M3)")
-    print_table(["data", "rounding rule", "mean error (ulp)", "RMS error (ulp)",
-                 "error of the sum"],
+    print("Error q - x of each rounded value, in E4M3 ulps; sum error: relative error of the sum "
+          "of all values.")
+    print_table(["data", "rounding rule", "mean (ulp)", "RMS (ulp)", "sum error"],
                 [[d["data"], MODES[d["mode"]], f"{d['mean_ulp']:+.4f}", f"{d['rms_ulp']:.4f}",
                   f"{d['sum_error'] * 100:+.3f}%"] for d in r.rows])
     for name, t in r.tie_fraction.items():
@@ -294,8 +295,10 @@ def demo4_vanishing_updates(n_weights: int = 4096, steps: int = 1000, update: fl
 def show_demo4(r: UpdateResult) -> None:
     print_header(f"Demo 4: {r.steps:,} updates of {r.update:g} to weights in [0.5, 1)")
     print(f"Intended change of every weight: {r.intended:g}")
-    print_table(["weights stored as", "mean change", "share of the updates kept",
-                 "RMS error vs exact", "weights never moved"],
+    print("Updates kept: mean change / intended change. Never moved: share of weights still at "
+          "their start.")
+    print_table(["weights stored as", "mean change", "updates kept", "RMS error vs exact",
+                 "never moved"],
                 [[d["storage"], f"{d['mean_change']:.6f}", f"{d['applied'] * 100:.1f}%",
                   f"{d['rms_error']:.2e}", f"{d['unchanged'] * 100:.1f}%"] for d in r.rows])
     print("\nSmallest update that moves a weight of 1.0 (just over half an ulp):")
@@ -320,7 +323,24 @@ def show_demo4(r: UpdateResult) -> None:
     ])
 
 
+TITLE = "Lecture 02: rounding and accumulation"
+INTRO = (
+    "Every result of low-precision arithmetic is rounded. This lecture asks which rounding rule "
+    "keeps errors from piling up in one direction, what happens when thousands of numbers are "
+    "summed in FP16 or BF16, and why a small update can vanish when added to a BF16 weight.",
+    "Demo 1 measures the bias of round to nearest even, round half away from zero and "
+    "truncation. Demo 2 shows stochastic rounding: unbiased, but noisier. Demo 3 sums 16,384 "
+    "numbers in FP16 and BF16 (swamping) and repairs the sum with pairwise and Kahan summation. "
+    "Demo 4 adds small updates to weights stored in several ways.",
+    "How to read the numbers: x is the exact value and q the rounded one. An ulp (unit in the "
+    "last place) is the gap between the two grid values around x; errors q - x are given in "
+    "ulps, ulp² for variances. Relative error is (q - x) / x in percent. All data come from "
+    "fixed seeds.",
+)
+
+
 def main() -> None:
+    print_title(TITLE, INTRO)
     show_demo1(demo1_rounding_bias())
     show_demo2(demo2_stochastic_rounding())
     show_demo3(demo3_swamping())

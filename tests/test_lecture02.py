@@ -11,6 +11,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from console import display_width
+
 L = importlib.import_module("lectures.02_rounding_and_accumulation")
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -123,3 +125,9 @@ def test_script_runs_and_is_deterministic():
     runs = [subprocess.run([sys.executable, "lectures/02_rounding_and_accumulation.py"], cwd=ROOT,
                            capture_output=True, text=True, check=True).stdout for _ in range(2)]
     assert runs[0] == runs[1] and "Demo 4" in runs[0]
+    inside = subprocess.run([sys.executable, "02_rounding_and_accumulation.py"], cwd=ROOT / "lectures",
+                            capture_output=True, text=True, check=True).stdout
+    assert inside == runs[0]
+    assert runs[0].startswith("#") and "Lecture 02:" in runs[0].splitlines()[1]
+    # every line fits a 100-column terminal
+    assert max(display_width(line) for line in runs[0].splitlines()) <= 100
