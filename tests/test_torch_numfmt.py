@@ -267,6 +267,21 @@ def test_quantize_affine_and_dequantize_match_numpy(device):
                                                                               0.5, 3))
 
 
+@pytest.mark.parametrize("fmt", [nf.FP32, nf.FloatFormat("E11M20", 11, 20, 1023, "ieee")],
+                         ids=str)
+def test_32_bit_codes_are_the_unsigned_patterns_numpy_gives(fmt):
+    # A negative FP32 value has bit 31 set: -1.0 is 0xBF800000 (numpy's float32 view, an
+    # independent oracle for FP32). The torch code must hold that value, not wrap to an
+    # int32 below zero, and decode back.
+    x = np.array([-1.0, 1.0, -np.inf, np.nan, -0.0, -3e-45, 1e300])
+    got = nt.encode(x, fmt, saturate=False)
+    want = fmt.encode(x, saturate=False)
+    assert got.dtype == torch.int64 and got.min() >= 0
+    np.testing.assert_array_equal(got.numpy(), want.astype(np.int64))
+    if fmt is nf.FP32:
+        assert got[0].item() == int(np.array(-1.0, np.float32).view(np.uint32)) == 0xBF800000
+    assert_same_bits(nt.decode(got, fmt), fmt.decode(want))
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_metrics_agree_with_numpy_to_summation_order(device):
     rng = np.random.default_rng(4)

@@ -147,7 +147,8 @@ def encode(x, fmt: FloatFormat, saturate: bool = True, device=None) -> torch.Ten
 
     Returns
     -------
-    torch.Tensor of uint8 (formats of 8 bits or fewer) or int32 (FP16, BF16), shape of ``x``
+    torch.Tensor of uint8 (formats of 8 bits or fewer), int32 (FP16, BF16) or int64 (FP32),
+    shape of ``x``
         The codes, right-aligned; equal to ``fmt.encode(x)``, including the NaN patterns
         (0x7F E4M3, 0x7E E5M2, 0xFF E8M0, with the input's sign bit).
 
@@ -171,7 +172,9 @@ def encode(x, fmt: FloatFormat, saturate: bool = True, device=None) -> torch.Ten
     # On the grid a normal value's float64 fields are the format's fields, rebiased and cut.
     exp_field = torch.where(normal, floor_log2(a) + fmt.bias, 0)
     mant_normal = (a.view(_I64) >> (52 - m)) & ((1 << m) - 1)
-    mant_sub = (a * float(np.ldexp(1.0, m - fmt.emin))).to(_I64)  # exact integer on the grid
+    # Exact integer on the grid; two power-of-two factors, as 2^(m - emin) can pass 2^1023.
+    sub = torch.where(normal, a.new_zeros(()), a)
+    mant_sub = (sub * float(np.ldexp(1.0, -fmt.emin)) * float(np.ldexp(1.0, m))).to(_I64)
     mant = torch.where(normal, mant_normal, mant_sub)
     exp_field = torch.where(inf, top_exp, exp_field)
     mant = torch.where(inf, 0, mant)
@@ -181,7 +184,9 @@ def encode(x, fmt: FloatFormat, saturate: bool = True, device=None) -> torch.Ten
     code = (exp_field << m) | mant
     if fmt.signed:
         code = code | (torch.signbit(r).to(_I64) << (fmt.exp_bits + m))
-    return code.to(torch.uint8 if fmt.bits <= 8 else torch.int32)
+    # int32 would wrap a 32-bit code's sign bit to a negative number: int64 beyond 16 bits.
+    return code.to(torch.uint8 if fmt.bits <= 8 else torch.int32 if fmt.bits <= 16
+                   else torch.int64)
 
 
 def decode(codes, fmt: FloatFormat, device=None) -> torch.Tensor:
