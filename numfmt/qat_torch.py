@@ -143,9 +143,12 @@ class ActivationFakeQuant(nn.Module):
 
     Raises
     ------
+    TypeError
+        If ``momentum`` is not a real number.
     ValueError
-        If ``momentum`` is out of range (``bits`` is checked by :func:`numfmt.int_range`), or
-        in eval mode before any range has been observed.
+        If ``momentum`` is out of range (``bits`` is checked by :func:`numfmt.int_range`), in
+        eval mode before any range has been observed, or, in training mode, if a batch is
+        empty or holds NaN or Inf (the stored range is then left unchanged).
 
     References
     ----------
@@ -154,6 +157,7 @@ class ActivationFakeQuant(nn.Module):
 
     def __init__(self, bits: int = 8, momentum: float = 0.1):
         super().__init__()
+        momentum = check_real_scalar(momentum, "momentum")
         if not 0 < momentum <= 1:
             raise ValueError(f"momentum must be in (0, 1], got {momentum!r}")
         qparams_from_range(0.0, 1.0, bits, symmetric=False)  # validates bits early
@@ -163,6 +167,12 @@ class ActivationFakeQuant(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.training:
+            # Check before the moving average takes the batch in: a NaN or Inf would stay in it.
+            if x.numel() == 0:
+                raise ValueError("x is empty: there is nothing to calibrate a scale on")
+            if not bool(torch.isfinite(x).all()):
+                raise ValueError("x contains a non-finite value; a range calibrated on NaN or "
+                                 "Inf would be meaningless")
             lo, hi = x.detach().min().double(), x.detach().max().double()
             if torch.isnan(self.lo):
                 self.lo.copy_(lo)

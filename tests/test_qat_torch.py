@@ -147,3 +147,24 @@ def test_fake_quantize_int_accepts_a_one_element_tensor_scale_without_warnings()
         warnings.simplefilter("error")
         y = fake_quantize_int(torch.tensor([1.2]), torch.tensor(0.5), np.int64(0), -8, 7)
     assert y.tolist() == [1.0]   # round(1.2 / 0.5) = round(2.4) = 2 -> 2 * 0.5
+
+@pytest.mark.parametrize("bad,match", [([1.0, float("inf")], "non-finite"),
+                                       ([float("nan"), 1.0], "non-finite"),
+                                       ([], "empty")])
+def test_activation_quantizer_refuses_a_bad_batch_and_keeps_its_range(bad, match):
+    # Before: the Inf/NaN batch was folded into the moving average first (range -inf or NaN
+    # for good: every later batch failed, or the range silently reset), and an empty batch
+    # gave torch's "min(): Expected reduction dim" error.
+    act = ActivationFakeQuant(8, momentum=0.5)
+    act(torch.tensor([-1.0, 1.0]))
+    with pytest.raises(ValueError, match=match):
+        act(torch.tensor(bad))
+    assert (act.lo.item(), act.hi.item()) == (-1.0, 1.0)
+    act(torch.tensor([-1.0, 3.0]))
+    assert act.hi.item() == 2.0                               # 1 + 0.5 (3 - 1)
+
+
+@pytest.mark.parametrize("momentum", [True, "0.1"])
+def test_activation_quantizer_refuses_a_momentum_that_is_not_a_number(momentum):
+    with pytest.raises(TypeError, match="momentum"):
+        ActivationFakeQuant(8, momentum=momentum)
