@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from console import print_header, print_observations, print_table
+from console import print_header, print_observations, print_table, print_title
 from numfmt import (FP4_E2M1, FP8_E4M3, FP8_E5M2, nvfp4_quantize, quantize_int, rel_error,
                     sqnr_db, tensor_scaled)
 from numfmt.scaling import delayed_scales, quantize_with_scale, scale_from_amax
@@ -92,14 +92,16 @@ def demo1_tensor_scaling(n: int = 1 << 16, seed: int = 0) -> TensorScalingResult
 
 def show_demo1(r: TensorScalingResult) -> None:
     print_header("Demo 1: weights, activations and gradients in FP8, with and without a scale")
-    print_table(["tensor", "format", "no scale: error", "flushed", "clipped",
-                 "tensor scale: error", "flushed", "scale"],
+    print("Unscaled: x cast as it is. Scaled: x / s cast, with one scale s = amax / max value.")
+    print("Flushed: non-zero values stored as 0. Clipped: values beyond the format's max.")
+    print_table(["tensor", "format", "unscaled error", "flushed", "clipped", "scaled error",
+                 "flushed", "scale s"],
                 [[d["tensor"], d["fmt"], f"{d['raw_error'] * 100:.3g}%",
                   f"{d['raw_flushed'] * 100:.3g}%", f"{d['raw_clipped'] * 100:.3g}%",
                   f"{d['error'] * 100:.3g}%", f"{d['flushed'] * 100:.3g}%", f"{d['scale']:.3g}"]
                  for d in r.rows])
-    print("Spread of each tensor, log2(max|x| / median|x|): "
-          + ", ".join(f"{k} {v:.1f} binades" for k, v in r.spread.items()))
+    print("Spread, log2(max|x| / median|x|): "
+          + ", ".join(f"{k} {v:.1f}" for k, v in r.spread.items()) + " binades")
     d = {(row["tensor"], row["fmt"]): row for row in r.rows}
     g4, g5 = d["gradients", "E4M3"], d["gradients", "E5M2"]
     print_observations([
@@ -167,8 +169,12 @@ def show_demo2(r: DelayedResult) -> None:
         rows.append([kind, f"{e[calm].mean() * 100:.2f}%", f"{e[t] * 100:.2f}%",
                      f"{c[t] * 100:.2f}%", f"{e[after].mean() * 100:.2f}%",
                      int(np.sum(c > 0))])
-    print_table(["scaling", "error before the spike", "error at the spike", "clipped at the spike",
-                 f"error in the {r.history} steps after", "steps with clipping"], rows)
+    print(f"Mean error over steps 1-{t - 1} (before), at step {t} (the spike) and over steps "
+          f"{t + 1}-{t + r.history} (after).")
+    print("Clipped: share of values saturated at E4M3's max. Steps with clipping: of all "
+          f"{r.errors['current'].size} steps.")
+    print_table(["scaling", "error before", "error at spike", "clipped at spike", "error after",
+                 "steps with clipping"], rows)
     e, c = r.errors, r.clipped
     print_observations([
         f"Before the spike the amax grows 2% a step; the delayed scale lags behind and clips "
@@ -232,8 +238,9 @@ def demo3_one_outlier(n: int = 1 << 16, factor: float = 100.0, seed: int = 0) ->
 
 def show_demo3(r: OutlierResult) -> None:
     print_header(f"Demo 3: one outlier ({r.factor:g} × the largest value) in 65,536 weights")
-    print_table(["quantizer", "error without outlier", "error with outlier", "ratio",
-                 "others flushed to 0"],
+    print("Errors on the other values; others flushed: share of them stored as 0 with the outlier.")
+    print_table(["quantizer", "no outlier: error", "with outlier: error", "ratio",
+                 "others flushed"],
                 [[d["name"], f"{d['clean'] * 100:.2f}%", f"{d['outlier'] * 100:.2f}%",
                   f"{d['outlier'] / d['clean']:.1f}x", f"{d['flushed'] * 100:.2f}%"]
                  for d in r.rows])
@@ -291,7 +298,7 @@ def demo4_nvfp4_vs_tensor(n: int = 1 << 20, seed: int = 0) -> NvfpResult:
 
 def show_demo4(r: NvfpResult) -> None:
     print_header(f"Demo 4: NVFP4 against one tensor scale, {r.n:,} Student-t(5) × 0.02 values")
-    print_table(["format", "bits per value", "relative error", "SQNR (dB)", "flushed to 0"],
+    print_table(["format", "bits/value", "rel. error", "SQNR (dB)", "flushed to 0"],
                 [[d["name"], f"{d['bits']:g}", f"{d['error'] * 100:.2f}%", f"{d['sqnr']:.1f}",
                   f"{d['flushed'] * 100:.2f}%"] for d in r.rows])
     fp4, nv, fp8 = r.rows
@@ -304,13 +311,36 @@ def show_demo4(r: NvfpResult) -> None:
         f"{nv['bits']:g} bits per value, error {nv['error'] * 100:.1f}%, "
         f"{fp4['error'] / nv['error']:.1f}x smaller, {nv['sqnr'] - fp4['sqnr']:.1f} dB better.",
         f"FP8 E4M3 with a single scale reaches {fp8['error'] * 100:.2f}% ({fp8['sqnr']:.1f} dB): "
-        "its 18 binades cover the whole tensor. Block scales matter most for the narrowest "
+        f"its {binades(FP8_E4M3):.0f} binades cover the whole tensor. Block scales matter most for the narrowest "
         "formats; lecture 05 compares them with MXFP4, MXFP6, MXFP8 and INT4 groups on the same "
         "data.",
     ])
 
 
+def binades(fmt) -> float:
+    """How many factors of 2 separate the smallest positive value of ``fmt`` from its max."""
+    return float(np.log2(fmt.max_value / fmt.min_subnormal))
+
+
+TITLE = "Lecture 03: scaling a tensor into a low-precision format"
+INTRO = (
+    f"FP8 E4M3 spans about {binades(FP8_E4M3):.0f} binades, FP4 E2M1 only about "
+    f"{binades(FP4_E2M1):.0f}, while real tensors sit anywhere: "
+    "weights near 0.02, gradients near 1e-6. This lecture asks how a scale moves a tensor into "
+    "a format's range, which FP8 format suits which tensor, and how much one scale can serve.",
+    "Demo 1 casts weights, activations and gradients into E4M3 and E5M2, with and without a "
+    "scale. Demo 2 compares delayed scaling (amax from past steps) with current scaling. Demo 3 "
+    "adds one outlier to a tensor. Demo 4 compares NVFP4's block scales with one tensor scale.",
+    "How to read the numbers: x is a tensor and q its quantized copy. The error is "
+    "||q - x|| / ||x|| (Euclidean norms), a relative error in percent. A binade is a factor of 2. All data "
+    "are synthetic, drawn with fixed seeds.",
+    "SQNR = 10 log10(||x||² / ||q - x||²) is the signal-to-quantization-noise ratio in dB: "
+    "higher is better, and 6 dB more means half the error.",
+)
+
+
 def main() -> None:
+    print_title(TITLE, INTRO)
     show_demo1(demo1_tensor_scaling())
     show_demo2(demo2_delayed_scaling())
     show_demo3(demo3_one_outlier())

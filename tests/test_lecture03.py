@@ -9,6 +9,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from console import display_width
+
 L = importlib.import_module("lectures.03_scaling")
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -104,3 +106,18 @@ def test_script_runs_and_is_deterministic():
     runs = [subprocess.run([sys.executable, "lectures/03_scaling.py"], cwd=ROOT,
                            capture_output=True, text=True, check=True).stdout for _ in range(2)]
     assert runs[0] == runs[1] and "Demo 4" in runs[0]
+    inside = subprocess.run([sys.executable, "03_scaling.py"], cwd=ROOT / "lectures",
+                            capture_output=True, text=True, check=True).stdout
+    assert inside == runs[0]
+    assert runs[0].startswith("#") and "Lecture 03:" in runs[0].splitlines()[1]
+    # every line fits a 100-column terminal
+    assert max(display_width(line) for line in runs[0].splitlines()) <= 100
+
+
+def test_binades_in_the_intro_match_ml_dtypes():
+    # E4M3 reaches 448 from 2^-9, E2M1 6 from 2^-1 (ml_dtypes' finfo; OCP MX v1.0 table)
+    for dt, fmt, rounded in ((ml_dtypes.float8_e4m3fn, L.FP8_E4M3, 18),
+                             (ml_dtypes.float4_e2m1fn, L.FP4_E2M1, 4)):
+        fi = ml_dtypes.finfo(dt)
+        expected = np.log2(float(fi.max) / float(fi.smallest_subnormal))
+        assert L.binades(fmt) == pytest.approx(expected) and round(L.binades(fmt)) == rounded
