@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from console import display_width
+
 torch = pytest.importorskip("torch")
 
 L = importlib.import_module("lectures.04_low_precision_matmul")
@@ -81,3 +83,6 @@ def test_lecture_runs_from_root_and_from_lectures_with_identical_output():
     b = subprocess.run([sys.executable, script], cwd=ROOT / "lectures", capture_output=True,
                        text=True, check=True).stdout
     assert a == b and "Demo 4" in a
+    assert a.startswith("#") and "Lecture 04:" in a.splitlines()[1]
+    # every line fits a 100-column terminal
+    assert max(display_width(line) for line in a.splitlines()) <= 100
