@@ -30,7 +30,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from numfmt._validate import as_calibration_array, as_real_array
+from numfmt._validate import as_calibration_array, as_real_array, check_real_scalar
 from numfmt.blocks import block_quantize
 from numfmt.formats import FP4_E2M1, FP8_E4M3, FP8_E5M2, FloatFormat
 from numfmt.intquant import _affine_scale, dequantize_affine, int_range, quantize_affine
@@ -452,10 +452,14 @@ def fake_quantize_weight(w, fmt: str, axis: int | None = None, rounding: str = "
 
     Raises
     ------
+    TypeError
+        If ``fmt`` is not a string; plus what the calibration and block functions raise.
     ValueError
         If ``fmt`` is unknown, ``axis`` is given for a block format, or a block format is
         asked for stochastic rounding; plus what the calibration and block functions raise.
     """
+    if not isinstance(fmt, str):
+        raise TypeError(f"fmt must be a format name, one of {WEIGHT_FORMATS}, got {fmt!r}")
     if fmt in _INT_BITS:
         qp = calibrate_absmax(w, _INT_BITS[fmt], axis=axis)
         return fake_quantize(w, qp, rounding, rng)
@@ -531,6 +535,8 @@ def adam_update(param, grad, m, v, t: int, lr: float, beta1: float = 0.9, beta2:
 
     Raises
     ------
+    TypeError
+        If an array is not real-valued or a hyper-parameter is not a real number.
     ValueError
         If shapes differ, a gradient is not finite, ``t < 1``, or a hyper-parameter is out of
         range.
@@ -549,8 +555,7 @@ def adam_update(param, grad, m, v, t: int, lr: float, beta1: float = 0.9, beta2:
         raise ValueError("grad contains NaN or Inf")
     if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 1:
         raise ValueError(f"t must be an integer >= 1, got {t!r}")
-    if not (lr > 0 and 0 <= beta1 < 1 and 0 <= beta2 < 1 and eps > 0 and weight_decay >= 0):
-        raise ValueError("need lr > 0, 0 <= beta1, beta2 < 1, eps > 0, weight_decay >= 0")
+    _check_adam(lr, beta1, beta2, eps, weight_decay)
     m = beta1 * m + (1 - beta1) * grad
     v = beta2 * v + (1 - beta2) * grad * grad
     m_hat = m / (1 - beta1**t)
@@ -558,6 +563,14 @@ def adam_update(param, grad, m, v, t: int, lr: float, beta1: float = 0.9, beta2:
     param = param - lr * weight_decay * param
     param = param - lr * m_hat / (np.sqrt(v_hat) + eps)
     return param, m, v
+
+
+def _check_adam(lr, beta1, beta2, eps, weight_decay) -> None:
+    lr, beta1, beta2, eps, weight_decay = (
+        check_real_scalar(v, n) for v, n in ((lr, "lr"), (beta1, "beta1"), (beta2, "beta2"),
+                                             (eps, "eps"), (weight_decay, "weight_decay")))
+    if not (lr > 0 and 0 <= beta1 < 1 and 0 <= beta2 < 1 and eps > 0 and weight_decay >= 0):
+        raise ValueError("need lr > 0, 0 <= beta1, beta2 < 1, eps > 0, weight_decay >= 0")
 
 
 class QATAdam:
@@ -586,9 +599,11 @@ class QATAdam:
     Raises
     ------
     TypeError
-        If ``quantize`` is not callable or does not return a FakeQuantized.
+        If ``quantize`` is not callable or does not return a FakeQuantized, ``betas`` is not
+        a pair, or a hyper-parameter is not a real number.
     ValueError
-        If ``master`` is empty or not finite; :meth:`step` raises on a gradient of the wrong
+        If ``master`` is empty or not finite, a hyper-parameter is out of range (as
+        :func:`adam_update`); :meth:`step` raises on a gradient of the wrong
         shape or a non-finite one.
     """
 
@@ -597,6 +612,9 @@ class QATAdam:
                  weight_decay: float = 0.0):
         if not callable(quantize):
             raise TypeError("quantize must be a callable returning a FakeQuantized")
+        if not (isinstance(betas, (tuple, list)) and len(betas) == 2):
+            raise TypeError(f"betas must be a pair (beta1, beta2), got {betas!r}")
+        _check_adam(lr, betas[0], betas[1], eps, weight_decay)
         self.master = as_calibration_array(master, "master").astype(np.float32)
         self.quantize = quantize
         self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay

@@ -415,3 +415,29 @@ def test_fake_quantize_overflowing_quotient_saturates_without_warning():
         ff = fake_quantize_float(x, FP8_E4M3, 1e-300)
     assert fi.values.tolist() == [127 * 1e-300, -127 * 1e-300] and not fi.mask.any()
     assert ff.values.tolist() == [448 * 1e-300, -448 * 1e-300] and not ff.mask.any()
+
+
+@pytest.mark.parametrize("fmt", [["INT4"], None, 4])
+def test_fake_quantize_weight_refuses_a_format_that_is_not_a_name(fmt):
+    # A list used to fail with "unhashable type: 'list'".
+    with pytest.raises(TypeError, match="fmt must be a format name"):
+        fake_quantize_weight(np.ones((2, 32)), fmt)
+
+
+@pytest.mark.parametrize("kwargs,exc,match", [
+    (dict(lr=-1.0), ValueError, "lr > 0"),
+    (dict(lr="0.1"), TypeError, "lr must be a real number"),
+    (dict(betas=0.9), TypeError, "betas must be a pair"),
+    (dict(betas=(0.9, 1.0)), ValueError, "beta2 < 1"),
+    (dict(eps=0.0), ValueError, "eps > 0"),
+    (dict(weight_decay=-0.1), ValueError, "weight_decay >= 0"),
+])
+def test_qatadam_checks_its_hyper_parameters_when_built(kwargs, exc, match):
+    # Before: accepted here, failing only at the first step (or with "cannot unpack").
+    with pytest.raises(exc, match=match):
+        QATAdam(np.ones(4), lambda w: fake_quantize_weight(w, "E4M3"), **kwargs)
+
+
+def test_adam_update_refuses_a_learning_rate_that_is_not_a_number():
+    with pytest.raises(TypeError, match="lr must be a real number"):
+        adam_update(np.ones(2), np.ones(2), np.zeros(2), np.zeros(2), 1, "0.1")
