@@ -41,13 +41,13 @@ from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
-from console import print_header, print_observations, print_table  # noqa: E402
+from console import print_header, print_observations, print_table, print_title  # noqa: E402
 from numfmt import FP8_E4M3  # noqa: E402
 from numfmt.qat import (QParams, adam_update, fake_quantize, fake_quantize_float,  # noqa: E402
                         ste_backward)
 from numfmt.qat_torch import QATLinear  # noqa: E402
 
-# ==================================================================== 1. the straight-through estimator
+# ============================================================ 1. the straight-through estimator
 STE_GRID = QParams(np.array(1.0), np.array(0), -8, 7)  # scale 1, codes [-8, 7]
 STE_EXAMPLE = np.array([-8.6, -8.4, -8.0, 7.0, 7.4, 7.6])
 
@@ -90,7 +90,7 @@ def ste_demo(target: float = 2.6, w0: float = -5.3, lr: float = 0.1, steps: int 
 
 
 def print_ste(d: STEDemo) -> None:
-    print_header("1. The straight-through estimator: scale 1, codes [-8, 7]")
+    print_header("Demo 1: the straight-through estimator: scale 1, codes [-8, 7]")
     print_table(["x", "fake quant", "STE mask"], d.example)
     n = len(d.w_ste) - 1
     steps = [0, 5, 10, 15, n - 3, n - 2, n - 1, n]
@@ -182,7 +182,7 @@ def master_weights_demo(steps: int = 400, lr: float = 0.01, seed: int = 0) -> Ma
 
 
 def print_master_weights(d: MasterDemo) -> None:
-    print_header("2. Why master weights: Adam on a 16-weight linear model, weights from 0")
+    print_header("Demo 2: why master weights: Adam on a 16-weight linear model, weights from 0")
     print_table(["weights", "loss at step 0", f"loss at step {d.steps}", "weights that moved"],
                 d.rows)
     c = d.curves
@@ -363,6 +363,8 @@ def seed_spread(seeds=(0, 1, 2), formats=("INT4", "INT2"),
 
 
 def print_seed_spread(s: SeedSpread) -> None:
+    print(f"\nQAT minus PTQ accuracy in percentage points, FP32 activations, over {len(s.seeds)} "
+          "seeds\n(each seed sets the split, the initialisation and the batch order):")
     print_table(["weights"] + [f"seed {k}" for k in s.seeds] + ["mean"], s.rows)
     g4, g2 = s.gains["INT4"], s.gains["INT2"]
     print_observations([
@@ -374,9 +376,10 @@ def print_seed_spread(s: SeedSpread) -> None:
 
 
 def print_ptq_vs_qat(r: DigitsResult) -> None:
-    print_header(f"3. PTQ against QAT: a 64-{r.config.hidden}-10 MLP on scikit-learn digits")
+    print_header(f"Demo 3: PTQ against QAT: a 64-{r.config.hidden}-10 MLP on scikit-learn digits")
     c = r.config
-    print(textwrap.fill(f"{r.n_train} training and {r.n_test} test images. FP32 is trained for {c.epochs} "
+    print(textwrap.fill(f"{r.n_train} training and {r.n_test} test images (one test image: "
+          f"{100 / r.n_test:.2f} percentage points). FP32 is trained for {c.epochs} "
           f"epochs (test accuracy {100 * r.base_accuracy:.1f} %). QAT fine-tunes that model for "
           f"{c.qat_epochs} epochs with the quantizer in the forward pass; PTQ rounds the FP32 "
           f"model fine-tuned for the same {c.qat_epochs} epochs without it "
@@ -397,14 +400,32 @@ def print_ptq_vs_qat(r: DigitsResult) -> None:
         f"INT2 (ternary) weights: PTQ {100 * a[('PTQ', 'INT2', None)]:.1f} %, QAT "
         f"{100 * a[('QAT', 'INT2', None)]:.1f} % (FP32 {100 * r.fp32_accuracy:.1f} %): with the "
         "quantizer in the loop the network learns weights that survive rounding to three "
-        "levels, though 16 hidden units with three levels each stay well short of FP32.",
+        f"levels, though {c.hidden} hidden units with three levels each stay well short of FP32.",
         f"NVFP4 weights (E2M1 in blocks of 16 with E4M3 scales): PTQ "
         f"{100 * a[('PTQ', 'NVFP4', None)]:.1f} %, QAT {100 * a[('QAT', 'NVFP4', None)]:.1f} %: "
         "close to INT4, as its 4-bit elements with fine block scales suggest.",
     ])
 
 
+TITLE = "Lecture 06: quantization-aware training (QAT)"
+INTRO = (
+    "Rounding has a zero gradient almost everywhere. This lecture asks how a network can still "
+    "learn weights that live on a 4-bit or 2-bit grid, and whether training with the quantizer "
+    "in the loop (QAT) beats rounding an already trained network (post-training quantization, "
+    "PTQ).",
+    "Demo 1 shows the straight-through estimator (STE) on one number. Demo 2 trains a linear "
+    "model whose weights are stored in INT4 or FP8 E4M3, with and without FP32 master weights. "
+    "Demo 3 compares PTQ and QAT for a small MLP on scikit-learn's digits, then repeats the "
+    "comparison over several seeds.",
+    "How to read the numbers: Q(w) is the quantized weight; the STE mask is 1 where the "
+    "gradient passes through the rounding, 0 where the code was clamped. Demo 2's loss is half "
+    "the mean squared error. Accuracies are percentages of a fixed held-out test split; demo 3 "
+    "says how many points one test image is worth. Seeds are fixed.",
+)
+
+
 def main() -> None:
+    print_title(TITLE, INTRO)
     print_ste(ste_demo())
     print_master_weights(master_weights_demo())
     print_ptq_vs_qat(ptq_vs_qat())

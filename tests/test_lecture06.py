@@ -1,11 +1,17 @@
 """Lecture 06: every claim in its text, asserted on the demo functions' results."""
 
 import importlib
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from console import display_width
+
 L = importlib.import_module("lectures.06_quantization_aware_training")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -97,3 +103,29 @@ def test_printing(ste, master, digits, spread, capsys):
     out = capsys.readouterr().out
     assert "What to notice" in out and "{" not in out
     assert max(len(line) for line in out.splitlines()) <= 100
+
+
+def test_main_opens_with_the_title_and_labels_every_demo(ste, master, digits, spread, capsys,
+                                                         monkeypatch):
+    # the demos' results come from the fixtures, so main() only prints
+    for name, value in (("ste_demo", ste), ("master_weights_demo", master),
+                        ("ptq_vs_qat", digits), ("seed_spread", spread)):
+        monkeypatch.setattr(L, name, lambda *a, _v=value, **k: _v)
+    L.main()
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].startswith("#") and lines[1].startswith("Lecture 06:")
+    headers = [line for prev, line, nxt in zip(lines, lines[1:], lines[2:])
+               if prev == nxt and set(prev) == {"="}]          # section titles between rules
+    assert [h.split(":")[0] for h in headers] == ["Demo 1", "Demo 2", "Demo 3"]
+    assert max(display_width(line) for line in lines) <= 100   # fits a 100-column terminal
+
+
+@pytest.mark.slow
+def test_script_output_is_identical_from_root_and_from_lectures_dir():
+    script = "06_quantization_aware_training.py"
+    a = subprocess.run([sys.executable, f"lectures/{script}"], cwd=ROOT, capture_output=True,
+                       text=True, check=True).stdout
+    b = subprocess.run([sys.executable, script], cwd=ROOT / "lectures", capture_output=True,
+                       text=True, check=True).stdout
+    assert a == b and a.startswith("#") and "Demo 3:" in a
