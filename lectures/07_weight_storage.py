@@ -28,11 +28,13 @@ Run
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 
 import numpy as np
 
-from console import print_header, print_observations, print_table
+from console import (OBSERVATIONS_WIDTH, print_header, print_observations, print_table,
+                     print_title)
 from numfmt import E8M0, FP4_E2M1, FP8_E4M3, FP16, mx_quantize, nvfp4_quantize, rel_error, sqnr_db
 from numfmt.packing import (
     absmax_dequantize, absmax_quantize, act_order_permutation, double_dequantize,
@@ -108,8 +110,8 @@ def demo1_bytes(seed: int = 0) -> BytesResult:
         ["FP4 E2M1, low nibble first", "1.0 -6.0 0.5 3.0",
          hex_bytes(pack_fp4([1.0, -6.0, 0.5, 3.0]))],
         ["GPTQ int32 word, 8 codes down a column", "1 2 3 4 5 6 7 8",
-         f"0x{int(gptq_word.view(np.uint32)[0, 0]):08X} = "
-         f"{hex_bytes(gptq_word.view(np.uint8))} in memory"],
+         f"{hex_bytes(gptq_word.view(np.uint8))} "
+         f"(word 0x{int(gptq_word.view(np.uint32)[0, 0]):08X})"],
     ]
 
     w = gaussian_weights(seed=seed)                                     # (K, N)
@@ -161,9 +163,11 @@ def show_demo1(r: BytesResult) -> None:
     print(f"  tensor   {nv['tensor_scale_bytes']} (FP32, little-endian) = {nv['tensor_scale']:.6e}")
     print(f"  first byte {nv['first_byte']}: low nibble {nv['first_code']} = E2M1 "
           f"{nv['first_element']:g}, times both scales = {nv['first_value']:.6f}")
-    print()
-    print_table(["format (1024 x 1024 weight)", "metadata", "element bytes", "other bytes",
-                 "bits/weight"], r.cost_rows)
+    print(f"\nThe bill for one {SHAPE[0]} x {SHAPE[1]} weight matrix, in bytes:")
+    print_table(["format", "element bytes", "other bytes", "bits/weight"],
+                [[name, e, o, bits] for name, _, e, o, bits in r.cost_rows])
+    print("\nHow each format is laid out (what the other bytes hold):")
+    print_table(["format", "layout"], [[name, layout] for name, layout, *_ in r.cost_rows])
     b = r.bits
     print_observations([
         f"No 4-bit format costs 4 bits. MXFP4 pays {_bits(b['MXFP4'])} bits per weight, NVFP4 "
@@ -246,18 +250,22 @@ def show_demo2(r: CodebookResult) -> None:
     print_header("Demo 2: INT4, FP4 and NF4 at 4.5 bits per weight on Gaussian weights")
     print_table(["format (absmax per 64)", "levels", "bits/weight", "rel. error (%)", "SQNR (dB)",
                  "code entropy (bits)"], r.rows)
-    print("\nNF4 levels: " + " ".join(f"{v:+.4f}" for v in r.levels["NF4"]))
-    e, s, h = r.errors, r.sqnr, r.entropy
+    print()
+    print(textwrap.fill(" ".join(f"{v:+.4f}" for v in r.levels["NF4"]), OBSERVATIONS_WIDTH,
+                        initial_indent="NF4 levels: ", subsequent_indent=" " * 12,
+                        break_on_hyphens=False))
+    e, h = r.errors, r.entropy
+    s = {k: round(v, 2) for k, v in r.sqnr.items()}     # as printed, so the text adds up
     print_observations([
         f"NF4 has the lowest error of the three: {e['NF4'] * 100:.2f}% against "
         f"{e['FP4 E2M1'] * 100:.2f}% for FP4 and {e['INT4'] * 100:.2f}% for INT4, a gain of "
         f"{s['NF4'] - s['INT4']:.2f} dB over INT4 for the same bytes.",
         f"The entropy column says why. NF4's codes carry {h['NF4']:.3f} bits of their 4; INT4's "
         f"carry {h['INT4']:.3f}, because its outer levels are almost never used.",
-        f"NVFP4 comes within {(e['NVFP4 (for reference)'] / e['NF4'] - 1) * 100:.0f}% of NF4's "
-        f"error ({e['NVFP4 (for reference)'] * 100:.2f}%) at the same 4.5 bits. It spends its "
-        "bits on smaller blocks (16) instead of a better codebook, and a tensor core can "
-        "multiply its elements directly.",
+        f"NVFP4's error ({e['NVFP4 (for reference)'] * 100:.2f}%) is only "
+        f"{(e['NVFP4 (for reference)'] / e['NF4'] - 1) * 100:.1f}% above NF4's at the same 4.5 "
+        "bits. It spends its bits on smaller blocks (16) instead of a better codebook, and a "
+        "tensor core can multiply its elements directly.",
         "NF4 codes are indices into a table. Kernels look the values up and convert them to "
         "FP16 before multiplying; no hardware multiplies NF4.",
     ])
@@ -328,12 +336,13 @@ def demo3_double_quant(seed: int = 0) -> DoubleQuantResult:
 
 def show_demo3(r: DoubleQuantResult) -> None:
     print_header("Demo 3: double quantization: the scales, quantized")
-    print_table(["scheme", "bits/weight", "rel. error (%)", "max weight change (%)"], r.rows)
+    print("Max change: the largest move of a weight, relative to its single-quantized value.")
+    print_table(["scheme", "bits/weight", "rel. error (%)", "max change (%)"], r.rows)
     single, double = r.bits_formula["single"], r.bits_formula["double"]
     print(f"\nPer {BLOCK} weights: {BLOCK * 4} bits of codes + 32 bits of absmax = "
           f"{single * BLOCK:g} bits, {single:g} bits per weight.")
     print(f"Double quantized: {BLOCK * 4} + 8 + 32/256 bits = {double * BLOCK:g} bits, "
-          f"{double:.6f} bits per weight (plus one FP32 mean per tensor).")
+          f"{double:.6f} bits per weight\n(plus one FP32 mean per tensor).")
     q, s, u = "qlora", "signed", "unsigned"
     print_observations([
         f"Double quantization saves {r.saved_bits:.3f} bits per weight: "
@@ -463,6 +472,9 @@ def show_demo4(r: LayoutResult) -> None:
           f"unpacking restores every code: {'yes' if r.marlin_round_trip else 'no'}")
     print("\nFP8 E4M3 bytes read as FP16 by moving bits (sign -> bit 15, the rest -> bits 13..7):")
     print_table(["byte", "E4M3 value", "read as FP16", "ratio"], r.fp8_rows)
+    print(f"Marlin FP8 (E4M3, FP16 scale per output channel) on the lecture's {SHAPE[0]} x "
+          f"{SHAPE[1]} Gaussian weights\n(std {STD:g}): {r.fp8_bits:.4f} bits per weight, "
+          f"relative error {r.fp8_error * 100:.2f}%.")
     ratio = ", ".join(f"{v:g}" for v in sorted(r.fp8_ratio))
     print_observations([
         f"With act-order, a 16-row tile touches {r.groups_per_tile['checkpoint']:.2f} groups on "
@@ -477,8 +489,8 @@ def show_demo4(r: LayoutResult) -> None:
         "two halves of a register.",
         f"Every E4M3 byte read this way comes out divided by {ratio}: the FP16 exponent bias is "
         f"{FP16.bias - FP8_E4M3.bias} larger. Marlin multiplies the channel scale by {ratio} once "
-        f"instead of fixing every weight. FP8 channel-wise costs {r.fp8_bits:.4f} bits per "
-        f"weight for a {r.fp8_error * 100:.2f}% error.",
+        f"instead of fixing every weight. On the lecture's Gaussian weights FP8 channel-wise "
+        f"costs {r.fp8_bits:.4f} bits per weight for a {r.fp8_error * 100:.2f}% error.",
     ])
 
 
@@ -520,7 +532,27 @@ def storage_tradeoff(fmt: str, block: int = BLOCK, distribution: str = "Gaussian
             "rel_error": rel_error(deq, w), "sqnr_db": sqnr_db(deq, w)}
 
 
+TITLE = "Lecture 07: how quantized weights are stored"
+INTRO = (
+    "\"A 4-bit model\" suggests half a byte per weight, in the order of the matrix. Neither is "
+    "true: blocks of weights carry scales, sometimes zero points or scales for the scales, and "
+    "GPU kernels want the bytes shuffled into the order their threads read them. This lecture "
+    "opens the files.",
+    "Demo 1 shows packed 4-bit codes and MXFP4/NVFP4 blocks byte by byte, and the bits per "
+    "weight each format really pays. Demo 2 compares the INT4, FP4 and NF4 codebooks at 4.5 "
+    "bits per weight. Demo 3 quantizes the scales themselves (QLoRA's double quantization). "
+    "Demo 4 shows the permuted layouts kernels want: GPTQ act-order, Marlin tiles, FP8.",
+    f"How to read the numbers: the data is one {SHAPE[0]} x {SHAPE[1]} matrix w of Gaussian "
+    f"weights (std {STD:g}, fixed seed), and q is its quantized copy. Rel. error is "
+    "||q - w|| / ||w|| in percent. Bits per weight count every stored byte, metadata included. "
+    "Bytes are hex, lowest address first.",
+    "SQNR = 10 log10(||w||² / ||q - w||²) is the signal-to-quantization-noise ratio in dB: "
+    "higher is better, and 6 dB more means half the error.",
+)
+
+
 def main() -> None:
+    print_title(TITLE, INTRO)
     show_demo1(demo1_bytes())
     show_demo2(demo2_codebooks())
     show_demo3(demo3_double_quant())

@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from console import display_width
+
 ROOT = Path(__file__).resolve().parents[1]
 L = importlib.import_module("lectures.07_weight_storage")
 N_WEIGHTS = 1024 * 1024
@@ -46,7 +48,7 @@ def test_demo1_nibble_bytes(d1):
     assert got["uint4, high nibble first (bitsandbytes)"] == "3C 0F"
     # E2M1: 1.0 = 0b0010, -6.0 = 0b1111, 0.5 = 0b0001, 3.0 = 0b0101
     assert got["FP4 E2M1, low nibble first"] == "F2 51"
-    assert got["GPTQ int32 word, 8 codes down a column"] == "0x87654321 = 21 43 65 87 in memory"
+    assert got["GPTQ int32 word, 8 codes down a column"] == "21 43 65 87 (word 0x87654321)"
 
 
 def test_demo1_bits_per_weight_by_hand(d1):
@@ -84,14 +86,27 @@ def test_demo2_nf4_has_the_lowest_error_and_highest_entropy(d2):
     assert e["NF4"] < e["FP4 E2M1"] < e["INT4"]
     assert h["NF4"] > h["FP4 E2M1"] > h["INT4"]
     assert h["NF4"] <= 4 and h["INT4"] <= np.log2(15)
-    assert d2.sqnr["NF4"] - d2.sqnr["INT4"] > 1.0                      # "a gain of 1.38 dB"
+    assert d2.sqnr["NF4"] - d2.sqnr["INT4"] > 1.0                      # "a gain of 1.37 dB"
 
 
 def test_demo2_nvfp4_close_to_nf4(d2):
     e = d2.errors
     nv = e["NVFP4 (for reference)"]
-    assert e["NF4"] < nv < 1.05 * e["NF4"]                             # "within 3%"
+    assert e["NF4"] < nv < 1.05 * e["NF4"]                             # "only 3.4% above"
     assert nv < e["FP4 E2M1"]
+
+
+def test_demo2_text_agrees_with_its_table(d2, capsys):
+    # a reader checks the notes against the printed table: differences of the printed cells
+    L.show_demo2(d2)
+    out = capsys.readouterr().out
+    cells = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+             for line in out.splitlines() if line.startswith("| ")}
+    sqnr = {k: float(v[3]) for k, v in cells.items() if k in ("NF4", "INT4")}
+    err = {k: float(v[2]) for k, v in cells.items() if k in ("NF4", "NVFP4 (for reference)")}
+    text = " ".join(out.split())                                       # undo the wrapping
+    assert f"a gain of {sqnr['NF4'] - sqnr['INT4']:.2f} dB over INT4" in text
+    assert f"only {(err['NVFP4 (for reference)'] / err['NF4'] - 1) * 100:.1f}% above" in text
 
 
 def test_demo2_error_is_plausible_for_4_bits(d2):
@@ -206,3 +221,6 @@ def test_script_output_is_identical_from_root_and_from_lectures_dir():
     assert a.stdout == b.stdout and "\x1b[" not in a.stdout
     assert a.stdout.count("What to notice") == 4
     assert "4.127" in a.stdout and "F2 51" in a.stdout
+    lines = a.stdout.splitlines()
+    assert lines[0].startswith("#") and lines[1].startswith("Lecture 07:")
+    assert max(display_width(line) for line in lines) <= 100   # fits a 100-column terminal
