@@ -21,7 +21,7 @@ from typing import Sequence, TextIO
 from wcwidth import wcswidth, wcwidth
 
 __all__ = [
-    "display_width", "is_numeric", "use_color",
+    "OBSERVATIONS_WIDTH", "display_width", "is_numeric", "use_color",
     "format_title", "format_header", "format_table", "format_observations",
     "print_title", "print_header", "print_table", "print_observations",
 ]

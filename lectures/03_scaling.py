@@ -200,6 +200,7 @@ def show_demo2(r: DelayedResult) -> None:
 class OutlierResult:
     factor: float       # the outlier is factor × the largest |x| of the clean tensor
     rows: list          # one dict per quantizer: error on the other values, clean and with outlier
+    n: int = 1 << 16    # values in the tensor
 
 
 OUTLIER_QUANTIZERS = {
@@ -233,11 +234,11 @@ def demo3_one_outlier(n: int = 1 << 16, factor: float = 100.0, seed: int = 0) ->
         rows.append(dict(name=name, clean=rel_error(qx[others], x[others]),
                          outlier=rel_error(qy[others], y[others]),
                          flushed=fraction_flushed(qy[others], y[others])))
-    return OutlierResult(factor, rows)
+    return OutlierResult(factor, rows, n)
 
 
 def show_demo3(r: OutlierResult) -> None:
-    print_header(f"Demo 3: one outlier ({r.factor:g} × the largest value) in 65,536 weights")
+    print_header(f"Demo 3: one outlier ({r.factor:g} × the largest value) in {r.n:,} weights")
     print("Errors on the other values; others flushed: share of them stored as 0 with the outlier.")
     print_table(["quantizer", "no outlier: error", "with outlier: error", "ratio",
                  "others flushed"],
