@@ -165,7 +165,7 @@ class FloatFormat:
         Raises
         ------
         TypeError
-            If ``x`` is not real-valued.
+            If ``x`` is not real-valued, or ``saturate`` is not a bool.
         ValueError
             If ``mode`` is unknown.
 
@@ -180,6 +180,8 @@ class FloatFormat:
         """
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
+        if not isinstance(saturate, (bool, np.bool_)):
+            raise TypeError(f"saturate must be True or False, got {saturate!r}")
         x = np.asarray(x)
         if x.dtype.kind != "f" or x.dtype.itemsize > 8:
             x = as_real_array(x)  # ints become float64; anything else is refused

@@ -376,3 +376,10 @@ def test_fp32_round_encode_decode_match_numpy_float32():
     assert same(FP32.decode(codes), f.astype(np.float64))
     with pytest.raises(ValueError, match="too many"):
         FP32.values()
+
+
+@pytest.mark.parametrize("bad", ["no", 0, None])
+def test_round_rejects_a_non_bool_saturate(bad):
+    # "no" is truthy: it would silently have meant saturate=True.
+    with pytest.raises(TypeError, match="saturate"):
+        FP8_E4M3.round([500.0], saturate=bad)
