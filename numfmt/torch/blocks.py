@@ -11,7 +11,7 @@ from typing import NamedTuple
 import torch
 
 from numfmt._validate import check_block
-from numfmt.blocks import CLIP_TOLERANCE, SCALE_BITS, fp32_tensor_scale
+from numfmt.blocks import CLIP_TOLERANCE, SCALE_BITS, _check_elem, fp32_tensor_scale
 from numfmt.formats import E8M0, FP4_E2M1, FP8_E4M3, FloatFormat
 from numfmt.torch._core import as_calibration_tensor, floor_log2, pow2
 from numfmt.torch.formats import round as round_to
@@ -27,11 +27,6 @@ class BlockQuantized(NamedTuple):
     clipped: float           #: fraction of elements whose |x / scale| exceeded elem.max_value
     bits_per_element: float  #: element bits + scale bits / block (tensor scale not counted)
 
-
-def _check_elem(elem) -> FloatFormat:
-    if not isinstance(elem, FloatFormat) or not elem.signed:
-        raise TypeError(f"elem must be a signed FloatFormat such as FP4_E2M1, got {elem!r}")
-    return elem
 
 
 def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0",
