@@ -23,7 +23,7 @@ from wcwidth import wcswidth, wcwidth
 __all__ = [
     "OBSERVATIONS_WIDTH", "display_width", "is_numeric", "use_color",
     "format_title", "format_header", "format_table", "format_observations",
-    "print_title", "print_header", "print_table", "print_observations",
+    "print_title", "print_header", "print_table", "print_observations", "run_lecture",
 ]
 
 HEADER_WIDTH = 72
@@ -426,3 +426,23 @@ def print_observations(lines: Sequence[str], *, title: str = "What to notice",
     file = sys.stdout if file is None else file
     print(format_observations(lines, title=title, width=width, color=use_color(file)),
           file=file)
+
+
+def run_lecture(main) -> None:
+    """Call a lecture's ``main()``, ending quietly if the reader closes the pipe early.
+
+    ``python lectures/05_quantization_basics.py | head`` closes stdout after ten lines; Python
+    would then print a BrokenPipeError traceback. This sends the rest of the output to
+    /dev/null and exits with status 1, as command-line tools do (Python docs, "Note on SIGPIPE").
+
+    Parameters
+    ----------
+    main : callable taking no arguments
+    """
+    try:
+        main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(1)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from console import (OBSERVATIONS_WIDTH, print_header, print_observations, print_table,
-                     print_title)
+                     print_title, run_lecture)
 from numfmt import (BF16, E8M0, FORMATS, FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E5M2, FP16,
                     FP32, FloatFormat)
 from numfmt.anatomy import (bit_fields, bit_string, max_exact_integer, neighbours,
@@ -511,4 +511,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_lecture(main)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from console import print_header, print_observations, print_table, print_title
+from console import print_header, print_observations, print_table, print_title, run_lecture
 from numfmt import BF16, FP8_E4M3, FP16
 from numfmt import FP32
 from numfmt.anatomy import spacing
@@ -348,4 +348,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_lecture(main)

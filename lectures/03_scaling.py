@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from console import print_header, print_observations, print_table, print_title
+from console import print_header, print_observations, print_table, print_title, run_lecture
 from numfmt import (FP4_E2M1, FP8_E4M3, FP8_E5M2, nvfp4_quantize, quantize_int, rel_error,
                     sqnr_db, tensor_scaled)
 from numfmt.scaling import delayed_scales, quantize_with_scale, scale_from_amax
@@ -349,4 +349,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_lecture(main)

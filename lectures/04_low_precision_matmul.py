@@ -32,9 +32,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
-from console import print_header, print_observations, print_table, print_title
+try:
+    import torch
+except ImportError:
+    if __name__ == "__main__":
+        raise SystemExit("Lecture 04 needs torch 2.13.0: .venv/bin/pip install -e '.[lectures]' "
+                         "(see the README for the CPU build)") from None
+    raise
+
+from console import print_header, print_observations, print_table, print_title, run_lecture
 from numfmt import FORMATS, FP4_E2M1, FP6_E2M3, FP8_E4M3
 import numfmt.torch as nt
 from numfmt.torch import bench, gemm
@@ -357,4 +364,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_lecture(main)

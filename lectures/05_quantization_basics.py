@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from console import print_header, print_observations, print_table, print_title
+from console import print_header, print_observations, print_table, print_title, run_lecture
 from numfmt import (FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FloatFormat, block_quantize, int_range,
                     mx_quantize, nvfp4_quantize, quantize_int, rel_error, sqnr_db, tensor_scaled)
 
@@ -561,4 +561,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_lecture(main)

@@ -34,14 +34,23 @@ from dataclasses import dataclass, field
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 import numpy as np  # noqa: E402
-import torch  # noqa: E402
+
+try:
+    import sklearn  # noqa: F401
+    import torch
+except ImportError:
+    if __name__ == "__main__":
+        raise SystemExit("Lecture 06 needs torch 2.13.0 and scikit-learn: .venv/bin/pip install "
+                         "-e '.[lectures]' (see the README for the CPU build of torch)") from None
+    raise
 from sklearn.datasets import load_digits  # noqa: E402
 from sklearn.model_selection import train_test_split  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
-from console import print_header, print_observations, print_table, print_title  # noqa: E402
+from console import (print_header, print_observations, print_table, print_title,  # noqa: E402
+                     run_lecture)
 from numfmt import FP8_E4M3  # noqa: E402
 from numfmt.qat import (QParams, adam_update, fake_quantize, fake_quantize_float,  # noqa: E402
                         ste_backward)
@@ -433,4 +442,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_lecture(main)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from console import (OBSERVATIONS_WIDTH, print_header, print_observations, print_table,
-                     print_title)
+                     print_title, run_lecture)
 from numfmt import E8M0, FP4_E2M1, FP8_E4M3, FP16, mx_quantize, nvfp4_quantize, rel_error, sqnr_db
 from numfmt.packing import (
     absmax_dequantize, absmax_quantize, act_order_permutation, double_dequantize,
@@ -560,4 +560,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_lecture(main)

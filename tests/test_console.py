@@ -317,3 +317,14 @@ def test_format_title_wraps_intro_and_rules_the_title():
         format_title("t", "a bare string")
     with pytest.raises(ValueError):
         format_title("  ")
+
+
+def test_run_lecture_ends_quietly_when_the_pipe_closes():
+    # Like `python lectures/05_... | head -1`: the reader leaves after one line.
+    code = "from console import run_lecture; run_lecture(lambda: [print('x' * 80) for _ in range(200000)])"
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.readline()
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=60) == 1
+    assert "Traceback" not in err and "BrokenPipeError" not in err
