@@ -125,10 +125,12 @@ class FloatFormat:
 
     @property
     def has_inf(self) -> bool:
+        """Whether +-Inf exist (the "ieee" convention only)."""
         return self.specials == "ieee"
 
     @property
     def has_nan(self) -> bool:
+        """Whether a NaN code exists (every convention but "none")."""
         return self.specials != "none"
 
     @property
