@@ -4,6 +4,8 @@ Oracles: int64 matrix products; torch._scaled_mm (CPU in torch 2.13, cuBLASLt on
 FP8 emulation; dequantize-then-multiply in float64 for block-scaled GEMMs; hand arithmetic.
 """
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -210,10 +212,20 @@ def test_native_block_scaled_needs_cuda_capability_10():
 
 
 # ---------------------------------------------------------------- bench (CPU smoke tests)
-def test_median_ms_is_the_median_of_the_runs():
-    calls = []
-    t = bench.median_ms(lambda: calls.append(1), "cpu", warmup=2, iters=5)
-    assert len(calls) == 7 and t >= 0
+def test_median_ms_is_the_median_of_the_runs(monkeypatch):
+    # A fake clock: each call of fn advances it by the next duration (in seconds). Warm-up
+    # runs take 100 s and must not count; the 5 timed runs take 9, 1, 4, 2, 3 ms, whose
+    # median is 3 ms (the mean would be 3.8 ms, the minimum 1 ms).
+    durations = iter([100.0, 100.0, 9e-3, 1e-3, 4e-3, 2e-3, 3e-3])
+    clock = [0.0]
+
+    def fn():
+        clock[0] += next(durations)
+
+    monkeypatch.setattr(bench, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    t = bench.median_ms(fn, "cpu", warmup=2, iters=5)
+    assert t == pytest.approx(3.0, rel=1e-9)   # 1e-9: float rounding of the clock differences
+    assert next(durations, None) is None       # fn ran exactly 2 + 5 times
     with pytest.raises(ValueError, match="iters"):
         bench.median_ms(lambda: None, "cpu", iters=0)
 
