@@ -79,6 +79,17 @@ def test_integer_only_matmul_matches_dequantized_product():
     y_int = sa.item() * sw.T * (qa @ qw.T - za.item() * qw.sum(axis=1))
     y_deq = ((qa - za) * sa) @ (qw * sw).T
     np.testing.assert_allclose(y_int, y_deq, rtol=1e-12, atol=1e-12)
+    # The two sides above agree for any integer codes (an identity), so the codes themselves
+    # are checked against the definitions written out here: asymmetric per tensor,
+    # scale = (max - min) / 255, zero point = round(-min / scale); symmetric per row,
+    # scale = amax / 127; codes = clamp(round_half_even(x / scale) + zero point).
+    sa_hand = (A.max() - A.min()) / 255
+    za_hand = np.rint(-A.min() / sa_hand)
+    sw_hand = np.abs(W).max(axis=1, keepdims=True) / 127
+    assert sa.item() == sa_hand and za.item() == za_hand
+    assert np.array_equal(sw, sw_hand)
+    assert np.array_equal(qa, np.clip(np.rint(A / sa_hand) + za_hand, 0, 255))
+    assert np.array_equal(qw, np.clip(np.rint(W / sw_hand), -127, 127))
 
 
 def test_clip_saturates_the_largest_values():
