@@ -49,5 +49,13 @@ def test_outlier_explorer():
     d = {row["name"]: row for row in e.state["result"].rows}
     assert d["INT8, one tensor scale"]["outlier"] > 10 * d["INT8, one tensor scale"]["clean"]
     e.controls["factor"].value = 1.0     # the "outlier" equals the old max: nothing changes
-    for row in e.state["result"].rows:
-        assert row["outlier"] == pytest.approx(row["clean"], rel=0.02)
+    d = {row["name"]: row for row in e.state["result"].rows}
+    for name, row in d.items():
+        if "one tensor scale" in name:   # the tensor's amax is unchanged: identical results
+            assert row["outlier"] == row["clean"], name
+    # NVFP4: only the outlier's block of 16 (1 of 4096) gets a new scale. Even if that block's
+    # squared error grew tenfold, a block's average share 1/4096 moves the norm by
+    # sqrt(1 + 9/4096) - 1 = 0.11%: 1% catches a change anywhere else.
+    assert e.state["result"].n == 1 << 16
+    nv = d["NVFP4 (16 per E4M3 scale)"]
+    assert nv["outlier"] == pytest.approx(nv["clean"], rel=0.01)
