@@ -21,6 +21,7 @@ from typing import Callable, NamedTuple
 import torch
 
 from numfmt.formats import FP8_E4M3, FP8_E5M2, FloatFormat
+from numfmt.torch._core import default_device
 from numfmt.torch.blocks import BlockQuantized
 from numfmt.torch.formats import round as round_to
 from numfmt.torch.intquant import quantize_int
@@ -28,6 +29,7 @@ from numfmt.torch.intquant import quantize_int
 INT32_MAX = 2**31 - 1
 FP8_DTYPES = {"E4M3": torch.float8_e4m3fn, "E5M2": torch.float8_e5m2}
 GRANULARITIES = ("tensor", "row")
+OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
 def int32_safe_k(amax_a: int = 128, amax_b: int = 128) -> int:
@@ -62,12 +64,18 @@ def _check_2d(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
 
 
 def int8_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """int8 (M, K) @ int8 (K, N) with an int32 accumulator, wrapping modulo 2^32 on overflow.
+    """int8 (M, K) @ int8 (K, N) with an int32 accumulator.
 
     Uses ``torch._int_mm`` (CPU since torch 2.x; cuBLASLt on CUDA, which needs M > 16 and K, N
-    multiples of 8). Where ``_int_mm`` is unavailable the result is computed exactly in int64
-    and wrapped to int32, which is the same number: two's-complement addition is exact modulo
-    2^32 in any order.
+    multiples of 8). The operands are passed in the one layout cuBLASLt's int8 GEMM takes on
+    every CUDA version: ``a`` row-major and ``b`` column-major (a transposed ``a`` gives
+    CUBLAS_STATUS_NOT_SUPPORTED, a row-major ``b`` fails under CUDA 13; torch's
+    ``test__int_mm``); other layouts are copied into it. Where ``_int_mm`` is unavailable the
+    result is computed exactly in int64 and wrapped to int32.
+
+    Overflow: on the CPU the int32 sum wraps modulo 2^32 (two's-complement addition is exact
+    modulo 2^32 in any order). cuBLAS does not document what its int8 kernels do when the
+    int32 accumulator overflows (wrap or saturate); keep K below :func:`int32_safe_k`.
 
     Parameters
     ----------
@@ -93,6 +101,9 @@ def int8_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if a.is_cuda and (m <= 16 or k % 8 or n % 8):
         raise ValueError(f"torch._int_mm on CUDA needs M > 16 and K, N multiples of 8; got "
                          f"M={m}, K={k}, N={n}")
+    a = a.contiguous()                 # row-major (M, K)
+    if not b.t().is_contiguous():      # column-major (K, N): b.t() is a row-major (N, K)
+        b = b.t().contiguous().t()
     try:
         return torch._int_mm(a, b)
     except (RuntimeError, NotImplementedError):  # pragma: no cover - older CPU builds
@@ -213,7 +224,7 @@ def fp8_quantize(x, fmt: FloatFormat = FP8_E4M3, granularity: str = "tensor",
     return Fp8Operand(q.to(torch.float32).to(FP8_DTYPES[fmt.name]), scale)
 
 
-def _check_scaled_mm(a, b, scale_a, scale_b) -> None:
+def _check_scaled_mm(a, b, scale_a, scale_b, out_dtype) -> None:
     _check_2d(a, b, "scaled_mm")
     fp8 = tuple(FP8_DTYPES.values())
     if a.dtype not in fp8 or b.dtype not in fp8:
@@ -234,7 +245,11 @@ def _check_scaled_mm(a, b, scale_a, scale_b) -> None:
         if not isinstance(s, torch.Tensor) or s.dtype != torch.float32:
             raise TypeError(f"{name} must be a float32 tensor, got "
                             f"{getattr(s, 'dtype', type(s).__name__)}")
-        if not bool((torch.isfinite(s) & (s > 0)).all()):
+        if s.device != a.device:
+            raise ValueError(f"{name} is on {s.device} but the operands on {a.device}; "
+                             "torch._scaled_mm on CUDA needs them on the same device")
+        # Meta tensors (shape checks on the CPU against torch's kernel rules) hold no values.
+        if not s.is_meta and not bool((torch.isfinite(s) & (s > 0)).all()):
             raise ValueError(f"{name} must be positive and finite")
     tensorwise = scale_a.numel() == 1 and scale_b.numel() == 1
     rowwise = tuple(scale_a.shape) == (m, 1) and tuple(scale_b.shape) == (1, n)
@@ -242,6 +257,13 @@ def _check_scaled_mm(a, b, scale_a, scale_b) -> None:
         raise ValueError(f"scales must both have one element (per tensor) or shapes (M, 1) = "
                          f"({m}, 1) and (1, N) = (1, {n}) (per row); got {tuple(scale_a.shape)} "
                          f"and {tuple(scale_b.shape)}")
+    if rowwise and not tensorwise and not (scale_a.is_contiguous()
+                                           and scale_b.is_contiguous()):
+        raise ValueError("per-row scales must be contiguous tensors (cuBLAS reads them as "
+                         "dense vectors); pass scale.contiguous()")
+    if out_dtype not in OUT_DTYPES:
+        raise ValueError(f"out_dtype must be one of {OUT_DTYPES} (what torch._scaled_mm returns "
+                         f"for both scalings without an output scale), got {out_dtype}")
 
 
 def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
@@ -254,13 +276,18 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     b : torch.Tensor of float8, shape (K, N), column-major (``w.t()`` of an (N, K) weight)
     scale_a, scale_b : torch.Tensor of float32
         Dequantization scales: both of one element (per tensor), or (M, 1) and (1, N) (per row).
-    out_dtype : torch.dtype, default bfloat16
+        On CUDA they must be on the operands' device, and per-row scales contiguous.
+    out_dtype : torch.bfloat16 (default), torch.float16 or torch.float32
     emulate : bool, optional
-        Default: ``torch._scaled_mm`` on CUDA, the emulation elsewhere. The emulation converts
-        the FP8 values to float32 (exact), multiplies in float32 (each product is exact: two
-        4-bit significands give at most 8 bits), multiplies by the scales and rounds to
-        ``out_dtype``. It agrees with ``torch._scaled_mm`` to the rounding of the float32
-        accumulation (summation order) and one rounding of the output.
+        Default: ``torch._scaled_mm`` where :func:`fp8_kernel_available` (CUDA, compute
+        capability 8.9 or higher), the emulation elsewhere. The emulation converts the FP8
+        values to float32 (exact), multiplies in float32 (each product is exact: two 4-bit
+        significands give at most 8 bits; TF32, if enabled, holds them exactly too), multiplies
+        by the scales and rounds to ``out_dtype``. It agrees with ``torch._scaled_mm`` on the
+        CPU to the rounding of the float32 accumulation (summation order) and one rounding of
+        the output. Hopper's FP8 tensor cores keep fewer bits while they accumulate (about 14,
+        DeepSeek-V3 technical report, section 3.3.2) before cuBLAS promotes the partial sums to
+        float32, so on a GPU more of the last bits differ.
 
     Returns
     -------
@@ -272,12 +299,13 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
         If an operand is not FP8 or a scale not a float32 tensor.
     ValueError
         If the shapes do not chain, K or N is not a multiple of 16, ``a`` is not row-major or
-        ``b`` not column-major, both operands are E5M2, a scale is not positive and finite, or
-        the scale shapes are neither per-tensor nor per-row.
+        ``b`` not column-major, both operands are E5M2, a scale is not positive and finite or
+        not on the operands' device, the scale shapes are neither per-tensor nor per-row,
+        per-row scales are not contiguous, or ``out_dtype`` is not one of the three above.
     """
-    _check_scaled_mm(a, b, scale_a, scale_b)
+    _check_scaled_mm(a, b, scale_a, scale_b, out_dtype)
     if emulate is None:
-        emulate = not a.is_cuda
+        emulate = not fp8_kernel_available(a.device)
     if not emulate:
         return torch._scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype)
     acc = a.to(torch.float32) @ b.to(torch.float32)                # (M, N) float32
@@ -354,6 +382,16 @@ def block_scaled_linear(x, w, quantize: Callable[..., BlockQuantized], device=No
     qx = quantize(x, device=device)
     qw = quantize(w, device=qx.values.device)
     return block_scaled_mm(qx, qw), qx, qw
+
+
+def fp8_kernel_available(device=None) -> bool:
+    """Whether ``torch._scaled_mm`` runs on ``device``: CUDA with compute capability 8.9 (Ada)
+    or 9.0 and higher (Hopper, Blackwell), as torch's CUDA kernel requires; ``device``
+    defaults to :func:`numfmt.torch.default_device`."""
+    dev = torch.device(device) if device is not None else default_device()
+    if dev.type != "cuda" or not torch.cuda.is_available():
+        return False
+    return torch.cuda.get_device_capability(dev) >= (8, 9)
 
 
 def native_block_scaled_available(device=None) -> bool:
