@@ -95,8 +95,10 @@ def demo1_int8_gemm(device=None, seed: int = SEED) -> IntGemmResult:
     element), and the zero point costs only a weight row-sum times a constant. The float
     output equals dequantize-then-multiply up to float64 rounding. int32 is safe until K
     times the largest product reaches 2^31: K = 131071 with full int8 codes; one more and
-    the sum wraps around to a negative number.
+    the sum overflows. On the CPU it wraps around to a negative number; cuBLAS does not
+    document whether its int8 kernels wrap or saturate, so on a GPU the table shows which.
     """
+    device = device if device is not None else nt.default_device()  # the GPU when present
     x, w = make_operands(32, K, 64, seed=seed)
     r = gemm.int8_linear(torch.from_numpy(x), torch.from_numpy(w), device=device)
     ref = torch.from_numpy(x @ w.T)
@@ -181,9 +183,10 @@ def demo2_fp8_gemm(device=None, seed: int = SEED) -> Fp8GemmResult:
     the whole format. E5M2's wider range survives one scale better, but with per-row scales
     E4M3's extra mantissa bit wins.
     """
+    dev = torch.device(device) if device is not None else nt.default_device()
     errors, worst, rows = {}, {}, []
     for fx, fw, gran in FP8_CASES:
-        e = fp8_gemm_error(fx, fw, gran, device=device, seed=seed)
+        e = fp8_gemm_error(fx, fw, gran, device=dev, seed=seed)
         errors[(fx, fw, gran)], worst[(fx, fw, gran)] = e["rel_error"], e["worst_row"]
         rows.append([fx, fw, f"per {gran}", _pct(e["rel_error"]), _pct(e["worst_row"]),
                      f"{e['sqnr_db']:.1f}"])
@@ -193,8 +196,8 @@ def demo2_fp8_gemm(device=None, seed: int = SEED) -> Fp8GemmResult:
     ref = (torch.from_numpy(x).float() @ torch.from_numpy(w).float().T).double()
     yb = (xb @ wb.T).to(torch.bfloat16).double()
     bf16 = (nt.rel_error(yb, ref), worst_row_error(yb, ref))
-    dev = torch.device(device) if device is not None else nt.default_device()
-    path = "torch._scaled_mm (cuBLASLt)" if dev.type == "cuda" else "CPU emulation"
+    path = ("torch._scaled_mm (cuBLASLt)" if gemm.fp8_kernel_available(dev)
+            else "CPU emulation" if dev.type == "cpu" else f"emulation on {dev.type}")
     return Fp8GemmResult(rows, errors, worst, bf16, path)
 
 
@@ -247,6 +250,7 @@ def demo3_block_gemm(device=None, seed: int = SEED) -> BlockGemmResult:
     scales follow the rows' magnitudes, so MXFP8's worst row is far better than with one FP8
     scale for the tensor; at 4 bits, NVFP4's smaller blocks and finer E4M3 scales beat MXFP4.
     """
+    device = device if device is not None else nt.default_device()
     x, w = make_operands(seed=seed)
     tx, tw = torch.from_numpy(x), torch.from_numpy(w)
     ref = tx @ tw.T
@@ -301,25 +305,23 @@ class ThroughputResult:
 
 
 def demo4_throughput(device=None, sizes=(4096, 8192), iters: int = 10,
-                     quant_numel: int = QUANT_NUMEL) -> ThroughputResult:
+                     quant_numel: int = QUANT_NUMEL, errors: str = "raise") -> ThroughputResult:
     """TFLOP/s of bf16, fp8 per-tensor, fp8 per-row and int8 GEMMs; GB/s of quantize kernels.
 
     What to notice (on a GPU): FP8 and int8 tensor cores run about twice the bf16 rate on
     Hopper; per-row scales cost little; the cast kernel is memory-bound and close to peak
     bandwidth, while the eager scale-then-cast pays for a second pass over memory.
     On a CPU nothing is timed (pass ``device="cpu"`` explicitly to smoke-test the code).
+    ``errors="record"`` turns a kernel that fails into a row with ``"error"`` instead of
+    raising (see :func:`numfmt.torch.bench.throughput_rows`); gpu_check uses it.
     """
     dev = torch.device(device) if device is not None else nt.default_device()
     if dev.type != "cuda" and device is None:
         return ThroughputResult([], [], None, "cpu", CPU_NOTE)
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
-    rows = bench.throughput_rows(sizes, dev, iters=iters)
+    rows = bench.throughput_rows(sizes, dev, iters=iters, errors=errors)
     peak = bench.peak_bandwidth_gbs(dev)
-    quant = []
-    for kernel in bench.QUANT_KERNELS:
-        q = bench.quantize_bandwidth(kernel, quant_numel, dev, iters=iters)
-        q["of_peak"] = q["gbs"] / peak if peak else None
-        quant.append(q)
+    quant = bench.quantize_rows(quant_numel, dev, iters=iters, peak_gbs=peak, errors=errors)
     return ThroughputResult(rows, quant, peak, name, "")
 
 

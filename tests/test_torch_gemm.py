@@ -322,6 +322,44 @@ def test_median_ms_is_the_median_of_the_runs(monkeypatch):
         bench.median_ms(lambda: None, "cpu", iters=0)
 
 
+def test_median_ms_on_cuda_records_events_and_waits_only_at_both_ends(monkeypatch):
+    # The CUDA branch with stand-ins for torch.cuda's events and synchronize: every run sits
+    # between its own two events, the host waits before the first and after the last run
+    # only, and the result is the median of the event intervals.
+    log, gaps = [], iter([5.0, 1.0, 3.0])
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            assert enable_timing
+
+        def record(self):
+            log.append("record")
+
+        def elapsed_time(self, end):
+            assert log[-1] == "sync"  # read only after the final wait
+            return next(gaps)
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: log.append("sync"))
+    t = bench.median_ms(lambda: log.append("run"), "cuda", warmup=2, iters=3)
+    assert log == ["run", "run", "sync"] + ["record", "run", "record"] * 3 + ["sync"]
+    assert t == 3.0
+
+
+@pytest.mark.parametrize("kind", bench.GEMM_KINDS)
+def test_gemm_setup_arguments_pass_torch_cuda_rules_on_meta_tensors(kind, monkeypatch):
+    # On meta tensors torch's _scaled_mm applies the CUDA kernel's layout and scale rules; for
+    # _int_mm the layout cuBLASLt takes (row-major a, column-major b) is checked by a spy.
+    layouts = []
+    real = torch._int_mm
+    monkeypatch.setattr(torch, "_int_mm",
+                        lambda a, b: layouts.append((a.stride(), b.stride())) or real(a, b))
+    out = bench.gemm_setup(kind, 64, "meta")()
+    assert out.device.type == "meta" and out.shape == (64, 64)
+    assert out.dtype == (torch.int32 if kind == "int8" else torch.bfloat16)
+    assert layouts == ([((64, 1), (1, 64))] if kind == "int8" else [])
+
+
 @pytest.mark.parametrize("kind", bench.GEMM_KINDS)
 def test_gemm_setup_runs_each_kind_on_the_cpu(kind):
     out = bench.gemm_setup(kind, 32, "cpu")()
@@ -342,10 +380,46 @@ def test_throughput_rows_and_quantize_bandwidth_on_the_cpu():
         assert q["gbs"] == pytest.approx(q["gbytes"] / (q["ms"] * 1e-3))
 
 
+def test_a_failing_kernel_becomes_a_row_when_asked(monkeypatch):
+    real = bench.gemm_tflops
+
+    def flaky(kind, n, device, **kw):
+        if kind == "fp8 per-row":
+            raise RuntimeError("CUDA error: CUBLAS_STATUS_NOT_SUPPORTED\nmore lines")
+        return real(kind, n, device, **kw)
+
+    monkeypatch.setattr(bench, "gemm_tflops", flaky)
+    rows = bench.throughput_rows((32,), "cpu", iters=2, errors="record")
+    assert [r["kind"] for r in rows] == list(bench.GEMM_KINDS)
+    bad = rows[2]
+    assert bad["error"] == "RuntimeError: CUDA error: CUBLAS_STATUS_NOT_SUPPORTED"
+    assert np.isnan(bad["tflops"]) and np.isnan(bad["vs_bf16"])
+    assert all("error" not in r for r in rows[:2] + rows[3:])
+    with pytest.raises(RuntimeError, match="CUBLAS"):
+        bench.throughput_rows((32,), "cpu", iters=2)
+    with pytest.raises(ValueError, match="errors"):
+        bench.throughput_rows((32,), "cpu", errors="ignore")
+    # The quantize kernels likewise; 4096 bf16 elements: amax counts 2 bytes each, casts 3.
+    monkeypatch.setattr(bench, "quantize_bandwidth", lambda *a, **k: 1 / 0)
+    q = bench.quantize_rows(4096, "cpu", errors="record", peak_gbs=100.0)
+    assert [r["error"] for r in q] == ["ZeroDivisionError: division by zero"] * 3
+    assert [r["gbytes"] for r in q] == [2 * 4096 / 1e9, 3 * 4096 / 1e9, 3 * 4096 / 1e9]
+    with pytest.raises(ZeroDivisionError):
+        bench.quantize_rows(4096, "cpu")
+
+
+def test_error_text_keeps_the_first_line_within_the_width():
+    assert bench.error_text(ValueError("a\nb")) == "ValueError: a"
+    long = bench.error_text(RuntimeError("x" * 500), width=40)
+    assert len(long) == 40 and long.endswith("...")
+
+
 def test_peak_bandwidth_by_name_and_from_clock():
     class P:
         name, memory_clock_rate, memory_bus_width = "NVIDIA H200", 2_619_000, 6144
     assert bench.peak_from_properties(P) == 4800.0
+    P.name = "NVIDIA GH200 480GB"  # holds "H200": the GH200 entry (4.0 TB/s) must win
+    assert bench.peak_from_properties(P) == 4000.0
     P.name = "NVIDIA H100 80GB HBM3"
     assert bench.peak_from_properties(P) == 3350.0
     P.name = "Some GPU"

@@ -13,19 +13,24 @@ from typing import Callable
 import torch
 
 GEMM_KINDS = ("bf16", "fp8 per-tensor", "fp8 per-row", "int8")
-QUANT_KERNELS = ("amax", "cast to E4M3", "scale + cast (eager, 2 kernels)")
+#: Quantize-path kernels and the bytes per bf16 element each must move at least.
+QUANT_BYTES = {"amax": 2, "cast to E4M3": 3, "scale + cast (eager, 2 kernels)": 3}
+QUANT_KERNELS = tuple(QUANT_BYTES)
 
 #: Peak memory bandwidth in GB/s by device name, from the vendors' data sheets (SXM parts).
-PEAK_BANDWIDTH_GBS = {"H200": 4800.0, "H100 NVL": 3900.0, "H100 PCIe": 2000.0, "H100": 3350.0,
-                      "GH200": 4000.0, "B200": 8000.0, "A100-SXM4-80GB": 2039.0,
+#: Looked up in this order, so a name that contains another comes first ("GH200" holds "H200").
+PEAK_BANDWIDTH_GBS = {"GH200": 4000.0, "H200": 4800.0, "H100 NVL": 3900.0, "H100 PCIe": 2000.0,
+                      "H100": 3350.0, "B200": 8000.0, "A100-SXM4-80GB": 2039.0,
                       "A100 80GB PCIe": 1935.0, "A100": 1555.0, "L40S": 864.0, "L4": 300.0}
 
 
 def median_ms(fn: Callable[[], object], device, warmup: int = 3, iters: int = 10) -> float:
     """Median wall time of ``fn()`` in milliseconds over ``iters`` runs after ``warmup`` runs.
 
-    On CUDA each run is bracketed by CUDA events on the current stream (so only GPU time is
-    measured, and launches are asynchronous); elsewhere ``time.perf_counter`` is used.
+    On CUDA each run is bracketed by CUDA events on the current stream, and the host waits
+    only before the first and after the last run: the runs queue back to back, so each
+    interval is GPU time, without a launch gap after an idle stream. Elsewhere
+    ``time.perf_counter`` is used.
 
     Raises
     ------
@@ -39,14 +44,15 @@ def median_ms(fn: Callable[[], object], device, warmup: int = 3, iters: int = 10
         fn()
     times = []
     if cuda:
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in range(iters)]
         torch.cuda.synchronize()
-        for _ in range(iters):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        for start, end in events:
             start.record()
             fn()
             end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
+        torch.cuda.synchronize()
+        times = [start.elapsed_time(end) for start, end in events]
     else:
         for _ in range(iters):
             t0 = time.perf_counter()
@@ -120,12 +126,13 @@ def quantize_setup(kernel: str, numel: int, device) -> tuple[Callable[[], object
     if numel < 1:
         raise ValueError(f"numel must be positive, got {numel}")
     x = torch.ones(numel, dtype=torch.bfloat16, device=device)
+    nbytes = QUANT_BYTES[kernel] * numel
     if kernel == "amax":
-        return (lambda: torch.linalg.vector_norm(x, ord=float("inf"))), 2 * numel
+        return (lambda: torch.linalg.vector_norm(x, ord=float("inf"))), nbytes
     if kernel == "cast to E4M3":
-        return (lambda: x.to(torch.float8_e4m3fn)), 3 * numel
+        return (lambda: x.to(torch.float8_e4m3fn)), nbytes
     inv = torch.tensor(0.5, dtype=torch.bfloat16, device=device)
-    return (lambda: (x * inv).to(torch.float8_e4m3fn)), 3 * numel
+    return (lambda: (x * inv).to(torch.float8_e4m3fn)), nbytes
 
 
 def quantize_bandwidth(kernel: str, numel: int, device, warmup: int = 3,
@@ -134,6 +141,30 @@ def quantize_bandwidth(kernel: str, numel: int, device, warmup: int = 3,
     fn, nbytes = quantize_setup(kernel, numel, device)
     ms = median_ms(fn, device, warmup, iters)
     return {"kernel": kernel, "gbytes": nbytes / 1e9, "ms": ms, "gbs": nbytes / (ms * 1e-3) / 1e9}
+
+
+def quantize_rows(numel: int, device, iters: int = 10, peak_gbs: float | None = None,
+                  errors: str = "raise") -> list[dict]:
+    """:func:`quantize_bandwidth` of every kernel in :data:`QUANT_KERNELS`, each dict with
+    ``"of_peak"`` added (GB/s over ``peak_gbs``; None when the peak is unknown).
+
+    ``errors`` as in :func:`throughput_rows`: "record" gives a failing kernel NaN numbers and
+    an ``"error"`` text.
+    """
+    if errors not in ("raise", "record"):
+        raise ValueError(f'errors must be "raise" or "record", got {errors!r}')
+    rows = []
+    for kernel in QUANT_KERNELS:
+        try:
+            q = quantize_bandwidth(kernel, numel, device, iters=iters)
+        except Exception as exc:  # noqa: BLE001 - recorded in the row, as asked
+            if errors == "raise":
+                raise
+            q = {"kernel": kernel, "gbytes": QUANT_BYTES[kernel] * numel / 1e9,
+                 "ms": float("nan"), "gbs": float("nan"), "error": error_text(exc)}
+        q["of_peak"] = q["gbs"] / peak_gbs if peak_gbs else None
+        rows.append(q)
+    return rows
 
 
 def peak_bandwidth_gbs(device) -> float | None:
@@ -162,15 +193,41 @@ def peak_from_properties(props) -> float | None:
     return None
 
 
-def throughput_rows(sizes=(4096, 8192), device=None, iters: int = 10) -> list[dict]:
+def error_text(exc: BaseException, width: int = 100) -> str:
+    """``"Type: first line of the message"``, cut to ``width`` characters, for a table cell."""
+    lines = str(exc).strip().splitlines()
+    text = f"{type(exc).__name__}: {lines[0] if lines else ''}"
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def throughput_rows(sizes=(4096, 8192), device=None, iters: int = 10,
+                    errors: str = "raise") -> list[dict]:
     """Every GEMM kind at every size: a list of :func:`gemm_tflops` dicts, plus
-    ``"vs_bf16"``, the ratio to bf16 at the same size."""
+    ``"vs_bf16"``, the ratio to bf16 at the same size.
+
+    With ``errors="record"`` a kind that raises (an unsupported kernel, out of memory) gives a
+    row with NaN numbers and ``"error"``, the exception as text, and the others still run;
+    ``errors="raise"`` (default) lets the exception through.
+
+    Raises
+    ------
+    ValueError
+        If ``errors`` is neither "raise" nor "record".
+    """
+    if errors not in ("raise", "record"):
+        raise ValueError(f'errors must be "raise" or "record", got {errors!r}')
     device = device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu")
     rows = []
     for n in sizes:
-        base = None
+        base = float("nan")
         for kind in GEMM_KINDS:
-            r = gemm_tflops(kind, n, device, iters=iters)
+            try:
+                r = gemm_tflops(kind, n, device, iters=iters)
+            except Exception as exc:  # noqa: BLE001 - recorded in the row, as asked
+                if errors == "raise":
+                    raise
+                r = {"kind": kind, "n": n, "ms": float("nan"), "tflops": float("nan"),
+                     "error": error_text(exc)}
             base = r["tflops"] if kind == "bf16" else base
             r["vs_bf16"] = r["tflops"] / base
             rows.append(r)
