@@ -19,8 +19,9 @@ How to read the output
     Inputs are synthetic with fixed seeds: activations whose rows differ in magnitude by up
     to 2^16 (as tokens with outliers do), Gaussian weights. Errors are relative errors
     ||y - y_ref|| / ||y_ref|| in percent over the whole output, and for the worst output row
-    (the token served worst); SQNR is in dB. Demos 1-3 compute the same numbers on a CPU and on a GPU (the GPU
-    runs the real int8/FP8 kernels; its last digits may differ by accumulation order).
+    (the token served worst); SQNR is in dB. Demos 1-3 run on the GPU when there is one
+    (the real int8/FP8 kernels) and give the same numbers as on a CPU up to the last digits
+    (accumulation order) and the int32 overflow example (cuBLAS may saturate, not wrap).
 
 Run
     python lectures/04_low_precision_matmul.py     (about 3 s on a 2-core CPU; with a GPU,

@@ -48,3 +48,67 @@ def test_run_gpu_tests_counts_a_pytest_run():
         assert r["failed"] == 0 and r["passed"] == 0 and r["skipped"] > 0
     else:
         assert r["failed"] == 0 and r["passed"] > 0
+
+
+def test_parse_counts_reads_the_summary_or_else_the_progress():
+    out = "..F.\nFAILED tests/t.py::a - 9 passed in text\n2 failed, 9 passed, 1 error, " \
+          "3 skipped, 5 deselected in 20.1s\n"
+    assert G.parse_counts(out) == {"passed": 9, "failed": 3, "skipped": 3}
+    assert G.parse_counts("3 errors in 1.0s\n") == {"passed": 0, "failed": 3, "skipped": 0}
+    # Cut short by the timeout: no summary yet, so the progress marks are counted.
+    cut = "..F.s.....  [ 20%]\n.E..        [ 40%]\n"  # 8 + 3 dots, one F, one E, one s
+    assert G.parse_counts(cut) == {"passed": 11, "failed": 2, "skipped": 1}
+
+
+def test_a_test_run_past_its_timeout_is_reported_not_raised():
+    # One second is far less than pytest needs to import torch: the run is killed.
+    r = G.run_gpu_tests(timeout_s=1)
+    assert r["timed_out"] and r["returncode"] is None and isinstance(r["tail"], str)
+    row = G.summary_rows(r, [], [])[0]
+    assert row[1].startswith("timed out after") and row[-1] == "FAIL"
+
+
+def _fake_cuda_main(monkeypatch, capsys, demo4):
+    L = importlib.import_module("lectures.04_low_precision_matmul")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(G, "run_gpu_tests", lambda: {
+        "passed": 100, "failed": 1, "skipped": 0, "returncode": 1, "timed_out": False,
+        "seconds": 30.0, "tail": "FAILED tests/test_torch_gemm.py::x[cuda]"})
+    monkeypatch.setattr(L, "demo4_throughput", demo4)
+    code = G.main()
+    return code, capsys.readouterr().out
+
+
+def test_main_prints_its_table_when_a_test_fails_and_demo4_breaks(monkeypatch, capsys):
+    def broken(**kw):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered\nmore")
+
+    code, out = _fake_cuda_main(monkeypatch, capsys, broken)
+    assert code == 1
+    assert "100 passed, 1 failed (30 s)" in out and "FAILED tests/test_torch_gemm.py" in out
+    assert "RuntimeError: CUDA error: an illegal memory access" in out
+    assert out.count("FAIL") >= 3  # tests row, demo 4 row, the printed failing test
+
+
+def test_main_prints_error_rows_for_kernels_that_raise(monkeypatch, capsys):
+    L = importlib.import_module("lectures.04_low_precision_matmul")
+    real = L.demo4_throughput
+
+    def on_cpu(**kw):
+        assert kw["errors"] == "record"
+        return real(device="cpu", sizes=(32,), iters=2, quant_numel=4096, errors="record")
+
+    def no_fp8(kind, n, device, **kw):
+        if kind.startswith("fp8"):
+            raise RuntimeError("torch._scaled_mm is only supported on CUDA devices with "
+                               "compute capability >= 9.0 or 8.9")
+        return gemm_tflops(kind, n, device, **kw)
+
+    from numfmt.torch import bench
+    gemm_tflops = bench.gemm_tflops
+    monkeypatch.setattr(bench, "gemm_tflops", no_fp8)
+    code, out = _fake_cuda_main(monkeypatch, capsys, on_cpu)
+    assert code == 1
+    # two fp8 GEMM rows with the error, two fp8/bf16 ratios "n/a", all FAIL
+    assert out.count("RuntimeError: torch._scaled_mm is only supported") == 2
+    assert out.count("n/a") == 2
