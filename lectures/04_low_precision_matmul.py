@@ -106,8 +106,9 @@ def demo1_int8_gemm(device=None, seed: int = SEED) -> IntGemmResult:
     k_full = gemm.int32_safe_k(128, 128)
     k_over = k_full + 1
     dev = r.acc.device
-    a = torch.full((17, k_over), -128, dtype=torch.int8, device=dev)   # M > 16 for cuBLAS
-    b = torch.full((k_over, 8), -128, dtype=torch.int8, device=dev)
+    # M > 16 for cuBLAS; N = 16 as in torch's own CUDA tests of _int_mm.
+    a = torch.full((17, k_over), -128, dtype=torch.int8, device=dev)
+    b = torch.full((k_over, 16), -128, dtype=torch.int8, device=dev)
     wrapped = int(gemm.int8_mm(a, b)[0, 0])
     return IntGemmResult(
         shape=(32, K, 64), zero_point=r.zero_point,

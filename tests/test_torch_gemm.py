@@ -41,13 +41,13 @@ def test_int32_safe_k_by_hand():
 def test_int8_mm_is_exact_below_the_limit_and_wraps_above(device):
     g = torch.Generator().manual_seed(0)
     a = torch.randint(-128, 128, (24, 512), generator=g, dtype=torch.int8).to(device)
-    b = torch.randint(-128, 128, (512, 40), generator=g, dtype=torch.int8).to(device)
+    b = torch.randint(-128, 128, (512, 48), generator=g, dtype=torch.int8).to(device)
     got = gemm.int8_mm(a, b)
     assert got.dtype == torch.int32 and got.device.type == device
     assert torch.equal(got.cpu().to(torch.int64), gemm.int8_mm_reference(a, b))
     k = gemm.int32_safe_k() + 1
     a = torch.full((17, k), -128, dtype=torch.int8, device=device)
-    b = torch.full((k, 8), -128, dtype=torch.int8, device=device)
+    b = torch.full((k, 16), -128, dtype=torch.int8, device=device)
     got = int(gemm.int8_mm(a, b)[0, 0])
     if device == "cpu":
         # 131072 * 16384 = 2^31 wraps to -2^31 in two's complement.
