@@ -204,7 +204,9 @@ class FloatFormat:
         if self.signed:
             np.copysign(r, x, out=r)
         else:
-            r[(x <= 0) | np.isnan(x)] = np.nan
+            not_positive = x > 0  # False for NaN too
+            np.logical_not(not_positive, out=not_positive)
+            np.copyto(r, np.nan, where=not_positive)
         return r.reshape(shape)
 
     def _nearest_magnitude(self, a: np.ndarray) -> np.ndarray:
@@ -216,7 +218,8 @@ class FloatFormat:
         half = _U64(1 << (shift - 1))
         b = a.view(_U64)
         if self.man_bits == 0:  # E8M0: ties round up (ml_dtypes' convention)
-            rb = b + half
+            rb = b  # in place: E8M0 needs neither a subnormal pass nor the NaN check below
+            rb += half
         else:
             rb = np.right_shift(b, _U64(shift))
             rb &= _U64(1)  # the last kept bit: adding it turns ties-up into ties-to-even
@@ -224,9 +227,10 @@ class FloatFormat:
             rb += half - _U64(1)
         rb &= _U64(~((1 << shift) - 1) & 0xFFFF_FFFF_FFFF_FFFF)
         r = rb.view(np.float64)
-        nan = np.isnan(a)
-        if nan.any():
-            r[nan] = np.nan  # a NaN payload must not round into Inf
+        if self.signed:  # unsigned E8M0 marks NaN (and non-positive input) in round()
+            nan = np.isnan(a)
+            if nan.any():
+                r[nan] = np.nan  # a NaN payload must not round into Inf
         if self.subnormals:
             # Subnormal range: adding 2**(emin - man_bits + 52) makes the float64 unit in the
             # last place equal to the format's smallest subnormal, so the FPU's own
