@@ -161,8 +161,17 @@ def test_scaled_mm_emulation_matches_torch_scaled_mm(fx, granularity, device):
         # at most 2^-8 of sum |products| per slice; 2^-7 leaves room for the bf16 rounding.
         bound = bound + 2.0**-7 * _abs_product(qx, qw, sb)
     assert bool(((emu - ref).abs() <= bound).all())
-    # Mostly the same bf16 value: all but a few on the CPU, most on a GPU.
-    assert float((emu == ref).double().mean()) > (0.99 if device == "cpu" else 0.5)
+    # Mostly the same bf16 value on the CPU. Two float32 summation orders over K = 64 differ by
+    # at most 2 (K - 1) 2^-24 sum|products| (Higham, Accuracy and Stability, 2nd ed., eq. 3.5);
+    # a difference D flips the bf16 rounding with probability at most D / ulp_bf16(value), with
+    # the value uniform within its ulp. Mismatches stay below the mean of that plus 4 binomial
+    # sigma (about 5% here). On a GPU, Hopper's 2^-8 sum|products| above exceeds a bf16 ulp
+    # (2^-8 of the value, and sum|products| >= |value|), so no equality rate follows and none
+    # is asserted there.
+    if device == "cpu":
+        flip = 2 * 63 * 2.0**-24 * _abs_product(qx, qw, sb) / 2.0 ** (ref.abs().log2().floor() - 7)
+        p = float(flip.clamp(max=1).mean())
+        assert float((emu != ref).double().mean()) <= p + 4 * np.sqrt(p * (1 - p) / ref.numel())
 
 
 def _abs_product(qx, qw, sb) -> torch.Tensor:
