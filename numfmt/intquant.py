@@ -50,6 +50,38 @@ def int_range(bits: int, symmetric: bool = True) -> tuple[int, int]:
     return 0, 2**bits - 1
 
 
+def grouped_view_shape(shape: tuple, granularity: str, group) -> tuple:
+    """Check ``granularity``/``group`` against a tensor's ``shape``; return the shape to view it as.
+
+    Parameters
+    ----------
+    shape : tuple of int, (..., K)
+    granularity : {"tensor", "channel", "group"}
+    group : int or None, only (and always) with "group"; must divide K
+
+    Returns
+    -------
+    tuple of int
+        ``shape[:-1] + (K // group, group)`` for "group", else ``shape`` unchanged. The scales
+        then reduce over every axis ("tensor") or the last one ("channel", "group").
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`quantize_int` for its ``granularity`` and ``group`` arguments.
+    """
+    if granularity not in GRANULARITIES:
+        raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
+    if granularity != "group":
+        if group is not None:
+            raise ValueError(f'group={group} is only meaningful with granularity="group"')
+        return tuple(shape)
+    if group is None:
+        raise ValueError('granularity="group" needs a group size, e.g. group=32')
+    group = check_block(shape[-1], group, "group")
+    return tuple(shape[:-1]) + (shape[-1] // group, group)
+
+
 def _affine_scale(lo: np.ndarray, hi: np.ndarray, levels: int) -> np.ndarray:
     """``(hi - lo) / levels``, also where ``hi - lo`` overflows float64 (ranges above 1.8e308).
 
@@ -183,19 +215,8 @@ def quantize_int(x, bits: int, symmetric: bool = True, granularity: str = "tenso
     x = as_calibration_array(x)
     qmin, qmax = int_range(bits, symmetric)
     clip = check_clip(clip)
-    if granularity not in GRANULARITIES:
-        raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
-    if granularity == "group":
-        if group is None:
-            raise ValueError('granularity="group" needs a group size, e.g. group=32')
-        group = check_block(x.shape[-1], group, "group")
-        xg = x.reshape(x.shape[:-1] + (x.shape[-1] // group, group))
-        axis = -1
-    else:
-        if group is not None:
-            raise ValueError(f'group={group} is only meaningful with granularity="group"')
-        xg = x
-        axis = None if granularity == "tensor" else -1
+    xg = x.reshape(grouped_view_shape(x.shape, granularity, group))
+    axis = None if granularity == "tensor" else -1
 
     if symmetric:
         scale = np.abs(xg).max(axis=axis, keepdims=True) * (clip / qmax)

@@ -11,8 +11,8 @@ from typing import NamedTuple
 
 import torch
 
-from numfmt._validate import as_integer_array, check_block, check_clip, check_int
-from numfmt.intquant import GRANULARITIES, int_range
+from numfmt._validate import as_integer_array, check_clip, check_int
+from numfmt.intquant import grouped_view_shape, int_range
 from numfmt.torch._core import F64, as_calibration_tensor, as_real_tensor
 
 
@@ -119,17 +119,7 @@ def quantize_int(x, bits: int, symmetric: bool = True, granularity: str = "tenso
     x = as_calibration_tensor(x, device=device)
     qmin, qmax = int_range(bits, symmetric)
     clip = check_clip(clip)
-    if granularity not in GRANULARITIES:
-        raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
-    if granularity == "group":
-        if group is None:
-            raise ValueError('granularity="group" needs a group size, e.g. group=32')
-        group = check_block(x.shape[-1], group, "group")
-        xg = x.reshape(x.shape[:-1] + (x.shape[-1] // group, group))
-    else:
-        if group is not None:
-            raise ValueError(f'group={group} is only meaningful with granularity="group"')
-        xg = x
+    xg = x.reshape(grouped_view_shape(tuple(x.shape), granularity, group))
 
     def reduce(t, op):
         if granularity == "tensor":
