@@ -2,13 +2,12 @@
 
 import numpy as np
 
+from numfmt._validate import as_integer_array, as_real_array
+
 
 def as_int_array(codes, name="codes"):
     """Return ``codes`` as an int64 array; raise TypeError for non-integer input."""
-    arr = np.asarray(codes)
-    if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
-        raise TypeError(f"{name} must be an integer array, got dtype {arr.dtype}")
-    return arr.astype(np.int64)
+    return as_integer_array(codes, name)
 
 
 def check_range(arr, lo, hi, name="codes"):
@@ -19,12 +18,8 @@ def check_range(arr, lo, hi, name="codes"):
 
 
 def as_float_array(x, name="x"):
-    """Return ``x`` as float64; raise TypeError for non-float input, ValueError for NaN/inf."""
-    arr = np.asarray(x)
-    if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)) \
-            or arr.dtype == bool:
-        raise TypeError(f"{name} must be a real floating-point array, got dtype {arr.dtype}")
-    arr = arr.astype(np.float64)
+    """Return ``x`` as float64; raise TypeError for non-real input, ValueError for NaN/inf."""
+    arr = as_real_array(x, name)
     if not np.all(np.isfinite(arr)):
         where = tuple(int(i) for i in np.argwhere(~np.isfinite(arr))[0])
         raise ValueError(f"{name} contains a non-finite value at index {where}")
