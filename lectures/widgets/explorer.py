@@ -14,6 +14,17 @@ from IPython import get_ipython
 from matplotlib.figure import Figure
 
 
+def check_result(r, cls, demo: str) -> None:
+    """Raise TypeError unless ``r`` is the ``cls`` instance that the lecture's ``demo()`` returns.
+
+    Plot functions take a demo's result; passing anything else (a raw array, another demo's
+    result) gets a message naming the demo to call.
+    """
+    if not isinstance(r, cls):
+        raise TypeError(f"expected the {cls.__name__} that L.{demo}() returns, "
+                        f"got {type(r).__name__}")
+
+
 class Explorer:
     """Widget controls over one pure computation and one figure.
 

@@ -15,17 +15,12 @@ import ipywidgets as widgets
 import numpy as np
 from matplotlib.figure import Figure
 
-from lectures.widgets.explorer import Explorer
+from lectures.widgets.explorer import Explorer, check_result
 from numfmt import FORMATS
 
 L = importlib.import_module("lectures.01_number_formats")
 
 ZOOM = 6  #: grid points shown on each side of the number in the explorer's zoomed panel
-
-
-def _check(r, cls, demo: str):
-    if not isinstance(r, cls):
-        raise TypeError(f"expected the {cls.__name__} that L.{demo}() returns, got {type(r).__name__}")
 
 
 def plot_value_grids(r) -> Figure:
@@ -40,7 +35,7 @@ def plot_value_grids(r) -> Figure:
     TypeError
         If ``r`` is not a GridResult.
     """
-    _check(r, L.GridResult, "demo2_value_grids")
+    check_result(r, L.GridResult, "demo2_value_grids")
     fig = Figure(figsize=(11, 5), layout="constrained")
     axes = fig.subplots(len(r.grids), 1)
     for i, (ax, (name, g)) in enumerate(zip(axes, r.grids.items())):
@@ -67,7 +62,7 @@ def plot_relative_spacing(r) -> Figure:
     TypeError
         If ``r`` is not a SpacingResult.
     """
-    _check(r, L.SpacingResult, "demo3_relative_spacing")
+    check_result(r, L.SpacingResult, "demo3_relative_spacing")
     fig = Figure(figsize=(11, 5), layout="constrained")
     ax = fig.subplots()
     for name in ("FP32", "BF16", "FP16", "E4M3", "E5M2", "E2M1"):

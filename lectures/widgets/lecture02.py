@@ -14,14 +14,9 @@ import ipywidgets as widgets
 import numpy as np
 from matplotlib.figure import Figure
 
-from lectures.widgets.explorer import Explorer
+from lectures.widgets.explorer import Explorer, check_result
 
 L = importlib.import_module("lectures.02_rounding_and_accumulation")
-
-
-def _check(r, cls, demo: str):
-    if not isinstance(r, cls):
-        raise TypeError(f"expected the {cls.__name__} that L.{demo}() returns, got {type(r).__name__}")
 
 
 def plot_rounding_bias(r) -> Figure:
@@ -31,7 +26,7 @@ def plot_rounding_bias(r) -> Figure:
     ----------
     r : BiasResult from ``L.demo1_rounding_bias()``
     """
-    _check(r, L.BiasResult, "demo1_rounding_bias")
+    check_result(r, L.BiasResult, "demo1_rounding_bias")
     fig = Figure(figsize=(10, 4), layout="constrained")
     ax = fig.subplots()
     data = list(dict.fromkeys(d["data"] for d in r.rows))
@@ -56,7 +51,7 @@ def plot_swamping(r) -> Figure:
     ----------
     r : SwampResult from ``L.demo3_swamping()``
     """
-    _check(r, L.SwampResult, "demo3_swamping")
+    check_result(r, L.SwampResult, "demo3_swamping")
     fig = Figure(figsize=(10, 4), layout="constrained")
     ax = fig.subplots()
     i = np.unique(np.linspace(0, r.n - 1, 512).astype(int))   # enough points to draw
@@ -77,7 +72,7 @@ def plot_updates(r) -> Figure:
     ----------
     r : UpdateResult from ``L.demo4_vanishing_updates()``
     """
-    _check(r, L.UpdateResult, "demo4_vanishing_updates")
+    check_result(r, L.UpdateResult, "demo4_vanishing_updates")
     fig = Figure(figsize=(10, 4), layout="constrained")
     ax = fig.subplots()
     t = np.arange(1, r.steps + 1)

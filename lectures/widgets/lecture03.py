@@ -13,14 +13,9 @@ import ipywidgets as widgets
 import numpy as np
 from matplotlib.figure import Figure
 
-from lectures.widgets.explorer import Explorer
+from lectures.widgets.explorer import Explorer, check_result
 
 L = importlib.import_module("lectures.03_scaling")
-
-
-def _check(r, cls, demo: str):
-    if not isinstance(r, cls):
-        raise TypeError(f"expected the {cls.__name__} that L.{demo}() returns, got {type(r).__name__}")
 
 
 def plot_tensor_scaling(r) -> Figure:
@@ -30,7 +25,7 @@ def plot_tensor_scaling(r) -> Figure:
     ----------
     r : TensorScalingResult from ``L.demo1_tensor_scaling()``
     """
-    _check(r, L.TensorScalingResult, "demo1_tensor_scaling")
+    check_result(r, L.TensorScalingResult, "demo1_tensor_scaling")
     fig = Figure(figsize=(11, 4), layout="constrained")
     ax1, ax2 = fig.subplots(1, 2)
     tensors = list(dict.fromkeys(d["tensor"] for d in r.rows))
@@ -55,7 +50,7 @@ def plot_delayed(r) -> Figure:
     ----------
     r : DelayedResult from ``L.demo2_delayed_scaling()``
     """
-    _check(r, L.DelayedResult, "demo2_delayed_scaling")
+    check_result(r, L.DelayedResult, "demo2_delayed_scaling")
     fig = Figure(figsize=(11, 4), layout="constrained")
     ax1, ax2 = fig.subplots(1, 2)
     t = np.arange(r.amax.size)
@@ -79,7 +74,7 @@ def plot_outlier(r) -> Figure:
     ----------
     r : OutlierResult from ``L.demo3_one_outlier()``
     """
-    _check(r, L.OutlierResult, "demo3_one_outlier")
+    check_result(r, L.OutlierResult, "demo3_one_outlier")
     fig = Figure(figsize=(11, 4), layout="constrained")
     ax = fig.subplots()
     x = np.arange(len(r.rows))
@@ -101,7 +96,7 @@ def plot_nvfp4(r) -> Figure:
     ----------
     r : NvfpResult from ``L.demo4_nvfp4_vs_tensor()``
     """
-    _check(r, L.NvfpResult, "demo4_nvfp4_vs_tensor")
+    check_result(r, L.NvfpResult, "demo4_nvfp4_vs_tensor")
     fig = Figure(figsize=(8, 4), layout="constrained")
     ax = fig.subplots()
     for i, d in enumerate(r.rows):

@@ -24,7 +24,7 @@ import numpy as np
 from matplotlib import ticker
 from matplotlib.figure import Figure
 
-from lectures.widgets.explorer import Explorer
+from lectures.widgets.explorer import Explorer, check_result
 from numfmt import FORMATS, int_range, quantize_int, rel_error
 
 L = importlib.import_module("lectures.05_quantization_basics")
@@ -101,11 +101,6 @@ def _plain_log(axis) -> None:
     axis.set_minor_formatter(ticker.NullFormatter())
 
 
-def _check_result(r, cls, demo: str):
-    if not isinstance(r, cls):
-        raise TypeError(f"expected the {cls.__name__} that L.{demo}() returns, got {type(r).__name__}")
-
-
 def _check_sample(n) -> int:
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1024 or n % 1024:
         raise ValueError(f"n must be a positive multiple of 1024 (64 rows, blocks up to 256), got {n!r}")
@@ -139,7 +134,7 @@ def plot_affine(r) -> Figure:
     TypeError
         If ``r`` is not an AffineResult.
     """
-    _check_result(r, L.AffineResult, "demo1_affine_and_integer_matmul")
+    check_result(r, L.AffineResult, "demo1_affine_and_integer_matmul")
     keys, names = ("symmetric", "asymmetric"), ("symmetric INT8", "asymmetric UINT8")
     fig = Figure(figsize=(9, 3.4), layout="constrained")
     ax1, ax2 = fig.subplots(1, 2)
@@ -171,7 +166,7 @@ def plot_clipping(r) -> Figure:
     TypeError
         If ``r`` is not a ClipResult.
     """
-    _check_result(r, L.ClipResult, "demo2_clipping")
+    check_result(r, L.ClipResult, "demo2_clipping")
     fig = Figure(figsize=(8, 4), layout="constrained")
     ax = fig.subplots()
     for i, (name, errs) in enumerate(r.errors.items()):
@@ -266,7 +261,7 @@ def plot_granularity(r) -> Figure:
     TypeError
         If ``r`` is not a GranularityResult.
     """
-    _check_result(r, L.GranularityResult, "demo3_granularity")
+    check_result(r, L.GranularityResult, "demo3_granularity")
     names = {"W": "W: row scales differ", "A": "A: 8 outlier channels"}
     ticks = [f"{g}\n+{x:.3g} bit/elem" for g, x in zip(r.labels, r.extra_bits)]
     fig = Figure(figsize=(11, 4), layout="constrained")
@@ -404,7 +399,7 @@ def plot_block_formats(r) -> Figure:
     TypeError
         If ``r`` is not a BlockFormatResult.
     """
-    _check_result(r, L.BlockFormatResult, "demo4_block_formats")
+    check_result(r, L.BlockFormatResult, "demo4_block_formats")
     labels, bits, errs, _ = zip(*r.formats)
     fig = Figure(figsize=(12, 4.6), layout="constrained")
     ax1, ax2 = fig.subplots(1, 2, width_ratios=(3, 2))
@@ -491,7 +486,7 @@ def plot_propagation(r) -> Figure:
     TypeError
         If ``r`` is not a PropagationResult.
     """
-    _check_result(r, L.PropagationResult, "demo5_error_propagation")
+    check_result(r, L.PropagationResult, "demo5_error_propagation")
     fig = Figure(figsize=(11, 4.2), layout="constrained")
     ax1, ax2 = fig.subplots(1, 2)
     ew = np.array([w for _, w, _ in r.rows]) * 100

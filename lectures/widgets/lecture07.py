@@ -18,7 +18,7 @@ import ipywidgets as widgets
 import numpy as np
 from matplotlib.figure import Figure
 
-from lectures.widgets.explorer import Explorer
+from lectures.widgets.explorer import Explorer, check_result
 from numfmt.packing import marlin_int4_tile_map
 
 L = importlib.import_module("lectures.07_weight_storage")
@@ -28,18 +28,12 @@ DISTRIBUTIONS = ("Gaussian", "Student-t")
 MARLIN_SHAPE = (32, 128)          #: (K, N) of the explorer's small INT4 matrix: 2 x 2 tiles
 
 
-def _check_result(r, cls) -> None:
-    if not isinstance(r, cls):
-        raise TypeError(f"expected the {cls.__name__} a lecture 07 demo returns, "
-                        f"got {type(r).__name__}")
-
-
 # ---------------------------------------------------------------------------------------------
 # Demo 1: the storage bill
 # ---------------------------------------------------------------------------------------------
 def plot_storage_bill(r) -> Figure:
     """Stacked bars: bits per weight in element codes and in everything else (demo 1)."""
-    _check_result(r, L.BytesResult)
+    check_result(r, L.BytesResult, "demo1_bytes")
     names = list(r.split)[::-1]
     elem = [r.split[k][0] for k in names]
     other = [r.split[k][1] for k in names]
@@ -64,7 +58,7 @@ def plot_storage_bill(r) -> Figure:
 # ---------------------------------------------------------------------------------------------
 def plot_codebooks(r) -> Figure:
     """Left: weights / block absmax and the levels. Right: how often each code is used."""
-    _check_result(r, L.CodebookResult)
+    check_result(r, L.CodebookResult, "demo2_codebooks")
     fig = Figure(figsize=(11, 4.2))
     ax, ax2 = fig.subplots(1, 2)
     ax.hist(r.normalized_sample, bins=120, range=(-1, 1), density=True, color="0.8",
@@ -135,7 +129,7 @@ def _draw_storage(s: dict) -> Figure:
 # ---------------------------------------------------------------------------------------------
 def plot_double_quant(r) -> Figure:
     """Left: the FP32 absmax values. Right: the worst weight change of each 8-bit scheme."""
-    _check_result(r, L.DoubleQuantResult)
+    check_result(r, L.DoubleQuantResult, "demo3_double_quant")
     fig = Figure(figsize=(11, 4))
     ax, ax2 = fig.subplots(1, 2)
     ax.hist(r.absmax, bins=80, color="C0", label="absmax of each block of 64")
@@ -165,7 +159,7 @@ def plot_double_quant(r) -> Figure:
 # ---------------------------------------------------------------------------------------------
 def plot_act_order(r) -> Figure:
     """The group of each input row, in checkpoint (act-order) order and after the kernel's sort."""
-    _check_result(r, L.LayoutResult)
+    check_result(r, L.LayoutResult, "demo4_layouts")
     fig = Figure(figsize=(9, 3.5))
     ax = fig.add_subplot()
     rows = np.arange(r.g_idx.size)
@@ -185,7 +179,7 @@ def plot_marlin_tile(r) -> Figure:
     Word 0 (thread 0) is outlined, with its nibble lanes. The other three sub-tiles of the
     16 x 64 tile repeat the pattern; thread t's word for sub-tile j is 4 t + j.
     """
-    _check_result(r, L.LayoutResult)
+    check_result(r, L.LayoutResult, "demo4_layouts")
     sub = r.thread_map[:, :16]
     fig = Figure(figsize=(7.5, 6.2))
     ax = fig.add_subplot()
