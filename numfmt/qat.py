@@ -30,7 +30,8 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from numfmt._validate import as_calibration_array, as_real_array, check_real_scalar
+from numfmt._validate import (as_calibration_array, as_integer_array, as_real_array,
+                              check_code_range, check_real_scalar)
 from numfmt.blocks import block_quantize
 from numfmt.formats import FP4_E2M1, FP8_E4M3, FP8_E5M2, FloatFormat
 from numfmt.intquant import _affine_scale, dequantize_affine, int_range, quantize_affine
@@ -273,6 +274,8 @@ def calibrate_percentile(x, bits: int, clip_fraction: float, symmetric: bool = T
 def _check_qparams(qp) -> QParams:
     if not isinstance(qp, QParams):
         raise TypeError(f"qparams must be a QParams (see calibrate_minmax), got {type(qp).__name__}")
+    check_code_range(qp.qmin, qp.qmax)  # a hand-built QParams(scale, zp, 5, 3) is refused
+    as_integer_array(qp.zero_point, "zero_point")
     return qp
 
 
@@ -538,8 +541,8 @@ def adam_update(param, grad, m, v, t: int, lr: float, beta1: float = 0.9, beta2:
     TypeError
         If an array is not real-valued or a hyper-parameter is not a real number.
     ValueError
-        If shapes differ, a gradient is not finite, ``t < 1``, or a hyper-parameter is out of
-        range.
+        If shapes differ, an array is not finite, ``v`` has a negative entry (a second moment
+        is a mean of squares), ``t < 1``, or a hyper-parameter is out of range or not finite.
 
     References
     ----------
@@ -551,11 +554,17 @@ def adam_update(param, grad, m, v, t: int, lr: float, beta1: float = 0.9, beta2:
     if not param.shape == grad.shape == m.shape == v.shape:
         raise ValueError(f"param, grad, m, v must share a shape, got {param.shape}, "
                          f"{grad.shape}, {m.shape}, {v.shape}")
-    if not np.isfinite(grad).all():
-        raise ValueError("grad contains NaN or Inf")
+    for name, arr in (("param", param), ("grad", grad), ("m", m), ("v", v)):
+        if not np.isfinite(arr).all():
+            raise ValueError(f"{name} contains NaN or Inf")
+    if (v < 0).any():
+        raise ValueError(f"v must be non-negative (a second moment), got {v[v < 0].min()!r}")
     if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 1:
         raise ValueError(f"t must be an integer >= 1, got {t!r}")
     _check_adam(lr, beta1, beta2, eps, weight_decay)
+    # beta**t for t beyond 2**1000 is 0 to float64 precision (beta <= 1 - 2**-53); Python's
+    # float ** int would raise OverflowError converting such a t to float.
+    t = min(int(t), 2**1000)
     m = beta1 * m + (1 - beta1) * grad
     v = beta2 * v + (1 - beta2) * grad * grad
     m_hat = m / (1 - beta1**t)
@@ -569,8 +578,11 @@ def _check_adam(lr, beta1, beta2, eps, weight_decay) -> None:
     lr, beta1, beta2, eps, weight_decay = (
         check_real_scalar(v, n) for v, n in ((lr, "lr"), (beta1, "beta1"), (beta2, "beta2"),
                                              (eps, "eps"), (weight_decay, "weight_decay")))
-    if not (lr > 0 and 0 <= beta1 < 1 and 0 <= beta2 < 1 and eps > 0 and weight_decay >= 0):
-        raise ValueError("need lr > 0, 0 <= beta1, beta2 < 1, eps > 0, weight_decay >= 0")
+    if not (0 < lr < np.inf and 0 <= beta1 < 1 and 0 <= beta2 < 1 and 0 < eps < np.inf
+            and 0 <= weight_decay < np.inf):
+        raise ValueError("need finite lr > 0, 0 <= beta1, beta2 < 1, finite eps > 0 and "
+                         f"weight_decay >= 0; got lr={lr!r}, beta1={beta1!r}, beta2={beta2!r}, "
+                         f"eps={eps!r}, weight_decay={weight_decay!r}")
 
 
 class QATAdam:
@@ -615,7 +627,9 @@ class QATAdam:
         if not (isinstance(betas, (tuple, list)) and len(betas) == 2):
             raise TypeError(f"betas must be a pair (beta1, beta2), got {betas!r}")
         _check_adam(lr, betas[0], betas[1], eps, weight_decay)
-        self.master = as_calibration_array(master, "master").astype(np.float32)
+        master = as_calibration_array(master, "master")
+        _check_fits_float32(master, "master")
+        self.master = master.astype(np.float32)
         self.quantize = quantize
         self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
         self.m = np.zeros(self.master.shape)
@@ -642,5 +656,14 @@ class QATAdam:
         b1, b2 = self.betas
         p, self.m, self.v = adam_update(self.master, grad, self.m, self.v, self.t, self.lr, b1,
                                         b2, self.eps, self.weight_decay)
+        _check_fits_float32(p, "the updated master")
         self.master = p.astype(np.float32)
         self._requantize()
+
+
+def _check_fits_float32(w: np.ndarray, name: str) -> None:
+    """Refuse weights beyond FP32's range: the float32 master would hold Inf."""
+    big = float(np.abs(w).max()) if w.size else 0.0
+    if big > float(np.finfo(np.float32).max):
+        raise ValueError(f"{name} holds {big:.6g}, beyond the FP32 master's range "
+                         f"(max {float(np.finfo(np.float32).max):.6g})")
