@@ -29,6 +29,8 @@ from statistics import NormalDist
 
 import numpy as np
 
+from numfmt._validate import check_bool, check_fits_storage
+
 from ..formats import FP4_E2M1
 from ._checks import as_float_array, check_ndim
 from .nibbles import pack_nibbles, unpack_nibbles
@@ -155,7 +157,8 @@ def absmax_quantize(x, levels, block=64):
         If ``x`` is not a real array.
     ValueError
         If ``x`` is empty or holds NaN or inf, ``levels`` is not a valid
-        codebook, or ``block`` is not a positive integer.
+        codebook, or ``block`` is not a positive integer; or a block's absmax does not fit
+        FP32 (above 3.4e38 it would be Inf, below 7e-46 it would flush to 0).
 
     References
     ----------
@@ -171,7 +174,10 @@ def absmax_quantize(x, levels, block=64):
     padded = np.zeros(n_blocks * block)
     padded[:flat.size] = flat
     blocks = padded.reshape(n_blocks, block)
-    absmax = np.abs(blocks).max(axis=1).astype(np.float32)
+    ideal = np.abs(blocks).max(axis=1)
+    check_fits_storage(ideal, np.float32, "the float32 block absmax",
+                       "absmax is stored in FP32: scale x into range first")
+    absmax = ideal.astype(np.float32)
     safe = np.where(absmax > 0, absmax.astype(np.float64), 1.0)
     normalized = blocks / safe[:, None]
     midpoints = (lv[1:] + lv[:-1]) / 2
@@ -268,6 +274,7 @@ def double_quantize(scales, block=256, center=True, signed=True):
     QLoRA (2023), section 3 "Double Quantization" (blocks of 256, mean subtracted
     "to center the values around zero and make use of symmetric quantization").
     """
+    center, signed = check_bool(center, "center"), check_bool(signed, "signed")
     c = as_float_array(scales, "scales")
     check_ndim(c, 1, "scales")
     if c.size == 0 or np.any(c < 0):
@@ -371,6 +378,7 @@ def qlora_quantize(x, levels=None, block=64, double_quant=True, scale_block=256,
     ----------
     QLoRA (2023), equation (6) (NF4 with double quantization).
     """
+    check_bool(double_quant, "double_quant")
     lv = nf4_levels() if levels is None else levels
     q = absmax_quantize(x, lv, block)
     data = pack_nibbles(q.codes, pad=q.codes.size % 2 == 1, order="high_first")

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
+import numpy as np
 import torch
 
+from numfmt._validate import check_fits_storage
 from numfmt.formats import FP8_E4M3, FP8_E5M2, FloatFormat
 from numfmt.torch._core import default_device
 from numfmt.torch.blocks import BlockQuantized
@@ -208,18 +210,28 @@ def fp8_quantize(x, fmt: FloatFormat = FP8_E4M3, granularity: str = "tensor",
     TypeError
         If ``fmt`` is not E4M3 or E5M2.
     ValueError
-        If ``x`` is not 2-D, empty or non-finite, or ``granularity`` is unknown.
+        If ``x`` is not 2-D, empty or non-finite, or ``granularity`` is unknown; or a scale
+        ``amax / fmt.max_value`` does not fit float32 (above 3.4e38 it would be Inf and the
+        data 0; below 7e-46 it would be 0 and the data saturate).
     """
+    return _fp8_quantize(x, fmt, granularity, device, "x")
+
+
+def _fp8_quantize(x, fmt, granularity, device, name: str) -> Fp8Operand:
     from numfmt.torch._core import as_calibration_tensor
     if fmt not in (FP8_E4M3, FP8_E5M2):
         raise TypeError(f"fmt must be FP8_E4M3 or FP8_E5M2, got {fmt!r}")
     if granularity not in GRANULARITIES:
         raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
-    x = as_calibration_tensor(x, device=device)
+    x = as_calibration_tensor(x, name, device=device)
     if x.ndim != 2:
-        raise ValueError(f"x must be 2-D (rows, K), got shape {tuple(x.shape)}")
+        raise ValueError(f"{name} must be 2-D (rows, K), got shape {tuple(x.shape)}")
     amax = x.abs().amax() if granularity == "tensor" else x.abs().amax(dim=1, keepdim=True)
-    scale = torch.where(amax > 0, amax / fmt.max_value, 1.0).to(torch.float32)
+    ideal = torch.where(amax > 0, amax / fmt.max_value, 1.0)
+    check_fits_storage(ideal.detach().cpu().numpy(), np.float32,
+                       f"the float32 scale of {name}, amax / {fmt.max_value:g} =",
+                       f"scale {name} into range first")
+    scale = ideal.to(torch.float32)
     q = round_to(x / scale.to(torch.float64), fmt)
     return Fp8Operand(q.to(torch.float32).to(FP8_DTYPES[fmt.name]), scale)
 
@@ -331,8 +343,11 @@ def fp8_linear(x, w, fmt_x: FloatFormat = FP8_E4M3, fmt_w: FloatFormat = FP8_E4M
     ------
     As :func:`fp8_quantize` and :func:`scaled_mm`.
     """
-    qx = fp8_quantize(x, fmt_x, granularity, device=device)
-    qw = fp8_quantize(w, fmt_w, granularity, device=qx.data.device)
+    for name, fmt in (("fmt_x", fmt_x), ("fmt_w", fmt_w)):
+        if fmt not in (FP8_E4M3, FP8_E5M2):
+            raise TypeError(f"{name} must be FP8_E4M3 or FP8_E5M2, got {fmt!r}")
+    qx = _fp8_quantize(x, fmt_x, granularity, device, "x")
+    qw = _fp8_quantize(w, fmt_w, granularity, qx.data.device, "w")
     return scaled_mm(qx.data, qw.data.t(), qx.scale, qw.scale.reshape(1, -1)
                      if granularity == "row" else qw.scale)
 
@@ -357,9 +372,16 @@ def block_scaled_mm(qx: BlockQuantized, qw: BlockQuantized) -> torch.Tensor:
 
     Raises
     ------
+    TypeError
+        If an operand is not a numfmt.torch BlockQuantized (numpy's holds arrays, not tensors).
     ValueError
         If the operands are not 2-D, K or the number of blocks differs.
     """
+    for name, q in (("qx", qx), ("qw", qw)):
+        if not isinstance(q, BlockQuantized):
+            raise TypeError(f"{name} must be a numfmt.torch BlockQuantized (from "
+                            "numfmt.torch.mx_quantize or nvfp4_quantize), got "
+                            f"{type(q).__module__}.{type(q).__name__}")
     ex, ew = qx.elements, qw.elements
     if ex.ndim != 2 or ew.ndim != 2 or ex.shape[1] != ew.shape[1]:
         raise ValueError(f"operands must be (M, K) and (N, K), got {tuple(ex.shape)} and "
