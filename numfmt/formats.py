@@ -56,8 +56,9 @@ class FloatFormat:
     ValueError
         If ``specials`` is unknown, a width is out of range, the format has more than 32 bits,
         its binades leave float64's normal range (all arithmetic here is float64), it has no
-        normal binade (``emin > emax``, e.g. one exponent bit with "ieee" specials), or it is
-        "ieee" without mantissa bits (Inf takes mantissa 0 and NaN needs another).
+        normal binade (``emin > emax``, e.g. one exponent bit with "ieee" specials), it is
+        "ieee" without mantissa bits (Inf takes mantissa 0 and NaN needs another), or it is
+        unsigned with subnormals (unsigned formats are E8M0-like: no zero).
     """
 
     name: str
@@ -84,6 +85,9 @@ class FloatFormat:
         if self.bits > 32:
             # Codes are stored in at most uint32, and rounding works on float64 bit patterns.
             raise ValueError(f"{self.name} has {self.bits} bits; formats have at most 32 bits")
+        if not self.signed and self.subnormals:
+            raise ValueError(f"{self.name}: an unsigned format must have subnormals=False (as "
+                             "E8M0: round maps zero and negatives to NaN, so it has no zero)")
         if self.specials == "ieee" and self.man_bits == 0:
             raise ValueError(f"{self.name}: an 'ieee' format needs man_bits >= 1 (the all-ones "
                              "exponent with mantissa 0 is Inf; NaN needs a non-zero mantissa)")

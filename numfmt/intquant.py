@@ -145,7 +145,7 @@ def quantize_affine(x, scale, zero_point=0, qmin: int = -127, qmax: int = 127) -
         raise ValueError("x contains NaN: it has no integer code")
     with np.errstate(over="ignore"):  # an overflowing quotient is +-inf and clamps
         q = np.rint(x / scale)
-    q = q + zero_point  # not in place: zero_point may broadcast q to a larger shape
+    q = np.asarray(q + zero_point)  # not in place: zero_point may broadcast q (0-d x: array)
     np.clip(q, qmin, qmax, out=q)
     return q.astype(np.int64)
 
