@@ -28,6 +28,7 @@ from numfmt.packing import (absmax_dequantize, absmax_quantize, double_quantize,
                             marlin_fp8_pack, nf4_levels, pack_nibbles, qlora_quantize,
                             unpack_nibbles)
 from numfmt.qat_torch import ActivationFakeQuant, fake_quantize_int
+from numfmt import rounding
 from numfmt.torch import gemm
 
 FMAX = np.finfo(np.float64).max
@@ -485,6 +486,16 @@ def test_decode_of_0d_is_a_0d_array():
     lambda s: rel_error(s, 2.0), lambda s: nf.sqnr_db(s, 2.0),
     lambda s: scaling.scale_from_amax(s, FP8_E4M3), lambda s: anatomy.spacing(FP16, s),
     lambda s: qat.fake_quantize_float(s, FP8_E4M3), lambda s: qat.round_nearest_even(s),
+    lambda s: qat.round_stochastic(s, rng=0), lambda s: qat.calibrate_minmax(s, 8),
+    lambda s: qat.fake_quantize(s, qat.calibrate_minmax(s, 8)),
+    lambda s: qat.fake_quantize_weight(s, "INT8"),
+    lambda s: scaling.quantize_with_scale(s, FP8_E4M3, 0.5),
+    lambda s: rounding.round_to_format(s, FP16, "half_away"),
+    lambda s: anatomy.neighbours(FP8_E4M3, s), lambda s: anatomy.bit_fields(FP8_E4M3, s),
+    lambda s: nt.encode(s, FP8_E4M3), lambda s: nt.tensor_scaled(s, FP8_E4M3),
+    lambda s: nt.quantize_affine(s, 0.5), lambda s: nt.dequantize_affine(s, 0.5),
+    lambda s: nt.rel_error(s, 2.0), lambda s: nt.block_quantize(s, FP8_E4M3, 1, "exact"),
+    lambda s: FP8_E4M3.decode(int(s)), lambda s: nt.decode(int(s), FP8_E4M3),
 ])
 def test_array_like_functions_accept_scalars(call, scalar):
     call(scalar)
@@ -543,6 +554,9 @@ def test_numpy_block_quantized_in_torch_gemm():
     q = mx_quantize(np.ones((2, 32)), FP4_E2M1)
     with pytest.raises(TypeError, match="numfmt.torch BlockQuantized"):
         gemm.block_scaled_mm(q, q)
+    from numfmt.packing import pack_block_fp4
+    with pytest.raises(TypeError, match="numfmt.torch.blocks.BlockQuantized"):
+        pack_block_fp4(nt.nvfp4_quantize(np.ones(16)), "nvfp4")
 
 
 # ============================================================ kind 11: messages name the argument
