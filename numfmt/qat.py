@@ -542,7 +542,8 @@ def adam_update(param, grad, m, v, t: int, lr: float, beta1: float = 0.9, beta2:
         If an array is not real-valued or a hyper-parameter is not a real number.
     ValueError
         If shapes differ, an array is not finite, ``v`` has a negative entry (a second moment
-        is a mean of squares), ``t < 1``, or a hyper-parameter is out of range or not finite.
+        is a mean of squares), ``t < 1``, a hyper-parameter is out of range or not finite, or
+        the update overflows float64.
 
     References
     ----------
@@ -565,12 +566,18 @@ def adam_update(param, grad, m, v, t: int, lr: float, beta1: float = 0.9, beta2:
     # beta**t for t beyond 2**1000 is 0 to float64 precision (beta <= 1 - 2**-53); Python's
     # float ** int would raise OverflowError converting such a t to float.
     t = min(int(t), 2**1000)
-    m = beta1 * m + (1 - beta1) * grad
-    v = beta2 * v + (1 - beta2) * grad * grad
-    m_hat = m / (1 - beta1**t)
-    v_hat = v / (1 - beta2**t)
-    param = param - lr * weight_decay * param
-    param = param - lr * m_hat / (np.sqrt(v_hat) + eps)
+    try:
+        with np.errstate(over="raise"):  # an update beyond float64 would be +-Inf
+            m = beta1 * m + (1 - beta1) * grad
+            v = beta2 * v + (1 - beta2) * grad * grad
+            m_hat = m / (1 - beta1**t)
+            v_hat = v / (1 - beta2**t)
+            param = param - lr * weight_decay * param
+            param = param - lr * m_hat / (np.sqrt(v_hat) + eps)
+    except FloatingPointError:
+        raise ValueError(f"the Adam update overflows float64 (lr={lr!r}, "
+                         f"weight_decay={weight_decay!r}, max |grad| = "
+                         f"{float(np.abs(grad).max()):.6g}): lower lr") from None
     return param, m, v
 
 

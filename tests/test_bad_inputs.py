@@ -387,6 +387,28 @@ def test_adam_huge_step_number():
     assert p[0] == pytest.approx(1 - 0.1 * 0.05 / (np.sqrt(0.00025) + 1e-8), rel=1e-15)
 
 
+@PROPS
+@given(st.floats(-1e6, 1e6), st.floats(-1e6, 1e6), st.floats(-1e6, 1e6), st.floats(-1e12, 1e12),
+       st.integers(1, 10**30), st.floats(0, 1e300), st.floats(0, 1))
+def test_adam_update_is_finite_or_refused(p, g, m, v, t, lr, beta1):
+    """Any finite state and hyper-parameters: a finite update, or a ValueError (never NaN)."""
+    try:
+        out = qat.adam_update(np.array([p]), np.array([g]), np.array([m]), np.array([v]), t,
+                              lr, beta1)
+    except ValueError as e:
+        assert v < 0 or lr == 0 or beta1 == 1 or "overflows" in str(e)
+    else:
+        assert all(np.isfinite(a).all() for a in out)
+
+
+def test_adam_overflowing_update_refused():
+    # m_hat = 1e6, v_hat = 1e12 -> step 1e300 * 1e6 / 1e6 = 1e300 fine; with v = 0 the
+    # step is 1e300 * 1e6 / 1e-8 = 1e314: beyond float64
+    with pytest.raises(ValueError, match="overflows"):
+        qat.adam_update(np.array([0.0]), np.array([0.0]), np.array([1e7]), np.zeros(1), 1,
+                        1e300, beta1=0.9)
+
+
 def test_qatadam_master_beyond_fp32():
     with pytest.raises(ValueError, match="FP32 master"):
         qat.QATAdam(np.array([1e308, 1.0]), lambda w: qat.fake_quantize_weight(w, "INT8"))

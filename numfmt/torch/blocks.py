@@ -68,8 +68,14 @@ def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0",
     TypeError
         If ``x`` is not real-valued, ``elem`` is not a signed FloatFormat, ``block`` not an int.
     ValueError
-        If ``x`` is empty or non-finite, ``block`` does not divide K, or ``scale_format`` is
-        unknown.
+        If ``x`` is empty or non-finite, ``block`` does not divide K, ``scale_format`` is
+        unknown, ``x`` is a meta tensor, or ``device`` is CUDA without CUDA.
+
+    Notes
+    -----
+    A tensor that requires grad is accepted (no warning); the rounding is a step function,
+    so the gradient of ``values`` with respect to ``x`` is exactly 0 almost everywhere for
+    MX and NVFP4 alike (not a straight-through estimator: see :mod:`numfmt.qat_torch`).
     """
     shape = _shape_of(x)
     x = as_calibration_tensor(x, device=device)
