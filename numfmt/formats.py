@@ -81,7 +81,8 @@ class FloatFormat:
         if self.specials not in _SPECIALS:
             raise ValueError(f"specials must be one of {_SPECIALS}, got {self.specials!r}")
         if not (1 <= self.exp_bits <= 11 and 0 <= self.man_bits <= 52):
-            raise ValueError("exp_bits must be in [1, 11] and man_bits in [0, 52]")
+            raise ValueError("exp_bits must be in [1, 11] and man_bits in [0, 52], got "
+                             f"exp_bits={self.exp_bits}, man_bits={self.man_bits}")
         if self.bits > 32:
             # Codes are stored in at most uint32, and rounding works on float64 bit patterns.
             raise ValueError(f"{self.name} has {self.bits} bits; formats have at most 32 bits")

@@ -152,8 +152,9 @@ def quantize_affine(x, scale, zero_point=0, qmin: int = -127, qmax: int = 127) -
 
 def _check_scale(scale) -> np.ndarray:
     scale = as_real_array(scale, "scale")
-    if not (np.isfinite(scale).all() and (scale > 0).all()):
-        raise ValueError("scale must be positive and finite")
+    bad = ~(np.isfinite(scale) & (scale > 0))
+    if bad.any():
+        raise ValueError(f"scale must be positive and finite, got {float(scale[bad].ravel()[0])!r}")
     return scale
 
 

@@ -34,7 +34,8 @@ from numfmt._validate import (as_calibration_array, as_integer_array, as_real_ar
                               check_code_range, check_real_scalar)
 from numfmt.blocks import block_quantize
 from numfmt.formats import FP4_E2M1, FP8_E4M3, FP8_E5M2, FloatFormat
-from numfmt.intquant import _affine_scale, dequantize_affine, int_range, quantize_affine
+from numfmt.intquant import (_affine_scale, _check_scale, dequantize_affine, int_range,
+                             quantize_affine)
 
 ROUNDINGS = ("nearest", "stochastic")
 
@@ -166,9 +167,9 @@ def qparams_from_range(lo, hi, bits: int, symmetric: bool = True) -> QParams:
     qmin, qmax = int_range(bits, symmetric)
     lo, hi = np.broadcast_arrays(as_real_array(lo, "lo"), as_real_array(hi, "hi"))
     if not (np.isfinite(lo).all() and np.isfinite(hi).all()):
-        raise ValueError("calibration range must be finite")
+        raise ValueError(f"calibration range must be finite, got lo={lo!r}, hi={hi!r}")
     if (lo > hi).any():
-        raise ValueError("calibration range has lo > hi")
+        raise ValueError(f"calibration range has lo > hi, got lo={lo!r}, hi={hi!r}")
     if symmetric:
         scale = np.maximum(np.abs(lo), np.abs(hi)) / qmax
         zero_point = np.zeros(scale.shape, dtype=np.int64)
@@ -318,10 +319,9 @@ def fake_quantize(x, qparams: QParams, rounding: str = "nearest", rng=None) -> F
     x = as_real_array(x)
     if np.isnan(x).any():
         raise ValueError("x contains NaN: it has no place on the grid")
-    if not (np.isfinite(qp.scale).all() and (np.asarray(qp.scale) > 0).all()):
-        raise ValueError("scale must be positive and finite")
+    scale = _check_scale(qp.scale)
     with np.errstate(invalid="ignore", over="ignore"):  # a quotient past float64 is inf
-        t = _round_int(x / qp.scale, rounding, rng)
+        t = _round_int(x / scale, rounding, rng)
     # Clamping to a range one code wider keeps "was it saturated?" visible in the codes.
     wide = quantize_affine(t, 1.0, qp.zero_point, qp.qmin - 1, qp.qmax + 1)
     mask = (wide >= qp.qmin) & (wide <= qp.qmax)
@@ -373,9 +373,7 @@ def fake_quantize_float(x, fmt: FloatFormat, scale=1.0, rounding: str = "nearest
         raise TypeError(f"fmt must be a signed FloatFormat such as FP8_E4M3, got {fmt!r}")
     _check_rounding(rounding)
     x = as_real_array(x)
-    scale = as_real_array(scale, "scale")
-    if not (np.isfinite(scale).all() and (scale > 0).all()):
-        raise ValueError("scale must be positive and finite")
+    scale = _check_scale(scale)
     if np.isnan(x).any():
         raise ValueError("x contains NaN: it has no place on the grid")
     with np.errstate(over="ignore"):  # a quotient past float64 is inf and saturates

@@ -102,7 +102,8 @@ def _check_levels(levels):
     lv = as_float_array(levels, "levels")
     check_ndim(lv, 1, "levels")
     if not 2 <= lv.size <= 16 or np.any(np.diff(lv) <= 0) or lv[0] < -1 or lv[-1] > 1:
-        raise ValueError("levels must be 2 to 16 strictly increasing values in [-1, 1]")
+        raise ValueError("levels must be 2 to 16 strictly increasing values in [-1, 1], got "
+                         f"{lv.tolist()!r}")
     return lv
 
 
@@ -278,7 +279,8 @@ def double_quantize(scales, block=256, center=True, signed=True):
     c = as_float_array(scales, "scales")
     check_ndim(c, 1, "scales")
     if c.size == 0 or np.any(c < 0):
-        raise ValueError("scales must be a non-empty array of non-negative values")
+        raise ValueError("scales must be a non-empty array of non-negative values, got "
+                         + ("an empty array" if c.size == 0 else f"{float(c[c < 0][0])!r}"))
     block = _check_block(block)
     if center and not signed:
         raise ValueError("centered scales take both signs: center=True needs signed=True")

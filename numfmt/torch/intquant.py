@@ -72,8 +72,9 @@ def quantize_affine(x, scale, zero_point=0, qmin: int = -127, qmax: int = 127,
 
 def _check_scale(scale, device) -> torch.Tensor:
     scale = as_real_tensor(scale, "scale", device=device)
-    if not bool((torch.isfinite(scale) & (scale > 0)).all()):
-        raise ValueError("scale must be positive and finite")
+    bad = ~(torch.isfinite(scale) & (scale > 0))
+    if bool(bad.any()):
+        raise ValueError(f"scale must be positive and finite, got {float(scale[bad].reshape(-1)[0])!r}")
     return scale
 
 
