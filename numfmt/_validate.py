@@ -89,11 +89,28 @@ def _check_exact_float64(arr: np.ndarray, name: str) -> None:
                              "if that is what you mean")
 
 
+def _tensor_as_numpy(t, name: str) -> np.ndarray:
+    """A torch tensor as numpy, exactly: detached, on the CPU, bfloat16/float8 widened to float32.
+
+    numfmt's numpy functions have no gradient, so a grad-requiring tensor is read through
+    ``detach()``. numpy has no bfloat16 or float8 dtype; both widen to float32 exactly.
+    """
+    t = t.detach()
+    if t.is_meta:
+        raise ValueError(f"{name} is a meta tensor: it has a shape but no values")
+    dtype = str(t.dtype)
+    if t.is_complex() or dtype == "torch.bool" or "float4" in dtype:
+        raise TypeError(f"{name} must hold real numbers (int or float), got dtype {t.dtype}")
+    if dtype == "torch.bfloat16" or "float8" in dtype:
+        t = t.float()
+    return t.cpu().numpy()
+
+
 def as_real_array(x, name: str = "x") -> np.ndarray:
     """Return ``x`` as a float64 ndarray, refusing what is not a real number.
 
-    A tensor that requires grad is read through ``detach()`` (numfmt's numpy functions have
-    no gradient).
+    A torch tensor is read exactly: through ``detach()`` (numfmt's numpy functions have no
+    gradient), from any device, bfloat16 and float8 widened to float32.
 
     Raises
     ------
@@ -102,10 +119,10 @@ def as_real_array(x, name: str = "x") -> np.ndarray:
         array, or is a list mixing booleans with numbers.
     ValueError
         If ``x`` holds an integer beyond 2**53 or a long double that float64 cannot hold
-        exactly (converting would round twice).
+        exactly (converting would round twice), or is a meta tensor (no values).
     """
-    if getattr(x, "requires_grad", False) and hasattr(x, "detach"):
-        x = x.detach()
+    if type(x).__module__.split(".")[0] == "torch" and hasattr(x, "detach"):
+        x = _tensor_as_numpy(x, name)
     if isinstance(x, np.ma.MaskedArray):
         _refuse_array(x, np.asarray(x), name)
     arr = np.asarray(x)

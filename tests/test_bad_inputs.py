@@ -655,3 +655,22 @@ def test_review_warning_cases_now_warn_nothing():
             nt.dequantize_affine(np.array([1e308]), 10.0)
         with pytest.raises(ValueError):
             quantize_int(np.array([1.0, 2.0]), 2, clip=1e-323)
+
+
+# ------------------------------------------------- kind 10, the other way: tensors in numpy's API
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float8_e4m3fn,
+                                   torch.float8_e5m2, torch.int16, torch.float64])
+def test_numpy_api_reads_torch_tensors_exactly(dtype):
+    t = torch.tensor([1.5, -3.0, 40.0, 0.0]).to(dtype)
+    ref = t.to(torch.float64).numpy()   # torch's own exact widening is the reference
+    assert np.array_equal(FP16.round(t), ref)   # every value above is an FP16 value
+    assert np.array_equal(quantize_int(t, 16).values, quantize_int(ref, 16).values)
+
+
+def test_numpy_api_refuses_meta_and_packed_tensors():
+    with pytest.raises(ValueError, match="meta tensor"):
+        FP8_E4M3.round(torch.empty(3, device="meta"))
+    with pytest.raises(TypeError, match="float4_e2m1fn_x2"):
+        FP8_E4M3.round(torch.zeros(4, dtype=torch.uint8).view(torch.float4_e2m1fn_x2))
+    with pytest.raises(TypeError, match="torch.bool"):
+        quantize_int(torch.tensor([True, False]), 8)
