@@ -657,13 +657,18 @@ class QATAdam:
         grad = as_real_array(grad, "grad")
         if grad.shape != self.master.shape:
             raise ValueError(f"grad has shape {grad.shape}, the master {self.master.shape}")
-        self.t += 1
+        # Everything is computed and checked before any state changes: a refused gradient
+        # (NaN, an overflowing update, a quantizer that raises) leaves the optimizer as it was.
         b1, b2 = self.betas
-        p, self.m, self.v = adam_update(self.master, grad, self.m, self.v, self.t, self.lr, b1,
-                                        b2, self.eps, self.weight_decay)
+        p, m, v = adam_update(self.master, grad, self.m, self.v, self.t + 1, self.lr, b1,
+                              b2, self.eps, self.weight_decay)
         _check_fits_float32(p, "the updated master")
-        self.master = p.astype(np.float32)
-        self._requantize()
+        master = p.astype(np.float32)
+        fq = self.quantize(master.astype(np.float64))
+        if not isinstance(fq, FakeQuantized):
+            raise TypeError(f"quantize must return a FakeQuantized, got {type(fq).__name__}")
+        self.master, self.m, self.v, self.t = master, m, v, self.t + 1
+        self.view, self.mask = fq.values, fq.mask
 
 
 def _check_fits_float32(w: np.ndarray, name: str) -> None:

@@ -582,6 +582,11 @@ def test_numpy_block_quantized_in_torch_gemm():
 
 
 # ============================================================ kind 11: messages name the argument
+def test_torch_generator_message_names_generator():
+    with pytest.raises(TypeError, match="generator must be a torch.Generator"):
+        nt.round(np.ones(3), FP8_E4M3, mode="stochastic", generator=np.random.default_rng(0))
+
+
 @pytest.mark.parametrize("rng", [1.5, torch.Generator(), "seed", -1])
 def test_rng_message_names_rng(rng):
     with pytest.raises((TypeError, ValueError), match="rng must be"):
@@ -625,6 +630,32 @@ def test_activation_fake_quant_keeps_its_range_on_a_refused_batch():
     with pytest.raises(ValueError):
         afq(torch.tensor([1.0, float("nan")]))
     assert (afq.lo.item(), afq.hi.item()) == (1.0, 3.0)
+
+
+@pytest.mark.parametrize("grad", [np.array([np.nan, 0.0]), np.array([1e300, 0.0]), np.ones(3)])
+def test_qatadam_keeps_its_state_on_a_refused_step(grad):
+    opt = qat.QATAdam(np.array([1.0, -1.0]), lambda w: qat.fake_quantize_weight(w, "INT8"),
+                      lr=1e300 if grad[0] == 1e300 else 1e-3)
+    before = (opt.master.copy(), opt.m.copy(), opt.v.copy(), opt.t, opt.view.copy())
+    with pytest.raises(ValueError):
+        opt.step(grad)
+    after = (opt.master, opt.m, opt.v, opt.t, opt.view)
+    assert all(np.array_equal(a, b) for a, b in zip(before, after))
+
+
+def test_qatadam_keeps_its_state_when_the_quantizer_raises():
+    calls = []
+
+    def quantize(w):
+        calls.append(1)
+        if len(calls) > 1:
+            raise RuntimeError("quantizer broke")
+        return qat.fake_quantize_weight(w, "INT8")
+
+    opt = qat.QATAdam(np.array([1.0, -1.0]), quantize)
+    with pytest.raises(RuntimeError):
+        opt.step(np.ones(2))
+    assert opt.t == 0 and opt.master.tolist() == [1.0, -1.0] and not opt.m.any()
 
 
 def test_fake_quantize_int_refuses_huge_code_range():

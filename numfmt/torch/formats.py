@@ -104,6 +104,10 @@ def round(x, fmt: FloatFormat, saturate: bool = True, mode: str = "nearest",  # 
 
 
 def _draws(u, a: torch.Tensor, generator) -> torch.Tensor:
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {generator!r} "
+                        "(a numpy Generator draws for numfmt's FloatFormat.round; pass u= "
+                        "to use its draws here)")
     if u is None:
         return torch.rand(a.shape, dtype=F64, device=a.device, generator=generator)
     u = as_real_tensor(u, "u", device=a.device).reshape(-1)
