@@ -218,7 +218,8 @@ def quantize_int(x, bits: int, symmetric: bool = True, granularity: str = "tenso
         ``x.shape[:-1] + (1,)`` for "channel" (both broadcast against ``x``), and
         ``x.shape[:-1] + (K // group, 1)`` for "group" (broadcasts against ``x`` reshaped to
         ``x.shape[:-1] + (K // group, group)``). An all-zero tensor, row or group gets scale
-        1.0 and codes 0, so it dequantizes to zeros. A 0-d ``x`` is treated as shape (1,).
+        1.0 and codes 0, so it dequantizes to zeros. A 0-d ``x`` gives 0-d ``values`` and
+        ``codes``, and ``scale`` and ``zero_point`` of shape (1,).
 
     Raises
     ------
@@ -235,6 +236,7 @@ def quantize_int(x, bits: int, symmetric: bool = True, granularity: str = "tenso
     The integer-only matmul ``y = A @ W.T`` with asymmetric activations and per-row symmetric
     weights: ``y = s_a * s_w.T * (qa @ qw.T - z_a * qw.sum(axis=1))``.
     """
+    shape = np.shape(x)
     x = as_calibration_array(x)
     qmin, qmax = int_range(bits, symmetric)
     clip = check_clip(clip)
@@ -276,4 +278,4 @@ def quantize_int(x, bits: int, symmetric: bool = True, granularity: str = "tenso
     if not symmetric:
         q -= zero_point
     q *= scale
-    return IntQuantized(q.reshape(x.shape), codes.reshape(x.shape), scale, zero_point)
+    return IntQuantized(q.reshape(shape), codes.reshape(shape), scale, zero_point)

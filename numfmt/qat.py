@@ -461,6 +461,12 @@ def fake_quantize_weight(w, fmt: str, axis: int | None = None, rounding: str = "
     """
     if not isinstance(fmt, str):
         raise TypeError(f"fmt must be a format name, one of {WEIGHT_FORMATS}, got {fmt!r}")
+    fq = _fake_quantize_weight(w, fmt, axis, rounding, rng)
+    shape = np.shape(w)  # the calibration views a 0-d w as shape (1,): give its shape back
+    return FakeQuantized(fq.values.reshape(shape), fq.mask.reshape(shape))
+
+
+def _fake_quantize_weight(w, fmt: str, axis, rounding: str, rng) -> FakeQuantized:
     if fmt in _INT_BITS:
         qp = calibrate_absmax(w, _INT_BITS[fmt], axis=axis)
         return fake_quantize(w, qp, rounding, rng)

@@ -292,6 +292,36 @@ def test_tensor_scaled_never_overflows_or_clips_silently(k, elem):
         assert np.array_equal(r.values, nt.tensor_scaled(x, elem).values.numpy())
 
 
+@PROPS
+@given(st.integers(-1074, 1023), st.sampled_from([2, 4, 8, 16]), st.booleans(),
+       st.sampled_from([1.0, 0.5, 1e-3, 1e-300, 1e-323]),
+       st.lists(st.floats(-1, 1), min_size=1, max_size=12))
+def test_quantize_int_at_every_magnitude_is_right_or_refused(k, bits, symmetric, clip, base):
+    """x = base * 2**k for every binade of float64: finite values on the grid, codes in range,
+    error at most half a step inside the clip range, numpy == torch; or one clear ValueError
+    from both."""
+    with np.errstate(over="ignore"):
+        x = np.ldexp(np.array(base), k)
+    assume(np.isfinite(x).all())
+    try:
+        q = quantize_int(x, bits, symmetric, clip=clip)
+    except ValueError as e:
+        assert "smallest normal" in str(e) or "beyond float64" in str(e)
+        with pytest.raises(ValueError):
+            nt.quantize_int(x, bits, symmetric, clip=clip)
+        return
+    qmin, qmax = int_range(bits, symmetric)
+    assert np.isfinite(q.values).all() and np.isfinite(q.scale).all()
+    assert ((q.codes >= qmin) & (q.codes <= qmax)).all()
+    assert np.array_equal(q.values, (q.codes - q.zero_point) * q.scale)
+    if clip == 1.0:
+        # every x lies inside the calibrated range: nearest code, within half a step (plus
+        # the rounding of x / scale, one float64 ulp of the quotient)
+        assert (np.abs(q.values - x) <= q.scale * (0.5 + 2**-40)).all()
+    t = nt.quantize_int(x, bits, symmetric, clip=clip)
+    assert np.array_equal(q.values, t.values.numpy()) and np.array_equal(q.codes, t.codes.numpy())
+
+
 # ============================================================ kind 4: int64 code wrap
 def test_quantize_affine_huge_code_range_refused():
     for f in (quantize_affine, nt.quantize_affine):
@@ -486,6 +516,43 @@ def test_subnormal_exact_block_scales_report_no_hidden_clipping(ks):
 def test_block_results_keep_a_0d_shape(call):
     r = call()
     assert tuple(r.values.shape) == () and tuple(r.elements.shape) == ()
+
+
+SHAPE_CALLS = [
+    ("round", lambda x: FP8_E4M3.round(x), lambda x: nt.round(x, FP8_E4M3)),
+    ("encode", lambda x: FP8_E4M3.encode(x), lambda x: nt.encode(x, FP8_E4M3)),
+    ("decode", lambda x: FP8_E4M3.decode(FP8_E4M3.encode(x)),
+     lambda x: nt.decode(FP8_E4M3.encode(x), FP8_E4M3)),
+    ("quantize_int", lambda x: quantize_int(x, 8).values, lambda x: nt.quantize_int(x, 8).values),
+    ("codes", lambda x: quantize_int(x, 8).codes, lambda x: nt.quantize_int(x, 8).codes),
+    ("quantize_affine", lambda x: quantize_affine(x, 0.5), lambda x: nt.quantize_affine(x, 0.5)),
+    ("dequantize_affine", lambda x: dequantize_affine(x, 0.5),
+     lambda x: nt.dequantize_affine(x, 0.5)),
+    ("tensor_scaled", lambda x: tensor_scaled(x, FP8_E4M3).values,
+     lambda x: nt.tensor_scaled(x, FP8_E4M3).values),
+    ("mx", lambda x: mx_quantize(x, FP8_E4M3, 1).values,
+     lambda x: nt.mx_quantize(x, FP8_E4M3, 1).values),
+    ("elements", lambda x: mx_quantize(x, FP8_E4M3, 1).elements,
+     lambda x: nt.mx_quantize(x, FP8_E4M3, 1).elements),
+    ("fake_block", lambda x: qat.fake_quantize_block(x, FP4_E2M1, 1).mask, None),
+    ("fake_float", lambda x: qat.fake_quantize_float(x, FP8_E4M3).mask, None),
+    ("fake_weight", lambda x: qat.fake_quantize_weight(x, "INT8").values, None),
+]
+
+
+@PROPS
+@given(st.sampled_from([(), (1,), (3,), (2, 4), (1, 1, 2)]), st.data())
+def test_elementwise_results_keep_the_input_shape(shape, data):
+    """Every elementwise result has the shape of its input, 0-d included, numpy and torch."""
+    x = np.asarray(data.draw(st.lists(st.sampled_from([0.0, 0.3, -1.7, 2.5, 100.0, -448.0]),
+                                      min_size=int(np.prod(shape)),
+                                      max_size=int(np.prod(shape)))), dtype=np.float64)
+    x = x.reshape(shape)
+    assume(np.abs(x).max() > 0 if x.size else True)
+    for name, f, g in SHAPE_CALLS:
+        assert np.shape(f(x)) == shape, name
+        if g is not None:
+            assert tuple(g(x).shape) == shape, name
 
 
 def test_fake_quantize_block_0d_shapes_agree():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from numfmt._validate import as_integer_array, check_clip, check_code_range
@@ -131,6 +132,7 @@ def quantize_int(x, bits: int, symmetric: bool = True, granularity: str = "tenso
     TypeError, ValueError
         As :func:`numfmt.quantize_int`.
     """
+    shape = tuple(x.shape) if isinstance(x, torch.Tensor) else np.shape(x)
     x = as_calibration_tensor(x, device=device)
     qmin, qmax = int_range(bits, symmetric)
     clip = check_clip(clip)
@@ -172,4 +174,4 @@ def quantize_int(x, bits: int, symmetric: bool = True, granularity: str = "tenso
     if not symmetric:
         q = q - zero_point
     q = q * scale
-    return IntQuantized(q.reshape(x.shape), codes.reshape(x.shape), scale, zero_point)
+    return IntQuantized(q.reshape(shape), codes.reshape(shape), scale, zero_point)
