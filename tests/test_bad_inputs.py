@@ -356,6 +356,9 @@ FLAG_CALLS = [
     ("double_quant", lambda v: qlora_quantize(np.ones(64), double_quant=v)),
     ("center", lambda v: double_quantize(np.ones(4), center=v)),
     ("signed", lambda v: double_quantize(np.ones(4), signed=v)),
+    ("emulate", lambda v: gemm.scaled_mm(
+        torch.ones(16, 16).to(torch.float8_e4m3fn), torch.ones(16, 16).to(torch.float8_e4m3fn).t(),
+        torch.tensor(1.0), torch.tensor(1.0), emulate=v)),
 ]
 
 
@@ -363,6 +366,8 @@ FLAG_CALLS = [
 @pytest.mark.parametrize("name, call", FLAG_CALLS, ids=[f"{n}-{i}" for i, (n, _) in
                                                         enumerate(FLAG_CALLS)])
 def test_every_flag_refuses_what_is_not_a_bool(name, call, bad):
+    if name == "emulate" and bad is None:
+        return  # scaled_mm's emulate=None documents "choose by hardware"
     with pytest.raises(TypeError, match=f"{name} must be True or False"):
         call(bad)
 

@@ -21,7 +21,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 import torch
 
-from numfmt._validate import check_fits_storage
+from numfmt._validate import check_bool, check_fits_storage
 from numfmt.formats import FP8_E4M3, FP8_E5M2, FloatFormat
 from numfmt.torch._core import default_device
 from numfmt.torch.blocks import BlockQuantized
@@ -316,6 +316,8 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
         per-row scales are not contiguous, or ``out_dtype`` is not one of the three above.
     """
     _check_scaled_mm(a, b, scale_a, scale_b, out_dtype)
+    if emulate is not None:
+        check_bool(emulate, "emulate")
     if emulate is None:
         emulate = not fp8_kernel_available(a.device)
     if not emulate:
