@@ -152,7 +152,8 @@ def as_calibration_array(x, name: str = "x") -> np.ndarray:
     if not np.isfinite(arr).all():
         bad = np.flatnonzero(~np.isfinite(arr.ravel()))[0]
         raise ValueError(
-            f"{name} contains a non-finite value ({arr.ravel()[bad]!r} at flat index {bad}); "
+            f"{name} contains a non-finite value ({float(arr.ravel()[bad])!r} at flat index "
+            f"{bad}); "
             "a scale calibrated on NaN or Inf would be meaningless"
         )
     return arr

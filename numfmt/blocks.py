@@ -40,7 +40,7 @@ def fp32_tensor_scale(t_amax: float, elem: FloatFormat) -> float:
 
 
 def exact_scales(amax: np.ndarray, max_value: float) -> np.ndarray:
-    """Exact scales ``amax / max_value`` (float64), moved one ulp where rounding would misplace them.
+    """Exact scales ``amax / max_value`` (float64), one ulp moved where rounding misplaces them.
 
     Rounding the quotient up near float64's max puts ``max_value * s`` past it (the top
     element would dequantize to Inf): take the float below. A float64-subnormal quotient can

@@ -467,6 +467,7 @@ def fake_quantize_weight(w, fmt: str, axis: int | None = None, rounding: str = "
 
 
 def _fake_quantize_weight(w, fmt: str, axis, rounding: str, rng) -> FakeQuantized:
+    w = as_calibration_array(w, "w")  # the calibration's own messages would say "x"
     if fmt in _INT_BITS:
         qp = calibrate_absmax(w, _INT_BITS[fmt], axis=axis)
         return fake_quantize(w, qp, rounding, rng)

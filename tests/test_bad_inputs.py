@@ -678,6 +678,21 @@ def test_messages_name_the_argument():
         scaling.scale_from_amax(1.0, FP8_E4M3, margin=2**40)
 
 
+@pytest.mark.parametrize("call, name", [
+    (lambda: qat.fake_quantize_weight(np.array([1.0, np.nan]), "INT8"), "w"),
+    (lambda: qat.fake_quantize_weight(np.array([1.0, np.inf] * 16), "MXFP4"), "w"),
+    (lambda: gemm.int8_linear(np.ones((16, 16)), np.full((16, 16), np.inf)), "w"),
+    (lambda: gemm.block_scaled_linear(np.ones((2, 32)), np.full((2, 32), np.nan),
+                                      nt.mx_quantize), "w"),
+    (lambda: gemm.fp8_linear(np.ones((16, 16)), np.full((16, 16), np.nan)), "w"),
+    (lambda: qat.QATAdam(np.array([np.nan]), lambda w: qat.fake_quantize_weight(w, "INT8")),
+     "master"),
+])
+def test_non_finite_message_names_the_callers_argument(call, name):
+    with pytest.raises(ValueError, match=rf"^{name} contains a non-finite value \((nan|inf)"):
+        call()
+
+
 def test_library_output_accepted_by_the_library():
     s = scaling.scale_from_amax(2.0, FP8_E4M3)   # 0-d ndarray, 2 / 448
     r = scaling.quantize_with_scale(np.array([1.0, 2.0]), FP8_E4M3, s)

@@ -23,7 +23,7 @@ import torch
 
 from numfmt._validate import check_bool, check_fits_storage
 from numfmt.formats import FP8_E4M3, FP8_E5M2, FloatFormat
-from numfmt.torch._core import default_device
+from numfmt.torch._core import as_calibration_tensor, default_device
 from numfmt.torch.blocks import BlockQuantized
 from numfmt.torch.formats import round as round_to
 from numfmt.torch.intquant import quantize_int
@@ -159,6 +159,8 @@ def int8_linear(x, w, device=None) -> Int8Linear:
     ValueError
         If x or w is not 2-D, K differs, or an input is empty or non-finite.
     """
+    x = as_calibration_tensor(x, "x", device=device)  # under their own names (see above)
+    w = as_calibration_tensor(w, "w", device=x.device)
     qx = quantize_int(x, 8, symmetric=False, device=device)
     qw = quantize_int(w, 8, symmetric=True, granularity="channel", device=qx.codes.device)
     if qx.codes.ndim != 2 or qw.codes.ndim != 2 or qx.codes.shape[1] != qw.codes.shape[1]:
@@ -403,6 +405,9 @@ def block_scaled_linear(x, w, quantize: Callable[..., BlockQuantized], device=No
     """Quantize ``x`` (M, K) and ``w`` (N, K) with ``quantize`` and return
     ``(block_scaled_mm(qx, qw), qx, qw)``; ``quantize`` is e.g. ``numfmt.torch.nvfp4_quantize``.
     """
+    # Checked under their own names first: quantize's messages would call both "x".
+    x = as_calibration_tensor(x, "x", device=device)
+    w = as_calibration_tensor(w, "w", device=x.device)
     qx = quantize(x, device=device)
     qw = quantize(w, device=qx.values.device)
     return block_scaled_mm(qx, qw), qx, qw

@@ -75,7 +75,8 @@ def _check_scale(scale, device) -> torch.Tensor:
     scale = as_real_tensor(scale, "scale", device=device)
     bad = ~(torch.isfinite(scale) & (scale > 0))
     if bool(bad.any()):
-        raise ValueError(f"scale must be positive and finite, got {float(scale[bad].reshape(-1)[0])!r}")
+        raise ValueError("scale must be positive and finite, got "
+                         f"{float(scale[bad].reshape(-1)[0])!r}")
     return scale
 
 
