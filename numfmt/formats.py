@@ -345,7 +345,8 @@ class FloatFormat:
         TypeError
             If ``codes`` is not an integer array.
         ValueError
-            If a code is negative or does not fit in ``bits`` bits.
+            If a code is negative or does not fit in ``bits`` bits (the message names it),
+            including Python ints beyond int64.
         """
         codes = np.asarray(codes)
         if codes.dtype == np.bool_ or codes.dtype.kind not in "iu":
@@ -408,9 +409,12 @@ class FloatFormat:
 
 
 def _as_generator(rng) -> np.random.Generator:
-    """``rng`` as a Generator: a Generator itself, an int seed, or None (fresh entropy)."""
+    """``rng`` as a Generator: a Generator, an int seed, a SeedSequence or BitGenerator (what
+    ``numpy.random.default_rng`` takes), or None (fresh entropy)."""
     if isinstance(rng, np.random.Generator):
         return rng
+    if isinstance(rng, (np.random.SeedSequence, np.random.BitGenerator)):
+        return np.random.default_rng(rng)
     if rng is None or (isinstance(rng, (int, np.integer)) and not isinstance(rng, bool)):
         if rng is not None and rng < 0:
             raise ValueError(f"rng must be a non-negative int seed, got {rng!r}")

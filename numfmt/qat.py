@@ -659,7 +659,9 @@ class QATAdam:
         """Update the master with one Adam step on ``grad`` (its shape), then re-derive the view.
 
         ``grad`` is the gradient with respect to the master: apply :func:`ste_backward` to a
-        gradient taken at the view first.
+        gradient taken at the view first. Raises as :func:`adam_update` (and ValueError if the
+        new master leaves FP32's range); a refused step, or a ``quantize`` that raises, leaves
+        the master, moments, step count and view unchanged.
         """
         grad = as_real_array(grad, "grad")
         if grad.shape != self.master.shape:

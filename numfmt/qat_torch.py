@@ -149,11 +149,12 @@ class ActivationFakeQuant(nn.Module):
     Raises
     ------
     TypeError
-        If ``momentum`` is not a real number.
+        If ``momentum`` is not a real number, or a batch is not a floating-point tensor.
     ValueError
         If ``momentum`` is out of range (``bits`` is checked by :func:`numfmt.int_range`), in
         eval mode before any range has been observed, or, in training mode, if a batch is
-        empty or holds NaN or Inf (the stored range is then left unchanged).
+        empty, a meta tensor, or holds NaN or Inf. Every batch is checked before the running
+        range takes it in: a refused batch leaves the stored range unchanged.
 
     References
     ----------
