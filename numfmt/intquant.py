@@ -183,7 +183,7 @@ def dequantize_affine(codes, scale, zero_point=0) -> np.ndarray:
     scale = _check_scale(scale)
     zero_point = as_integer_array(zero_point, "zero_point")
     try:
-        with np.errstate(over="raise"):
+        with np.errstate(over="raise", invalid="ignore"):  # NaN codes (signalling too) give NaN
             return (codes - zero_point) * scale
     except FloatingPointError:
         raise ValueError("(codes - zero_point) * scale lies beyond float64's range "

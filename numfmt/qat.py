@@ -32,8 +32,8 @@ import numpy as np
 
 from numfmt._validate import (as_calibration_array, as_integer_array, as_real_array,
                               check_code_range, check_real_scalar)
-from numfmt.blocks import block_quantize
-from numfmt.formats import FP4_E2M1, FP8_E4M3, FP8_E5M2, FloatFormat
+from numfmt.blocks import block_quantize, exact_scales
+from numfmt.formats import FP4_E2M1, FP8_E4M3, FP8_E5M2, FloatFormat, _as_generator
 from numfmt.intquant import (_affine_scale, _check_scale, dequantize_affine, int_range,
                              quantize_affine)
 
@@ -78,7 +78,8 @@ def round_nearest_even(x) -> np.ndarray:
     TypeError
         If ``x`` is not real-valued.
     """
-    return np.rint(as_real_array(x))
+    with np.errstate(invalid="ignore"):  # a signalling NaN raises 'invalid'; NaN stays NaN
+        return np.rint(as_real_array(x))
 
 
 def round_stochastic(x, rng=None) -> np.ndarray:
@@ -106,7 +107,7 @@ def round_stochastic(x, rng=None) -> np.ndarray:
     Gupta et al., "Deep Learning with Limited Numerical Precision", ICML 2015, section 3.
     """
     x = as_real_array(x)
-    rng = np.random.default_rng(rng)
+    rng = _as_generator(rng)
     finite = np.isfinite(x)
     safe = np.where(finite, x, 0.0)
     low = np.floor(safe)
@@ -476,7 +477,7 @@ def _fake_quantize_weight(w, fmt: str, axis, rounding: str, rng) -> FakeQuantize
         w = as_calibration_array(w, "w")
         xc, keep = _channel_view(w, axis)
         amax = np.abs(xc).max(axis=1).reshape(keep)
-        scale = np.where(amax > 0, amax / f.max_value, 1.0)
+        scale = np.where(amax > 0, exact_scales(amax, f.max_value), 1.0)  # no overflow at FMAX
         return fake_quantize_float(w, f, scale, rounding, rng)
     if fmt in ("MXFP8", "MXFP4", "NVFP4"):
         if axis is not None:

@@ -792,3 +792,86 @@ def test_numpy_api_refuses_meta_and_packed_tensors():
         FP8_E4M3.round(torch.zeros(4, dtype=torch.uint8).view(torch.float4_e2m1fn_x2))
     with pytest.raises(TypeError, match="torch.bool"):
         quantize_int(torch.tensor([True, False]), 8)
+
+
+# ------------------------------------------- no warning, no crash: every entry point, hostile pairs
+HOSTILE = [0.0, -0.0, 1.0, SUB, 1e-310, FMAX, -FMAX, 1e39, 1e-46, np.inf, np.nan, SNAN[0]]
+HOSTILE_X = [np.array([a, b] * 16) for a in HOSTILE for b in HOSTILE]
+
+
+def _entry_points():
+    fs = [nf.BF16, FP16, FP8_E4M3, FP8_E5M2, nf.FP6_E3M2, FP4_E2M1, E8M0]
+    out = []
+    for f in fs:
+        out += [(f"{f.name}.round", lambda x, f=f: f.round(x)),
+                (f"{f.name}.round_nonsat", lambda x, f=f: f.round(x, saturate=False)),
+                (f"{f.name}.stochastic", lambda x, f=f: f.round(x, mode="stochastic", rng=0)),
+                (f"{f.name}.encode", lambda x, f=f: f.encode(x)),
+                (f"nt.{f.name}.round", lambda x, f=f: nt.round(x, f))]
+    for e in (FP8_E4M3, FP4_E2M1):
+        out += [(f"mx_{e.name}", lambda x, e=e: mx_quantize(x, e)),
+                (f"exact_{e.name}", lambda x, e=e: block_quantize(x, e, 16, "exact")),
+                (f"tensor_scaled_{e.name}", lambda x, e=e: tensor_scaled(x, e)),
+                (f"fake_float_{e.name}", lambda x, e=e: qat.fake_quantize_float(x, e)),
+                (f"with_scale_{e.name}", lambda x, e=e: scaling.quantize_with_scale(x, e, 1.0))]
+    for bits, sym in itertools.product((2, 8), (True, False)):
+        out += [(f"quantize_int_{bits}_{sym}", lambda x, b=bits, s=sym: quantize_int(x, b, s)),
+                (f"nt.quantize_int_{bits}_{sym}",
+                 lambda x, b=bits, s=sym: nt.quantize_int(x, b, s, "group", 8))]
+    out += [
+        ("nvfp4", nvfp4_quantize), ("nt.nvfp4", nt.nvfp4_quantize),
+        ("quantize_affine", lambda x: quantize_affine(x, 1e-300)),
+        ("dequantize_affine", lambda x: dequantize_affine(x, 1e10)),
+        ("rel_error", lambda x: rel_error(x, x[::-1].copy())),
+        ("absmax", lambda x: absmax_dequantize(absmax_quantize(x, nf4_levels()))),
+        ("qlora", lambda x: qlora_quantize(x)),
+        ("gptq", lambda x: gptq_quantize(np.tile(x.reshape(8, 4), (1, 2)), group_size=8)),
+        ("marlin", lambda x: marlin_fp8_pack(np.tile(x, (64, 4)))),
+        ("fp8_quantize", lambda x: gemm.fp8_quantize(x.reshape(2, 16))),
+        ("weight_INT8", lambda x: qat.fake_quantize_weight(x, "INT8")),
+        ("weight_E4M3", lambda x: qat.fake_quantize_weight(x, "E4M3")),
+        ("weight_NVFP4", lambda x: qat.fake_quantize_weight(x, "NVFP4")),
+        ("percentile", lambda x: qat.calibrate_percentile(x, 8, 0.1)),
+        ("round_nearest_even", qat.round_nearest_even),
+        ("round_stochastic", lambda x: qat.round_stochastic(x, rng=0)),
+        ("adam", lambda x: qat.adam_update(x, x, x, np.abs(x), 3, 0.1)),
+        ("scale_from_amax", lambda x: scaling.scale_from_amax(np.abs(x), FP8_E4M3)),
+        ("half_away", lambda x: rounding.round_to_format(x, FP16, "half_away")),
+        ("toward_zero", lambda x: rounding.round_to_format(x, FP8_E4M3, "toward_zero")),
+        ("sum_kahan", lambda x: rounding.sum_in_format(x, FP16, "kahan")),
+        ("cumsum", lambda x: rounding.cumsum_in_format(x, nf.BF16)),
+        ("spacing", lambda x: anatomy.spacing(FP16, x)),
+        ("neighbours", lambda x: anatomy.neighbours(FP8_E4M3, x)),
+    ]
+    return out
+
+
+@pytest.mark.parametrize("name, call", _entry_points(), ids=[n for n, _ in _entry_points()])
+def test_hostile_pairs_give_a_value_or_a_clear_error_and_never_warn(name, call):
+    """144 hostile pairs (zeros, float64 subnormals, +-max, FP32's limits, Inf, NaN and a
+    signalling NaN): each call returns, or raises ValueError/TypeError; any numpy or torch
+    warning is an error here, as in the project's pytest filter for numfmt's own code."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for x in HOSTILE_X:
+            try:
+                call(x.copy())
+            except (ValueError, TypeError):
+                pass
+
+
+def test_signalling_nan_in_the_integer_helpers():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert np.isnan(qat.round_nearest_even(SNAN)[0])
+        assert np.isnan(dequantize_affine(SNAN, 2.0)[0])
+
+
+def test_weight_e4m3_at_fmax_is_finite():
+    v = qat.fake_quantize_weight(np.array([FMAX, 1.0]), "E4M3").values
+    assert _near_fmax(v[0])
+
+
+def test_round_stochastic_rng_message():
+    with pytest.raises(TypeError, match="rng must be"):
+        qat.round_stochastic(np.ones(3), rng=1.5)
