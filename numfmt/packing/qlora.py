@@ -268,7 +268,8 @@ def double_quantize(scales, block=256, center=True, signed=True):
         If ``scales`` is not a real array.
     ValueError
         If ``scales`` is not a non-empty 1-D array of finite non-negative values,
-        ``block`` is not a positive integer, or ``center`` is asked of an unsigned code.
+        ``block`` is not a positive integer, or ``center`` is asked of an unsigned code; or a
+        scale or a block's FP32 step does not fit FP32 (it would be Inf, or flush to 0).
 
     References
     ----------
@@ -284,6 +285,8 @@ def double_quantize(scales, block=256, center=True, signed=True):
     block = _check_block(block)
     if center and not signed:
         raise ValueError("centered scales take both signs: center=True needs signed=True")
+    check_fits_storage(c, np.float32, "the scale", "double quantization stores FP32 steps "
+                       "and offset: pass scales within FP32's range (absmax_quantize's are)")
     offset = np.float32(c.mean()) if center else np.float32(0.0)
     centered = c - np.float64(offset)
     n_blocks = -(-c.size // block)
@@ -291,7 +294,10 @@ def double_quantize(scales, block=256, center=True, signed=True):
     padded[:c.size] = centered
     blocks = padded.reshape(n_blocks, block)
     qmax = 127 if signed else 255
-    step = (np.abs(blocks).max(axis=1) / qmax).astype(np.float32)
+    ideal = np.abs(blocks).max(axis=1) / qmax
+    check_fits_storage(ideal, np.float32, "the FP32 step max|scale| / qmax =",
+                       "the scales are too small for FP32 steps")
+    step = ideal.astype(np.float32)
     safe = np.where(step > 0, step.astype(np.float64), 1.0)
     codes = np.clip(np.round(blocks / safe[:, None]), -qmax if signed else 0, qmax)
     dtype = np.int8 if signed else np.uint8
