@@ -112,6 +112,7 @@ def test_saturating_round_of_edge_patterns_is_ml_dtypes_of_the_clamped_value(fmt
 def test_float32_path_equals_the_float64_path_on_every_pattern(fmt, saturate):
     # float64 input takes the general path, itself checked against ml_dtypes in test_formats.
     x = edge_patterns(min(fmt.man_bits, 22), seed=2)
+    assert x.size > 1 << 16  # more than one chunk of round's and encode's loops
     assert np.array_equal(bits(fmt.round(x, saturate=saturate)),
                           bits(fmt.round(widen(x), saturate=saturate)))
     if fmt.has_nan:
