@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from numfmt._chunks import absmax_rows, rows_per_chunk
 from numfmt._validate import as_calibration_array, check_block
 from numfmt.formats import E8M0, FP4_E2M1, FP8_E4M3, FP32, FloatFormat
 
@@ -26,7 +27,6 @@ SCALE_BITS = {"e8m0": 8, "e4m3": 8, "exact": 32}
 # An exact scale maps the block maximum to max_value up to one float64 rounding of the
 # division (448.00000000000006): that is not clipping, so a few ulps are allowed.
 CLIP_TOLERANCE = 1 + 4 * np.finfo(np.float64).eps
-_CHUNK = 1 << 16  # elements per pass of block_quantize's loop (its temporaries stay in cache)
 
 
 def fp32_tensor_scale(t_amax: float, elem: FloatFormat) -> float:
@@ -102,7 +102,7 @@ def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0")
     # x / scale when the scale is a power of two (below).
     src = given.reshape(x.shape) if given.dtype == np.float32 else x
     xb = src.reshape(x.shape[:-1] + (x.shape[-1] // block, block))  # (..., n_blocks, block)
-    amax = np.abs(xb).max(axis=-1).astype(np.float64)               # (..., n_blocks)
+    amax = absmax_rows(src.reshape(-1, block)).astype(np.float64).reshape(xb.shape[:-1])
     tensor_scale = 1.0
     if scale_format == "e8m0":
         _, k = np.frexp(amax)  # amax = f * 2**k, f in [0.5, 1): floor(log2 amax) = k - 1
@@ -144,7 +144,7 @@ def _scaled_round(xb: np.ndarray, full: np.ndarray, elem: FloatFormat, pow2: boo
     any_zero = bool(zero.any())
     elements, values = np.empty((n, block)), np.empty((n, block))
     n_clipped = 0
-    rows = max(1, _CHUNK // block)
+    rows = rows_per_chunk(block)
     for i in range(0, n, rows):
         sl = slice(i, i + rows)
         y = xb[sl] / divisor[sl]

@@ -21,13 +21,13 @@ from functools import cached_property
 
 import numpy as np
 
+from numfmt._chunks import CHUNK as _CHUNK
 from numfmt._validate import as_real_array
 
 _SPECIALS = ("ieee", "fn", "none")
 _MODES = ("nearest", "stochastic")
 _U64 = np.uint64
 _U32 = np.uint32
-_CHUNK = 1 << 16  # elements per pass of the chunked loops: their temporaries stay in cache
 _F32_SIGN = _U32(0x8000_0000)
 _F32_QNAN = _U32(0x7FC0_0000)  # widens to float64's canonical NaN, the one round() returns
 
