@@ -212,3 +212,19 @@ def test_custom_formats_round_like_a_grid_search(fmt, saturate):
         x = x[~np.isnan(x)]
     assert np.array_equal(fmt.encode(x, saturate=saturate),
                           fmt.encode(widen(x), saturate=saturate))
+
+
+@pytest.mark.parametrize("saturate", [False, True])
+@pytest.mark.parametrize("fmt", ALL + CUSTOM[:3], ids=str)
+def test_torch_twin_of_the_float32_paths_is_bit_identical(fmt, saturate):
+    # numfmt.torch rounds float32 tensors with the same float32 arithmetic, in chunks on the
+    # CPU: 2 x 82K patterns cross its 128K chunk boundary.
+    torch = pytest.importorskip("torch")
+    import numfmt.torch as nt
+    x = np.concatenate([edge_patterns(min(fmt.man_bits, 22), seed=5)] * 2)
+    assert x.size > 1 << 17
+    ours = nt.round(torch.from_numpy(x), fmt, saturate=saturate).numpy()
+    assert np.array_equal(bits(ours), bits(fmt.round(x, saturate=saturate)))
+    if fmt.has_nan:
+        codes = nt.encode(torch.from_numpy(x), fmt, saturate=saturate).numpy()
+        assert np.array_equal(codes, fmt.encode(x, saturate=saturate))
