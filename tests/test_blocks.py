@@ -235,3 +235,22 @@ def test_nvfp4_of_float32_input_equals_its_float64_copy():
     a, b = nvfp4_quantize(x), nvfp4_quantize(x.astype(np.float64))
     assert np.array_equal(a.values, b.values) and np.array_equal(a.scales, b.scales)
     assert a.tensor_scale == b.tensor_scale and a.clipped == b.clipped
+
+
+@pytest.mark.parametrize("quantize", ["mx_e4m3", "mx_e2m1", "nvfp4"])
+def test_torch_twin_of_float32_blocks_is_bit_identical_across_chunks(quantize):
+    torch = pytest.importorskip("torch")
+    import numfmt.torch as nt
+    rng = np.random.default_rng(9)
+    n = 32 * 6144  # 196K values: more than one 128K chunk of numfmt.torch
+    x = (rng.standard_normal(n) * np.exp2(rng.uniform(-140, 120, n // 32).repeat(32)))
+    x = x.astype(np.float32).reshape(-1, 1024)
+    if quantize == "nvfp4":
+        x = (rng.standard_t(5, x.shape) * 0.02).astype(np.float32)
+        a, b = nvfp4_quantize(x), nt.nvfp4_quantize(torch.from_numpy(x))
+    else:
+        elem = FP8_E4M3 if quantize == "mx_e4m3" else FP4_E2M1
+        a, b = mx_quantize(x, elem), nt.mx_quantize(torch.from_numpy(x), elem)
+    assert np.array_equal(a.values.view(np.uint64), b.values.numpy().view(np.uint64))
+    assert np.array_equal(a.elements, b.elements.numpy())
+    assert np.array_equal(a.scales, b.scales.numpy()) and a.clipped == b.clipped

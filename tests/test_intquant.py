@@ -255,3 +255,18 @@ def test_large_tensors_equal_the_textbook_formula_bit_for_bit(gran, group, symme
     assert np.array_equal(r.codes, q.reshape(x.shape).astype(np.int64))
     assert np.array_equal(r.values.view(np.uint64), values.reshape(x.shape).view(np.uint64))
     assert np.array_equal(r.scale, s)
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("gran, group", [("tensor", None), ("channel", None), ("group", 32)])
+def test_torch_twin_is_bit_identical_across_its_chunks(gran, group, symmetric):
+    torch = pytest.importorskip("torch")
+    import numfmt.torch as nt
+    rng = np.random.default_rng(12)
+    x = (rng.standard_t(3, (96, 1536)) + 0.3).astype(np.float32)  # 147K > one 128K chunk
+    x[4] = 0.0
+    a = quantize_int(x, 4, symmetric=symmetric, granularity=gran, group=group)
+    b = nt.quantize_int(torch.from_numpy(x), 4, symmetric=symmetric, granularity=gran,
+                        group=group)
+    assert np.array_equal(a.values.view(np.uint64), b.values.numpy().view(np.uint64))
+    assert np.array_equal(a.codes, b.codes.numpy()) and np.array_equal(a.scale, b.scale.numpy())
