@@ -476,7 +476,28 @@ class FloatFormat:
             raise ValueError(f"{self.name} codes must lie in [0, {(1 << self.bits) - 1}]")
         if self.bits > 16:  # FP32: 2^32 codes are too many for a table
             return self._values_of(codes.astype(np.int64))
+        if self._float32_path == "bits" and (self.exp_bits, self.bias) == (8, 127):
+            return self._decode_float32_top(codes)
         return self._table[codes]  # indexing takes any integer dtype: no int64 copy first
+
+    def _decode_float32_top(self, codes: np.ndarray) -> np.ndarray:
+        """Values of the codes of a format that is the top of float32's pattern (BF16).
+
+        Shifted into place, a code is the float32 pattern of its value (sign, exponent field,
+        mantissa; Inf and subnormals included); only NaN is made the table's canonical one.
+        """
+        flat = codes.reshape(-1)
+        out = np.empty(flat.size)
+        shift = _U32(23 - self.man_bits)
+        for i in range(0, flat.size, _CHUNK):
+            u = flat[i:i + _CHUNK].astype(_U32)
+            u <<= shift
+            f = u.view(np.float32)
+            nan = np.isnan(f)
+            if nan.any():
+                u[nan] = _F32_QNAN | (u[nan] & _F32_SIGN)
+            out[i:i + _CHUNK] = f
+        return out.reshape(codes.shape)[()]  # a 0-d input gives a scalar, as indexing does
 
     @cached_property
     def _table(self) -> np.ndarray:

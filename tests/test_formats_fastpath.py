@@ -228,3 +228,17 @@ def test_torch_twin_of_the_float32_paths_is_bit_identical(fmt, saturate):
     if fmt.has_nan:
         codes = nt.encode(torch.from_numpy(x), fmt, saturate=saturate).numpy()
         assert np.array_equal(codes, fmt.encode(x, saturate=saturate))
+
+
+@pytest.mark.parametrize("fmt", ALL, ids=str)
+def test_decode_of_every_code_equals_ml_dtypes_with_the_canonical_nan(fmt):
+    # BF16 decodes by shifting its codes into float32 patterns; the others use a table.
+    codes = np.arange(1 << fmt.bits).astype(np.uint16 if fmt.bits > 8 else np.uint8)
+    ours = fmt.decode(codes)
+    theirs = ml_round(fmt, codes.view(ORACLE[fmt]))
+    nan = np.isnan(theirs)
+    assert np.array_equal(bits(ours[~nan]), bits(theirs[~nan]))
+    sign = np.uint64(1 << 63) * ((codes[nan].astype(np.uint64) >> (fmt.bits - 1)) & 1)
+    expected = np.uint64(CANONICAL_NAN) | (sign if fmt.signed else np.zeros_like(sign))
+    assert np.array_equal(bits(ours[nan]), expected)
+    assert type(fmt.decode(codes[1])) is np.float64  # a scalar code gives a scalar
