@@ -283,8 +283,7 @@ class FloatFormat:
         module: a flag added to FloatFormat later sends a format with that flag changed to the
         general float64 path.
         """
-        known = {"name", "exp_bits", "man_bits", "bias", "specials", "signed", "subnormals"}
-        if any(getattr(self, f.name) != f.default for f in fields(self) if f.name not in known):
+        if not self._standard_flags:
             return None
         if not (self.signed and self.subnormals and self.specials in _SPECIALS
                 and self.man_bits < 23):
@@ -294,6 +293,13 @@ class FloatFormat:
         if self.emin > -126 and self.emax + 1 + (23 - self.man_bits) <= 127:
             return "fpu"
         return None
+
+    @cached_property
+    def _standard_flags(self) -> bool:
+        """Whether every field beyond the seven this module was written for has its default."""
+        known = {"name", "exp_bits", "man_bits", "bias", "specials", "signed", "subnormals"}
+        return all(getattr(self, f.name) == f.default for f in fields(self)
+                   if f.name not in known)
 
     @property
     def _float32_exact(self) -> bool:
@@ -365,7 +371,7 @@ class FloatFormat:
         itype = np.int32 if lay.utype is _U32 else np.int64
         m = self.man_bits
         if (self.exp_bits, self.bias, self.specials) == (lay.exp, lay.bias, "ieee") \
-                and self.signed and self.subnormals:
+                and self.signed and self.subnormals and self._standard_flags:
             # BF16 from float32: the code is the top of the pattern, Inf, subnormals and
             # round()'s quiet NaN included.
             return np.right_shift(r.view(lay.utype), lay.utype(lay.man - m)).astype(

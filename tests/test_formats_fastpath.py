@@ -242,3 +242,17 @@ def test_decode_of_every_code_equals_ml_dtypes_with_the_canonical_nan(fmt):
     expected = np.uint64(CANONICAL_NAN) | (sign if fmt.signed else np.zeros_like(sign))
     assert np.array_equal(bits(ours[nan]), expected)
     assert type(fmt.decode(codes[1])) is np.float64  # a scalar code gives a scalar
+
+
+def test_a_format_with_a_flag_this_module_does_not_know_takes_the_general_path():
+    # A later FloatFormat flag (say, AMD's FNUZ specials) changed from its default must not
+    # reach arithmetic written without it; at its default the fast paths stay.
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class Flagged(FloatFormat):
+        new_flag: bool = False
+
+    assert Flagged("E4M3", 4, 3, 7, "fn")._float32_path == "fpu"
+    assert Flagged("E4M3", 4, 3, 7, "fn", new_flag=True)._float32_path is None
+    assert Flagged("BF16", 8, 7, 127, "ieee", new_flag=True)._float32_path is None
