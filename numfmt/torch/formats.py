@@ -77,7 +77,7 @@ def round(x, fmt: FloatFormat, saturate: bool = True, mode: str = "nearest",  # 
         if isinstance(x, torch.Tensor) and x.dtype == torch.float32 and fmt._float32_path:
             # The float32 arithmetic of numfmt's FloatFormat._nearest_float32: no float64 copy.
             t = x if device is None else x.to(device)
-            step = lambda c: _nearest_float32(c, fmt, saturate)  # noqa: E731
+            step = lambda c: _nearest_float32(c, fmt, saturate).to(F64)  # noqa: E731
         else:
             t = as_real_tensor(x, device=device)
             step = lambda c: _round_flat(c, fmt, saturate)  # noqa: E731
@@ -160,7 +160,32 @@ def _nearest_float32(x: torch.Tensor, fmt: FloatFormat, saturate: bool) -> torch
     if fmt._float32_path == "fpu":
         r = r | (t & _SIGN32)
     r = torch.where(nan, (t & _SIGN32) | _QNAN32, r)
-    return r.view(torch.float32).to(F64)
+    return r.view(torch.float32)
+
+
+def _codes_of_float32(f: torch.Tensor, fmt: FloatFormat) -> torch.Tensor:
+    """Codes of float32 values ``f`` on ``fmt``'s grid: the twin of numpy's
+    ``FloatFormat._codes_of`` (the larger of the pattern's code and the subnormal's code)."""
+    m = fmt.man_bits
+    bits = f.view(_I32)
+    if (fmt.exp_bits, fmt.bias, fmt.specials) == (8, 127, "ieee"):  # BF16: top of the pattern
+        return ((bits >> (23 - m)) & ((1 << fmt.bits) - 1)).to(_code_dtype(fmt))
+    mag = bits & 0x7FFF_FFFF
+    code = (mag >> (23 - m)) - ((127 - fmt.bias) << m)
+    sub = mag.view(torch.float32) * float(np.ldexp(1.0, -fmt.emin)) * float(np.ldexp(1.0, m))
+    code = torch.maximum(code, torch.fmin(sub, sub.new_tensor(float(1 << m))).to(_I32))
+    code = code | (((bits >> 31) & 1) << (fmt.bits - 1))
+    special = ~torch.isfinite(f)
+    if bool(special.any()):
+        nan = torch.isnan(f)
+        if not fmt.has_nan and bool(nan.any()):
+            raise ValueError(f"{fmt.name} has no NaN: cannot encode NaN")
+        top_exp = (1 << fmt.exp_bits) - 1
+        nan_mant = 1 << (m - 1) if fmt.specials == "ieee" else (1 << m) - 1
+        field = torch.where(nan, (top_exp << m) | nan_mant, top_exp << m)
+        field = field | (((bits >> 31) & 1) << (fmt.bits - 1))
+        code = torch.where(special, field, code)
+    return code.to(_code_dtype(fmt))
 
 
 def _draws(u, a: torch.Tensor, generator) -> torch.Tensor:
@@ -230,6 +255,17 @@ def encode(x, fmt: FloatFormat, saturate: bool = True, device=None) -> torch.Ten
         If a value is or rounds to NaN and the format has no NaN (E2M3, E3M2, E2M1).
     """
     fmt = _check_fmt(fmt)
+    if isinstance(x, torch.Tensor) and x.dtype == torch.float32 and fmt._float32_path:
+        t = x if device is None else x.to(device)
+        flat = t.reshape(-1)
+        step = lambda c: _codes_of_float32(_nearest_float32(c, fmt, saturate), fmt)  # noqa
+        n = flat.numel()
+        if n <= CHUNK or flat.device.type != "cpu":
+            return step(flat).reshape(t.shape)
+        out = torch.empty(n, dtype=_code_dtype(fmt), device=flat.device)
+        for i in range(0, n, CHUNK):
+            out[i:i + CHUNK] = step(flat[i:i + CHUNK])
+        return out.reshape(t.shape)
     r = round(x, fmt, saturate=saturate, device=device)
     flat = r.reshape(-1)
     n = flat.numel()
