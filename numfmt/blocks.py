@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from numfmt._chunks import absmax_rows, rows_per_chunk
 from numfmt._validate import as_calibration_array, check_block
 from numfmt.formats import E8M0, FP4_E2M1, FP8_E4M3, FP32, FloatFormat
 
@@ -113,13 +114,17 @@ def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0")
         is unknown.
     """
     shape = np.shape(x)
+    given = x if isinstance(x, np.ndarray) else None  # float32 input is kept below
     x = as_calibration_array(x)
     elem = _check_elem(elem)
     if scale_format not in SCALE_BITS:
         raise ValueError(f"scale_format must be one of {tuple(SCALE_BITS)}, got {scale_format!r}")
     block = check_block(x.shape[-1], block)
-    xb = x.reshape(x.shape[:-1] + (x.shape[-1] // block, block))  # (..., n_blocks, block)
-    amax = np.abs(xb).max(axis=-1)                                  # (..., n_blocks)
+    # float32 input is used as it is where that is exact: |x| and its block maxima always,
+    # x / scale when the scale is a power of two (below).
+    src = given.reshape(x.shape) if given is not None and given.dtype == np.float32 else x
+    xb = src.reshape(x.shape[:-1] + (x.shape[-1] // block, block))  # (..., n_blocks, block)
+    amax = absmax_rows(src.reshape(-1, block)).astype(np.float64).reshape(xb.shape[:-1])
     tensor_scale = 1.0
     if scale_format == "e8m0":
         _, k = np.frexp(amax)  # amax = f * 2**k, f in [0.5, 1): floor(log2 amax) = k - 1
@@ -134,14 +139,44 @@ def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0")
         scales = np.where(amax > 0, exact_scales(amax, elem.max_value), 1.0)
 
     full = scales * tensor_scale                                    # (..., n_blocks)
-    safe = np.where(full > 0, full, 1.0)[..., None]
-    y = xb / safe
-    clipped = float(np.mean(np.abs(y) > elem.max_value * CLIP_TOLERANCE))
-    elements = elem.round(y)
-    elements[full == 0] = 0.0
-    values = elements * safe
+    elements, values, clipped = _scaled_round(src.reshape(-1, block), full.reshape(-1), elem,
+                                              pow2=scale_format == "e8m0")
     return BlockQuantized(values.reshape(shape), elements.reshape(shape), scales,
                           tensor_scale, clipped, elem.bits + SCALE_BITS[scale_format] / block)
+
+
+def _scaled_round(xb: np.ndarray, full: np.ndarray, elem: FloatFormat, pow2: bool):
+    """``elements = elem.round(xb / full)`` (0 where full == 0), ``values = elements * full``
+    and the clipped fraction, for blocks ``xb`` (n, block) and their scales ``full`` (n,).
+
+    Chunk by chunk, so the quotient and the masks stay in cache and only the two results are
+    full-size. A power-of-two scale divides float32 input exactly, so the quotient stays in
+    float32 (and its rounding takes the float32 path) when the element format's grid ends
+    above float32's subnormals (a quotient below 2^-126 rounds to zero either way).
+    """
+    n, block = xb.shape
+    f32 = pow2 and xb.dtype == np.float32 and elem._float32_exact \
+        and elem.min_subnormal / 2 >= 2.0**-126
+    if not f32:
+        xb = xb.astype(np.float64, copy=False)
+    limit = np.float32(elem.max_value) if f32 else elem.max_value * CLIP_TOLERANCE
+    safe = np.where(full > 0, full, 1.0)[:, None]                  # (n, 1)
+    divisor = safe.astype(np.float32) if f32 else safe             # exact: powers of two
+    zero = full == 0
+    any_zero = bool(zero.any())
+    elements, values = np.empty((n, block)), np.empty((n, block))
+    n_clipped = 0
+    rows = rows_per_chunk(block)
+    for i in range(0, n, rows):
+        sl = slice(i, i + rows)
+        y = xb[sl] / divisor[sl]
+        n_clipped += int(np.count_nonzero(np.abs(y) > limit))
+        e = elements[sl]
+        e[...] = elem.round(y)
+        if any_zero:
+            e[zero[sl]] = 0.0
+        np.multiply(e, safe[sl], out=values[sl])
+    return elements, values, n_clipped / xb.size
 
 
 def mx_quantize(x, elem: FloatFormat, block: int = 32) -> BlockQuantized:

@@ -16,16 +16,32 @@ Every rounding here agrees bit for bit with ml_dtypes (tests/test_formats.py sho
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cached_property
 
 import numpy as np
 
+from numfmt._chunks import CHUNK as _CHUNK
 from numfmt._validate import as_integer_array, as_real_array, check_bool
 
 _SPECIALS = ("ieee", "fn", "none")
 _MODES = ("nearest", "stochastic")
 _U64 = np.uint64
+_U32 = np.uint32
+_F32_SIGN = _U32(0x8000_0000)
+_F32_QNAN = _U32(0x7FC0_0000)  # widens to float64's canonical NaN, the one round() returns
+
+
+class _Layout:
+    """Widths of an IEEE binary float's fields (float32 or float64), for bit arithmetic."""
+
+    def __init__(self, ftype, utype, exp: int, man: int):
+        self.ftype, self.utype, self.exp, self.man = ftype, utype, exp, man
+        self.bias = (1 << (exp - 1)) - 1
+
+
+_F32 = _Layout(np.float32, _U32, 8, 23)
+_F64 = _Layout(np.float64, _U64, 11, 52)
 
 
 @dataclass(frozen=True)
@@ -207,7 +223,18 @@ class FloatFormat:
             x = as_real_array(x)  # ints become float64; anything else is refused
         shape = x.shape
         x = x.reshape(-1)
-        a = np.abs(x, dtype=np.float64)  # float32 input is widened exactly, in the same pass
+        if mode == "nearest" and x.size > _CHUNK:
+            # Chunk by chunk, the temporaries stay in cache and only the result is full-size
+            # (8 B/element peak, against 26 at once): fresh pages cost more than arithmetic.
+            out = np.empty(x.size)
+            for i in range(0, x.size, _CHUNK):
+                out[i:i + _CHUNK] = self.round(x[i:i + _CHUNK], saturate)
+            return out.reshape(shape)
+        if mode == "nearest" and x.dtype == np.float32 and self._float32_exact:
+            return self._nearest_float32(x, saturate).view(np.float32).astype(np.float64) \
+                .reshape(shape)
+        with np.errstate(invalid="ignore"):  # a float32 signalling NaN widens to a quiet one
+            a = np.abs(x, dtype=np.float64)  # float32 input is widened exactly, in the same pass
         if mode == "nearest":
             r = self._nearest_magnitude(a)
         else:
@@ -220,7 +247,8 @@ class FloatFormat:
             with np.errstate(invalid="ignore"):
                 r[r > self.max_value] = np.inf if self.has_inf else np.nan
         if self.signed:
-            np.copysign(r, x, out=r)
+            with np.errstate(invalid="ignore"):  # a float32 signalling NaN widening in x
+                np.copysign(r, x, out=r)
         else:
             not_positive = x > 0  # False for NaN too
             np.logical_not(not_positive, out=not_positive)
@@ -264,6 +292,140 @@ class FloatFormat:
                 np.copyto(r, sub, where=small)
         return r
 
+    @cached_property
+    def _float32_path(self) -> str | None:
+        """How :meth:`_nearest_float32` rounds float32 input: "bits", "fpu", or None (it can't).
+
+        "bits" when the format's exponent range starts where float32's does (BF16: its
+        subnormals are float32 subnormals, fixed point, so rounding the pattern is exact);
+        "fpu" when all its binades, one above the top included, lie inside float32's normal
+        range (E4M3 ... FP16). Both need a sign bit, subnormals and a convention written in this
+        module: a flag added to FloatFormat later sends a format with that flag changed to the
+        general float64 path.
+        """
+        if not self._standard_flags:
+            return None
+        if not (self.signed and self.subnormals and self.specials in _SPECIALS
+                and self.man_bits < 23):
+            return None
+        if self.emin == -126 and self.emax <= 127:
+            return "bits"
+        if self.emin > -126 and self.emax + 1 + (23 - self.man_bits) <= 127:
+            return "fpu"
+        return None
+
+    @cached_property
+    def _standard_flags(self) -> bool:
+        """Whether every field beyond the seven this module was written for has its default."""
+        known = {"name", "exp_bits", "man_bits", "bias", "specials", "signed", "subnormals"}
+        return all(getattr(self, f.name) == f.default for f in fields(self)
+                   if f.name not in known)
+
+    @property
+    def _float32_exact(self) -> bool:
+        return self._float32_path is not None
+
+    def _nearest_float32(self, x: np.ndarray, saturate: bool) -> np.ndarray:
+        """Bit patterns (uint32) of ``round(x, saturate)`` as float32, for 1-D float32 ``x``.
+
+        Only where ``_float32_path`` is set: every result is then a float32 number, and
+        rounding a float32 value is rounding the exact value, so widening gives round()'s
+        float64 result bit for bit, NaN included. 4-byte working arrays and no masked writes
+        (the slow kind of numpy pass) make this 2-3x faster than the float64 path.
+        """
+        t = x.view(_U32)
+        shift = 23 - self.man_bits
+        if self._float32_path == "bits":
+            # Round to nearest even on the signed pattern: the sign bit is only reached by a
+            # carry out of a NaN's payload, and NaN is restored below.
+            r = np.right_shift(t, _U32(shift))
+            r &= _U32(1)
+            r += t
+            r += _U32((1 << (shift - 1)) - 1)
+            r &= _U32(~((1 << shift) - 1) & 0xFFFF_FFFF)
+            f = r.view(np.float32)
+            # With float32's top binade (BF16), overflow is the carry into float32's Inf.
+            top_is_float32s = self.has_inf and self.emax == 127
+            mag = np.abs(f) if not (saturate or top_is_float32s) else None
+        else:
+            # Adding C = 2^(e + shift), with e the binade of |x| clamped to [emin, emax + 1],
+            # puts the format's quantum 2^(e - man_bits) at the last place of float32, so the
+            # FPU's round-to-nearest-even rounds, subnormals included; subtracting C is exact.
+            f = np.abs(x)
+            c = t & _U32(0x7F80_0000)
+            np.clip(c, _U32((self.emin + 127) << 23), _U32((self.emax + 128) << 23), out=c)
+            c += _U32(shift << 23)
+            cf = c.view(np.float32)
+            with np.errstate(invalid="ignore"):  # a signalling NaN; NaN is restored below
+                f += cf
+                f -= cf
+            del c, cf
+            r = f.view(_U32)
+            mag = f
+        top = np.float32(self.max_value)
+        if saturate or self.specials == "none":
+            np.clip(f, -top, top, out=f)
+        elif mag is not None:
+            over = mag > top  # False for NaN
+            if over.any():
+                f[over] = np.copysign(np.float32(np.inf if self.has_inf else np.nan), f[over])
+        if self._float32_path == "fpu":  # the sign back on (an OR: np.copysign is slower)
+            sign = t & _F32_SIGN
+            r |= sign
+            del sign
+        nan = np.isnan(x)
+        if nan.any():
+            r[nan] = _F32_QNAN | (t[nan] & _F32_SIGN)
+        return r
+
+    def _codes_of(self, r: np.ndarray) -> np.ndarray:
+        """Codes of values ``r`` on the format's grid (1-D float32 or float64, NaN allowed).
+
+        A normal value carries the format's fields in its own pattern: the exponent field,
+        rebiased, and the top ``man_bits`` of the mantissa. A subnormal's code is the integer
+        ``|r| * 2^(man_bits - emin)``. Both are computed everywhere and the larger one taken:
+        for a normal value the first is at least 2^man_bits, which caps the second; below
+        2^emin the first (as a signed integer) never exceeds the second. No per-element branch.
+        """
+        lay = _F32 if r.dtype == np.float32 else _F64
+        itype = np.int32 if lay.utype is _U32 else np.int64
+        m = self.man_bits
+        if (self.exp_bits, self.bias, self.specials) == (lay.exp, lay.bias, "ieee") \
+                and self.signed and self.subnormals and self._standard_flags:
+            # BF16 from float32: the code is the top of the pattern, Inf, subnormals and
+            # round()'s quiet NaN included.
+            return np.right_shift(r.view(lay.utype), lay.utype(lay.man - m)).astype(
+                self.code_dtype)
+        mag = r.view(lay.utype) & lay.utype((1 << (lay.exp + lay.man)) - 1)
+        if self.subnormals:
+            with np.errstate(over="ignore"):  # a large normal value: Inf, capped next line
+                sub = mag.view(lay.ftype) * lay.ftype(np.ldexp(1.0, -self.emin))
+                sub *= lay.ftype(np.ldexp(1.0, m))  # two factors: 2^(m - emin) can pass 2^1023
+            np.fmin(sub, lay.ftype(1 << m), out=sub)  # fmin: NaN becomes 2^m too
+        mag >>= lay.utype(lay.man - m)
+        code = mag.view(itype)
+        code -= itype((lay.bias - self.bias) << m)
+        if self.subnormals:
+            np.maximum(code, sub.astype(itype), out=code)
+            del sub
+        if self.signed:
+            sign = np.right_shift(r.view(lay.utype), lay.utype(lay.exp + lay.man))
+            sign <<= lay.utype(self.bits - 1)
+            code |= sign.view(itype)
+            del sign
+        special = ~np.isfinite(r)
+        if special.any():
+            nan = np.isnan(r)
+            if nan.any() and not self.has_nan:
+                raise ValueError(f"{self.name} has no NaN: cannot encode NaN")
+            top_exp = (1 << self.exp_bits) - 1
+            nan_mant = 1 << (m - 1) if self.specials == "ieee" else (1 << m) - 1
+            field = np.where(nan[special], (top_exp << m) | nan_mant, top_exp << m)
+            if self.signed:
+                field |= np.signbit(r[special]).astype(np.int64) << (self.bits - 1)
+            code[special] = field
+        return code.astype(self.code_dtype)
+
     def _stochastic_magnitude(self, a: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Round non-negative magnitudes down or up with probability given by the position."""
         finite = np.isfinite(a)
@@ -300,34 +462,20 @@ class FloatFormat:
         ValueError
             If ``x`` contains NaN (or a value that rounds to NaN) and the format has no NaN.
         """
-        r = self.round(x, saturate=saturate)
-        nan = np.isnan(r)
-        if nan.any() and not self.has_nan:
-            raise ValueError(f"{self.name} has no NaN: cannot encode NaN")
-        m, bias = self.man_bits, self.bias
-        a = np.where(nan, 0.0, np.abs(r))
-        _, k = np.frexp(a)
-        e = np.where(a >= self.min_normal, k - 1, self.emin)
-        normal = a >= self.min_normal
-        exp_field = np.where(normal, e + bias, 0)
-        # The subnormal branch scales only subnormals (a normal a * 2^-emin could overflow).
-        sub = np.ldexp(np.where(normal, 0.0, a), -self.emin)
-        frac = np.where(normal, np.ldexp(a, -e) - 1.0, sub)
-        mant = np.rint(np.ldexp(frac, m))
-        top_exp = (1 << self.exp_bits) - 1
-        inf = np.isinf(a)
-        exp_field = np.where(inf, top_exp, exp_field)
-        mant = np.where(inf, 0, mant)
-        if self.specials == "ieee":
-            nan_exp, nan_mant = top_exp, 1 << (m - 1)
-        else:
-            nan_exp, nan_mant = top_exp, (1 << m) - 1
-        exp_field = np.where(nan, nan_exp, exp_field)
-        mant = np.where(nan, nan_mant, mant)
-        code = (exp_field.astype(np.int64) << m) | mant.astype(np.int64)
-        if self.signed:
-            code |= np.signbit(r).astype(np.int64) << (self.exp_bits + m)
-        return code.astype(self.code_dtype)
+        if not isinstance(saturate, (bool, np.bool_)):
+            raise TypeError(f"saturate must be True or False, got {saturate!r}")
+        x = np.asarray(x)
+        if x.dtype.kind != "f" or x.dtype.itemsize > 8:
+            x = as_real_array(x)  # as round() does
+        flat = x.reshape(-1)
+        fast = flat.dtype == np.float32 and self._float32_exact
+        codes = np.empty(flat.size, self.code_dtype)
+        for i in range(0, flat.size, _CHUNK):  # only the codes are full-size
+            xc = flat[i:i + _CHUNK]
+            r = (self._nearest_float32(xc, saturate).view(np.float32) if fast
+                 else self.round(xc, saturate=saturate))
+            codes[i:i + _CHUNK] = self._codes_of(r)
+        return codes.reshape(x.shape)
 
     def decode(self, codes) -> np.ndarray:
         """Return the values of bit patterns ``codes``.
@@ -359,8 +507,30 @@ class FloatFormat:
                              f"got {int(bad)}")
         if self.bits > 16:  # FP32: 2^32 codes are too many for a table
             return self._values_of(codes.astype(np.int64))
-        out = self._table[codes.astype(np.intp)]
+        if self._float32_path == "bits" and (self.exp_bits, self.bias) == (8, 127):
+            out = self._decode_float32_top(codes)
+        else:
+            out = self._table[codes]  # indexing takes any integer dtype: no int64 copy first
         return out if codes.ndim else np.asarray(out)  # a 0-d input gives a 0-d array
+
+    def _decode_float32_top(self, codes: np.ndarray) -> np.ndarray:
+        """Values of the codes of a format that is the top of float32's pattern (BF16).
+
+        Shifted into place, a code is the float32 pattern of its value (sign, exponent field,
+        mantissa; Inf and subnormals included); only NaN is made the table's canonical one.
+        """
+        flat = codes.reshape(-1)
+        out = np.empty(flat.size)
+        shift = _U32(23 - self.man_bits)
+        for i in range(0, flat.size, _CHUNK):
+            u = flat[i:i + _CHUNK].astype(_U32)
+            u <<= shift
+            f = u.view(np.float32)
+            nan = np.isnan(f)
+            if nan.any():
+                u[nan] = _F32_QNAN | (u[nan] & _F32_SIGN)
+            out[i:i + _CHUNK] = f
+        return out.reshape(codes.shape)[()]  # a 0-d input gives a scalar, as indexing does
 
     @cached_property
     def _table(self) -> np.ndarray:

@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from numfmt._chunks import absmax_rows, rows_per_chunk
 from numfmt._validate import (as_calibration_array, as_integer_array, as_real_array, check_block,
                               check_bool, check_clip, check_code_range)
 
@@ -244,7 +245,10 @@ def quantize_int(x, bits: int, symmetric: bool = True, granularity: str = "tenso
     axis = None if granularity == "tensor" else -1
 
     if symmetric:
-        amax = np.abs(xg).max(axis=axis, keepdims=True)
+        if axis is None:
+            amax = np.abs(xg).max(axis=axis, keepdims=True)
+        else:
+            amax = absmax_rows(xg.reshape(-1, xg.shape[-1])).reshape(xg.shape[:-1] + (1,))
         scale = amax * (clip / qmax)
         _check_calibrated_scale(scale, amax > 0, clip)
         zero_point = np.zeros(scale.shape, dtype=np.int64)
@@ -265,17 +269,31 @@ def quantize_int(x, bits: int, symmetric: bool = True, granularity: str = "tenso
                              f"(an end of the grid is {float(ends.max()):.6g}); scale x down "
                              "or quantize it symmetrically")
 
-    # The steps of quantize_affine and dequantize_affine, in place on one buffer (x is
-    # already validated and these arrays can hold millions of values).
-    with np.errstate(over="ignore"):  # a tiny clip puts x / scale past float64: it clamps
-        q = xg / scale
-    np.rint(q, out=q)
-    if not symmetric:
-        q += zero_point
-    np.maximum(q, qmin, out=q)
-    np.minimum(q, qmax, out=q)
-    codes = q.astype(np.int64)
-    if not symmetric:
-        q -= zero_point
-    q *= scale
+    # The steps of quantize_affine and dequantize_affine, in place on the result, one
+    # cache-sized chunk of rows at a time (x is already validated; these arrays can hold
+    # millions of values, and fresh full-size temporaries cost more than the arithmetic).
+    rows = xg.reshape(-1, 1) if axis is None else xg.reshape(-1, xg.shape[-1])
+    per_row = (rows.shape[0], 1)
+    s_rows = np.broadcast_to(scale.reshape(-1, 1) if axis is not None else scale.reshape(1, 1),
+                             per_row)
+    z_rows = np.broadcast_to(zero_point.reshape(-1, 1) if axis is not None
+                             else zero_point.reshape(1, 1), per_row)
+    values = np.empty(rows.shape)
+    codes = np.empty(rows.shape, dtype=np.int64)
+    step = rows_per_chunk(rows.shape[1])
+    for i in range(0, rows.shape[0], step):
+        sl = slice(i, i + step)
+        q = values[sl]
+        with np.errstate(over="ignore"):  # a tiny clip puts x / scale past float64: it clamps
+            np.divide(rows[sl], s_rows[sl], out=q)
+        np.rint(q, out=q)
+        if not symmetric:
+            q += z_rows[sl]
+        np.maximum(q, qmin, out=q)
+        np.minimum(q, qmax, out=q)
+        codes[sl] = q
+        if not symmetric:
+            q -= z_rows[sl]
+        q *= s_rows[sl]
+    q = values
     return IntQuantized(q.reshape(shape), codes.reshape(shape), scale, zero_point)

@@ -8,6 +8,16 @@ from numfmt._validate import as_real_array
 
 
 _CHUNK = 1 << 16  # elements; the difference of one chunk stays in cache
+
+
+def _dot(a: np.ndarray, b: np.ndarray) -> float:
+    """``sum(a * b)`` for 1-D float64 arrays, on this thread.
+
+    np.einsum's own loop, not BLAS: a BLAS ddot here starts its thread pool on every call,
+    and each call then waits for a second core, which on a shared machine made lecture 05
+    5-11x slower (shared/reviews/performance.md, section 5).
+    """
+    return float(np.einsum("i,i->", a, b))
 _TINY = np.finfo(np.float64).tiny  # smallest normal float64, 2**-1022
 
 
@@ -17,7 +27,7 @@ def _sum_sq_diff(q: np.ndarray, x: np.ndarray) -> float:
     total = 0.0
     for i in range(0, x.size, _CHUNK):
         d = np.subtract(q[i:i + _CHUNK], x[i:i + _CHUNK], out=buf[:min(_CHUNK, x.size - i)])
-        total += float(np.dot(d, d))
+        total += _dot(d, d)
     return total
 
 
@@ -31,7 +41,7 @@ def _noise_to_signal(q, x) -> tuple[float, int]:
         raise ValueError("x is empty: the error of nothing is undefined")
     x, q = x.ravel(), q.ravel()
     with np.errstate(over="ignore", invalid="ignore"):
-        signal, noise = float(np.dot(x, x)), _sum_sq_diff(q, x)
+        signal, noise = _dot(x, x), _sum_sq_diff(q, x)
     if np.isfinite(signal) and np.isfinite(noise) and signal >= _TINY and noise >= _TINY:
         return noise / signal, 0
     # NaN/Inf in an input, squares beyond float64's range, squares in (or below) the
@@ -60,7 +70,7 @@ def _noise_to_signal_scaled(q: np.ndarray, x: np.ndarray) -> tuple[float, int]:
         return 0.0, 0
     ex, ed = int(np.frexp(mx)[1]), int(np.frexp(md)[1])
     xs, ds = np.ldexp(x, -ex), np.ldexp(d, -ed)
-    return float(np.dot(ds, ds)) / float(np.dot(xs, xs)), 2 * (ed + e - ex)
+    return _dot(ds, ds) / _dot(xs, xs), 2 * (ed + e - ex)
 
 
 def _rel_error_of(r: float, k: int) -> float:

@@ -22,14 +22,16 @@ def ml_elem_round(fmt, y):
     return y.astype(ML[fmt]).astype(np.float64)
 
 
-def mx_reference(x, fmt, block):
-    """OCP MX v1.0 section 6.3, written block by block with math.frexp and ml_dtypes."""
+def mx_reference(x, fmt, block, clamp=False):
+    """OCP MX v1.0 section 6.3, written block by block with math.frexp and ml_dtypes
+    (``clamp``: the scale exponent kept in E8M0's range 2^-127 .. 2^127, section 5)."""
     emax_elem = math.frexp(ML_MAX[fmt])[1] - 1
     out = np.empty_like(x)
     for i in range(0, x.size, block):
         b = x[i:i + block]
         amax = float(np.abs(b).max())
-        scale = 2.0 ** (math.frexp(amax)[1] - 1 - emax_elem) if amax > 0 else 1.0
+        e = math.frexp(amax)[1] - 1 - emax_elem
+        scale = 2.0 ** (min(max(e, -127), 127) if clamp else e) if amax > 0 else 1.0
         out[i:i + block] = ml_elem_round(fmt, b / scale) * scale
     return out
 
@@ -205,3 +207,50 @@ def test_nvfp4_tensor_scale_never_flushes_to_zero():
         r = nvfp4_quantize(np.full(16, 1e-300))
     assert r.tensor_scale == 2.0**-149 and r.scales.tolist() == [0.0]
     assert np.all(r.values == 0.0)
+
+
+@pytest.mark.parametrize("fmt", list(ML), ids=str)
+def test_mx_of_float32_input_matches_the_spec_reference_across_chunks(fmt):
+    # float32 input divides by its power-of-two scales in float32 (block_quantize's fast path):
+    # 96K values (more than one 64K chunk), magnitudes over 2^-140 .. 2^120 so that blocks hit
+    # both E8M0 clamps, quotients underflow float32's normals, and whole blocks are zero.
+    rng = np.random.default_rng(7)
+    n = 32 * 3072
+    x = (rng.standard_normal(n) * np.exp2(rng.uniform(-140, 120, n // 32).repeat(32)))
+    x = x.astype(np.float32)
+    x[:64] = 0.0
+    x[64:96] = np.float32(2.0**-149)  # one block of float32's smallest subnormal
+    r = mx_quantize(x, fmt)
+    x64 = x.astype(np.float64)
+    assert np.array_equal(r.values, mx_reference(x64, fmt, 32, clamp=True))
+    assert np.array_equal(r.values.view(np.uint64), mx_quantize(x64, fmt).values.view(np.uint64))
+    assert np.array_equal(r.elements, mx_quantize(x64, fmt).elements)
+    assert r.clipped == mx_quantize(x64, fmt).clipped
+
+
+def test_nvfp4_of_float32_input_equals_its_float64_copy():
+    # NVFP4 scales are not powers of two: the quotient is taken in float64 for both.
+    rng = np.random.default_rng(8)
+    x = (rng.standard_t(5, 16 * 5000) * 0.02).astype(np.float32)
+    a, b = nvfp4_quantize(x), nvfp4_quantize(x.astype(np.float64))
+    assert np.array_equal(a.values, b.values) and np.array_equal(a.scales, b.scales)
+    assert a.tensor_scale == b.tensor_scale and a.clipped == b.clipped
+
+
+@pytest.mark.parametrize("quantize", ["mx_e4m3", "mx_e2m1", "nvfp4"])
+def test_torch_twin_of_float32_blocks_is_bit_identical_across_chunks(quantize):
+    torch = pytest.importorskip("torch")
+    import numfmt.torch as nt
+    rng = np.random.default_rng(9)
+    n = 32 * 6144  # 196K values: more than one 128K chunk of numfmt.torch
+    x = (rng.standard_normal(n) * np.exp2(rng.uniform(-140, 120, n // 32).repeat(32)))
+    x = x.astype(np.float32).reshape(-1, 1024)
+    if quantize == "nvfp4":
+        x = (rng.standard_t(5, x.shape) * 0.02).astype(np.float32)
+        a, b = nvfp4_quantize(x), nt.nvfp4_quantize(torch.from_numpy(x))
+    else:
+        elem = FP8_E4M3 if quantize == "mx_e4m3" else FP4_E2M1
+        a, b = mx_quantize(x, elem), nt.mx_quantize(torch.from_numpy(x), elem)
+    assert np.array_equal(a.values.view(np.uint64), b.values.numpy().view(np.uint64))
+    assert np.array_equal(a.elements, b.elements.numpy())
+    assert np.array_equal(a.scales, b.scales.numpy()) and a.clipped == b.clipped

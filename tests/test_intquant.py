@@ -224,3 +224,49 @@ def test_quantize_affine_overflowing_quotient_clamps_without_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert quantize_affine([1e300, -1e300], 1e-300).tolist() == [127, -127]
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("gran, group", [("tensor", None), ("channel", None), ("group", 32),
+                                         ("group", 24)])
+def test_large_tensors_equal_the_textbook_formula_bit_for_bit(gran, group, symmetric):
+    # 96 x 1536 = 147K values: quantize_int works 64K at a time; the formula below at once.
+    rng = np.random.default_rng(11)
+    x = rng.standard_t(3, (96, 1536)) * np.exp(rng.uniform(-3, 3, (96, 1))) + 0.3
+    x[5] = 0.0  # an all-zero row (and groups)
+    x = x.astype(np.float32)
+    r = quantize_int(x, 4, symmetric=symmetric, granularity=gran, group=group)
+    x64 = x.astype(np.float64)
+    xg = x64.reshape(96, -1, group) if group else x64
+    axis = None if gran == "tensor" else -1
+    if symmetric:
+        s = np.abs(xg).max(axis=axis, keepdims=True) * (1.0 / 7)
+        s[s == 0] = 1.0
+        q = np.clip(np.rint(xg / s), -7, 7)
+        values = q * s
+    else:
+        lo = np.minimum(xg.min(axis=axis, keepdims=True), 0.0)
+        hi = np.maximum(xg.max(axis=axis, keepdims=True), 0.0)
+        s = (hi - lo) / 15
+        s[s == 0] = 1.0
+        z = np.clip(np.rint(-lo / s), 0, 15)
+        q = np.clip(np.rint(xg / s) + z, 0, 15)
+        values = (q - z) * s
+    assert np.array_equal(r.codes, q.reshape(x.shape).astype(np.int64))
+    assert np.array_equal(r.values.view(np.uint64), values.reshape(x.shape).view(np.uint64))
+    assert np.array_equal(r.scale, s)
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("gran, group", [("tensor", None), ("channel", None), ("group", 32)])
+def test_torch_twin_is_bit_identical_across_its_chunks(gran, group, symmetric):
+    torch = pytest.importorskip("torch")
+    import numfmt.torch as nt
+    rng = np.random.default_rng(12)
+    x = (rng.standard_t(3, (96, 1536)) + 0.3).astype(np.float32)  # 147K > one 128K chunk
+    x[4] = 0.0
+    a = quantize_int(x, 4, symmetric=symmetric, granularity=gran, group=group)
+    b = nt.quantize_int(torch.from_numpy(x), 4, symmetric=symmetric, granularity=gran,
+                        group=group)
+    assert np.array_equal(a.values.view(np.uint64), b.values.numpy().view(np.uint64))
+    assert np.array_equal(a.codes, b.codes.numpy()) and np.array_equal(a.scale, b.scale.numpy())

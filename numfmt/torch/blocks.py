@@ -15,6 +15,7 @@ from numfmt._validate import check_block
 from numfmt.blocks import CLIP_TOLERANCE, SCALE_BITS, _check_elem, fp32_tensor_scale
 from numfmt.formats import E8M0, FP4_E2M1, FP8_E4M3, FloatFormat
 from numfmt.torch._core import as_calibration_tensor, floor_log2, pow2
+from numfmt.torch.formats import CHUNK
 from numfmt.torch.formats import round as round_to
 
 
@@ -78,13 +79,17 @@ def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0",
     MX and NVFP4 alike (not a straight-through estimator: see :mod:`numfmt.qat_torch`).
     """
     shape = _shape_of(x)
+    given = x
     x = as_calibration_tensor(x, device=device)
     elem = _check_elem(elem)
     if scale_format not in SCALE_BITS:
         raise ValueError(f"scale_format must be one of {tuple(SCALE_BITS)}, got {scale_format!r}")
     block = check_block(x.shape[-1], block)
-    xb = x.reshape(x.shape[:-1] + (x.shape[-1] // block, block))  # (..., n_blocks, block)
-    amax = xb.abs().amax(dim=-1)                                    # (..., n_blocks)
+    # float32 input is used as it is where that is exact, as numfmt.blocks does.
+    src = (given.to(x.device).reshape(x.shape) if isinstance(given, torch.Tensor)
+           and given.dtype == torch.float32 else x)
+    xb = src.reshape(x.shape[:-1] + (x.shape[-1] // block, block))  # (..., n_blocks, block)
+    amax = xb.abs().amax(dim=-1).to(torch.float64)                  # (..., n_blocks)
     tensor_scale = 1.0
     if scale_format == "e8m0":
         exponent = torch.clamp(floor_log2(amax) - elem.emax, E8M0.emin, E8M0.emax)
@@ -98,14 +103,39 @@ def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0",
         scales = torch.where(amax > 0, _exact_scales(amax, elem.max_value), 1.0)
 
     full = scales * tensor_scale                                    # (..., n_blocks)
-    safe = torch.where(full > 0, full, 1.0)[..., None]              # (..., n_blocks, 1)
-    y = xb / safe
-    clipped = int((y.abs() > elem.max_value * CLIP_TOLERANCE).sum()) / y.numel()
-    elements = round_to(y, elem)
-    elements = torch.where((full == 0)[..., None], 0.0, elements)
-    values = elements * safe
+    elements, values, clipped = _scaled_round(src.reshape(-1, block), full.reshape(-1), elem,
+                                              pow2=scale_format == "e8m0")
     return BlockQuantized(values.reshape(shape), elements.reshape(shape), scales,
                           tensor_scale, clipped, elem.bits + SCALE_BITS[scale_format] / block)
+
+
+def _scaled_round(xb: torch.Tensor, full: torch.Tensor, elem: FloatFormat, pow2: bool):
+    """The twin of ``numfmt.blocks._scaled_round``: elements, values and the clipped
+    fraction, in cache-sized chunks of blocks on the CPU, the quotient in float32 where exact."""
+    n, block = xb.shape
+    f32 = pow2 and xb.dtype == torch.float32 and elem._float32_exact \
+        and elem.min_subnormal / 2 >= 2.0**-126
+    if not f32:
+        xb = xb.to(torch.float64)
+    limit = float(np.float32(elem.max_value)) if f32 else elem.max_value * CLIP_TOLERANCE
+    safe = torch.where(full > 0, full, 1.0)[:, None]                # (n, 1)
+    divisor = safe.to(torch.float32) if f32 else safe               # exact: powers of two
+    zero = (full == 0)[:, None]
+    if xb.requires_grad:  # out= cannot carry the graph: one pass without preallocated results
+        y = xb / divisor
+        e = torch.where(zero, 0.0, round_to(y, elem))
+        return e, e * safe, int((y.detach().abs() > limit).sum()) / xb.numel()
+    rows = n if xb.device.type != "cpu" else max(1, CHUNK // block)
+    elements = torch.empty((n, block), dtype=torch.float64, device=xb.device)
+    values = torch.empty_like(elements)
+    n_clipped = 0
+    for i in range(0, n, rows):
+        y = xb[i:i + rows] / divisor[i:i + rows]
+        n_clipped += int((y.abs() > limit).sum())
+        e = torch.where(zero[i:i + rows], 0.0, round_to(y, elem))
+        elements[i:i + rows] = e
+        torch.mul(e, safe[i:i + rows], out=values[i:i + rows])
+    return elements, values, n_clipped / xb.numel()
 
 
 def _shape_of(x) -> tuple:

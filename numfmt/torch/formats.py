@@ -16,6 +16,8 @@ from numfmt.formats import FloatFormat
 from numfmt._validate import as_integer_array, check_bool
 from numfmt.torch._core import F64, as_real_tensor, check_device, check_tensor, floor_log2, pow2
 
+CHUNK = 1 << 17  # elements per chunk of round on large tensors
+
 _MODES = ("nearest", "stochastic")
 _I64 = torch.int64
 
@@ -81,6 +83,23 @@ def round(x, fmt: FloatFormat, saturate: bool = True, mode: str = "nearest",  # 
     check_bool(saturate, "saturate")
     if mode not in _MODES:
         raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
+    if mode == "nearest":
+        if isinstance(x, torch.Tensor) and x.dtype == torch.float32 and fmt._float32_path:
+            # The float32 arithmetic of numfmt's FloatFormat._nearest_float32: no float64 copy.
+            t = _float32_input(x, device)
+            step = lambda c: _nearest_float32(c, fmt, saturate).to(F64)  # noqa: E731
+        else:
+            t = as_real_tensor(x, device=device)
+            step = lambda c: _round_flat(c, fmt, saturate)  # noqa: E731
+        shape, flat = t.shape, t.reshape(-1)
+        n = flat.numel()
+        if n <= CHUNK or flat.device.type != "cpu":
+            return step(flat).reshape(shape)
+        # On the CPU, cache-sized chunks: each fresh full-size temporary costs page faults.
+        out = torch.empty(n, dtype=F64, device=flat.device)
+        for i in range(0, n, CHUNK):
+            out[i:i + CHUNK] = step(flat[i:i + CHUNK])
+        return out.reshape(shape)
     x = as_real_tensor(x, device=device)
     shape = x.shape
     x = x.reshape(-1)
@@ -101,6 +120,82 @@ def round(x, fmt: FloatFormat, saturate: bool = True, mode: str = "nearest",  # 
     else:
         r = torch.where((x <= 0) | torch.isnan(x), r.new_tensor(np.nan), r)
     return r.reshape(shape)
+
+
+def _round_flat(x: torch.Tensor, fmt: FloatFormat, saturate: bool) -> torch.Tensor:
+    """Round-to-nearest of 1-D float64 ``x``: the steps of :func:`round`."""
+    a = x.abs()
+    r = _nearest_magnitude(a, fmt)
+    if not fmt.subnormals:
+        r = torch.maximum(r, r.new_tensor(fmt.min_normal))
+    if saturate or fmt.specials == "none":
+        r = torch.minimum(r, r.new_tensor(fmt.max_value))
+    else:
+        r = torch.where(r > fmt.max_value, r.new_tensor(np.inf if fmt.has_inf else np.nan), r)
+    if fmt.signed:
+        return torch.copysign(r, x)
+    return torch.where((x <= 0) | torch.isnan(x), r.new_tensor(np.nan), r)
+
+
+_I32 = torch.int32
+_SIGN32 = -(1 << 31)  # 0x8000_0000 as int32
+_QNAN32 = 0x7FC0_0000  # widens to float64's canonical NaN, as numpy's round() returns
+
+
+def _nearest_float32(x: torch.Tensor, fmt: FloatFormat, saturate: bool) -> torch.Tensor:
+    """Round 1-D float32 ``x``; float64 result bit for bit that of the float64 arithmetic.
+
+    The twin of ``FloatFormat._nearest_float32`` (see there why it is exact): "bits" rounds
+    the 32-bit pattern (BF16), "fpu" adds and subtracts 2^(binade + 23 - man_bits).
+    """
+    t = x.view(_I32)
+    nan = torch.isnan(x)
+    shift = 23 - fmt.man_bits
+    if fmt._float32_path == "bits":
+        tz = torch.where(nan, 0, t)  # int32 must not overflow: a NaN's payload could carry
+        r = ((tz >> shift) & 1) + tz + ((1 << (shift - 1)) - 1)
+        r = r & ~((1 << shift) - 1)
+        f = r.view(torch.float32)
+    else:
+        c = torch.clamp(t & 0x7F80_0000, (fmt.emin + 127) << 23, (fmt.emax + 128) << 23)
+        cf = (c + (shift << 23)).view(torch.float32)
+        f = (x.abs() + cf) - cf
+    top = float(np.float32(fmt.max_value))
+    if saturate or fmt.specials == "none":
+        f = torch.clamp(f, -top, top)
+    elif not (fmt.has_inf and fmt.emax == 127):
+        special = torch.copysign(f.new_tensor(np.inf if fmt.has_inf else np.nan), f)
+        f = torch.where(f.abs() > top, special, f)
+    r = f.view(_I32)
+    if fmt._float32_path == "fpu":
+        r = r | (t & _SIGN32)
+    r = torch.where(nan, (t & _SIGN32) | _QNAN32, r)
+    return r.view(torch.float32)
+
+
+def _codes_of_float32(f: torch.Tensor, fmt: FloatFormat) -> torch.Tensor:
+    """Codes of float32 values ``f`` on ``fmt``'s grid: the twin of numpy's
+    ``FloatFormat._codes_of`` (the larger of the pattern's code and the subnormal's code)."""
+    m = fmt.man_bits
+    bits = f.view(_I32)
+    if (fmt.exp_bits, fmt.bias, fmt.specials) == (8, 127, "ieee"):  # BF16: top of the pattern
+        return ((bits >> (23 - m)) & ((1 << fmt.bits) - 1)).to(_code_dtype(fmt))
+    mag = bits & 0x7FFF_FFFF
+    code = (mag >> (23 - m)) - ((127 - fmt.bias) << m)
+    sub = mag.view(torch.float32) * float(np.ldexp(1.0, -fmt.emin)) * float(np.ldexp(1.0, m))
+    code = torch.maximum(code, torch.fmin(sub, sub.new_tensor(float(1 << m))).to(_I32))
+    code = code | (((bits >> 31) & 1) << (fmt.bits - 1))
+    special = ~torch.isfinite(f)
+    if bool(special.any()):
+        nan = torch.isnan(f)
+        if not fmt.has_nan and bool(nan.any()):
+            raise ValueError(f"{fmt.name} has no NaN: cannot encode NaN")
+        top_exp = (1 << fmt.exp_bits) - 1
+        nan_mant = 1 << (m - 1) if fmt.specials == "ieee" else (1 << m) - 1
+        field = torch.where(nan, (top_exp << m) | nan_mant, top_exp << m)
+        field = field | (((bits >> 31) & 1) << (fmt.bits - 1))
+        code = torch.where(special, field, code)
+    return code.to(_code_dtype(fmt))
 
 
 def _draws(u, a: torch.Tensor, generator) -> torch.Tensor:
@@ -150,6 +245,13 @@ def _stochastic_magnitude(a: torch.Tensor, fmt: FloatFormat, u: torch.Tensor) ->
     return torch.where(finite, (low + up) * quantum, a)
 
 
+def _float32_input(x: torch.Tensor, device) -> torch.Tensor:
+    """A float32 tensor for the fast paths, through the checks ``as_real_tensor`` makes."""
+    check_tensor(x, "x")
+    device = check_device(device)
+    return x if device is None else x.to(device)
+
+
 def encode(x, fmt: FloatFormat, saturate: bool = True, device=None) -> torch.Tensor:
     """Round ``x`` to ``fmt`` and return the bit patterns; the twin of :meth:`FloatFormat.encode`.
 
@@ -176,7 +278,35 @@ def encode(x, fmt: FloatFormat, saturate: bool = True, device=None) -> torch.Ten
         If a value is or rounds to NaN and the format has no NaN (E2M3, E3M2, E2M1).
     """
     fmt = _check_fmt(fmt)
+    if isinstance(x, torch.Tensor) and x.dtype == torch.float32 and fmt._float32_path:
+        t = _float32_input(x, device)
+        flat = t.reshape(-1)
+        step = lambda c: _codes_of_float32(_nearest_float32(c, fmt, saturate), fmt)  # noqa
+        n = flat.numel()
+        if n <= CHUNK or flat.device.type != "cpu":
+            return step(flat).reshape(t.shape)
+        out = torch.empty(n, dtype=_code_dtype(fmt), device=flat.device)
+        for i in range(0, n, CHUNK):
+            out[i:i + CHUNK] = step(flat[i:i + CHUNK])
+        return out.reshape(t.shape)
     r = round(x, fmt, saturate=saturate, device=device)
+    flat = r.reshape(-1)
+    n = flat.numel()
+    if n <= CHUNK or flat.device.type != "cpu":
+        return _codes_of(flat, fmt).reshape(r.shape)
+    out = torch.empty(n, dtype=_code_dtype(fmt), device=flat.device)
+    for i in range(0, n, CHUNK):
+        out[i:i + CHUNK] = _codes_of(flat[i:i + CHUNK], fmt)
+    return out.reshape(r.shape)
+
+
+def _code_dtype(fmt: FloatFormat) -> torch.dtype:
+    # int32 would wrap a 32-bit code's sign bit to a negative number: int64 beyond 16 bits.
+    return torch.uint8 if fmt.bits <= 8 else torch.int32 if fmt.bits <= 16 else torch.int64
+
+
+def _codes_of(r: torch.Tensor, fmt: FloatFormat) -> torch.Tensor:
+    """Codes of float64 values ``r`` on ``fmt``'s grid (the steps of encode)."""
     nan = torch.isnan(r)
     if not fmt.has_nan and bool(nan.any()):
         raise ValueError(f"{fmt.name} has no NaN: cannot encode NaN")
@@ -200,9 +330,7 @@ def encode(x, fmt: FloatFormat, saturate: bool = True, device=None) -> torch.Ten
     code = (exp_field << m) | mant
     if fmt.signed:
         code = code | (torch.signbit(r).to(_I64) << (fmt.exp_bits + m))
-    # int32 would wrap a 32-bit code's sign bit to a negative number: int64 beyond 16 bits.
-    return code.to(torch.uint8 if fmt.bits <= 8 else torch.int32 if fmt.bits <= 16
-                   else torch.int64)
+    return code.to(_code_dtype(fmt))
 
 
 def decode(codes, fmt: FloatFormat, device=None) -> torch.Tensor:

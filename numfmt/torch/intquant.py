@@ -15,6 +15,7 @@ import torch
 from numfmt._validate import as_integer_array, check_clip, check_code_range
 from numfmt.intquant import _TINY, grouped_view_shape, int_range
 from numfmt.torch._core import F64, as_calibration_tensor, as_real_tensor
+from numfmt.torch.formats import CHUNK
 
 
 class IntQuantized(NamedTuple):
@@ -167,12 +168,24 @@ def quantize_int(x, bits: int, symmetric: bool = True, granularity: str = "tenso
 
     # The steps of numfmt.quantize_int in its order: the zero point is added and removed only
     # when asymmetric, so a symmetric code 0 from a small negative x dequantizes to -0.0.
-    q = torch.round(xg / scale)
-    if not symmetric:
-        q = q + zero_point
-    q = torch.clamp(q, qmin, qmax)
-    codes = q.to(torch.int64)
-    if not symmetric:
-        q = q - zero_point
-    q = q * scale
+    # On the CPU, one cache-sized chunk of rows at a time into the results.
+    tensor = granularity == "tensor"
+    rows = xg.reshape(-1, 1) if tensor else xg.reshape(-1, xg.shape[-1])
+    per_row = (rows.shape[0], 1)
+    s_rows = (scale.reshape(1, 1) if tensor else scale.reshape(-1, 1)).expand(per_row)
+    z_rows = (zero_point.reshape(1, 1) if tensor else zero_point.reshape(-1, 1)).expand(per_row)
+    values = torch.empty(rows.shape, dtype=F64, device=x.device)
+    codes = torch.empty(rows.shape, dtype=torch.int64, device=x.device)
+    step = rows.shape[0] if x.device.type != "cpu" else max(1, CHUNK // rows.shape[1])
+    for i in range(0, rows.shape[0], step):
+        sl = slice(i, i + step)
+        q = torch.round(rows[sl] / s_rows[sl])
+        if not symmetric:
+            q = q + z_rows[sl]
+        q = torch.clamp(q, qmin, qmax)
+        codes[sl] = q.to(torch.int64)
+        if not symmetric:
+            q = q - z_rows[sl]
+        torch.mul(q, s_rows[sl], out=values[sl])
+    q = values
     return IntQuantized(q.reshape(shape), codes.reshape(shape), scale, zero_point)
