@@ -177,8 +177,8 @@ class FloatFormat:
         with ``saturate=False`` for E4M3, E5M2, FP16, BF16 and E8M0. ml_dtypes converts NaN
         into E2M1/E2M3/E3M2 as -0 (they have no NaN); here NaN stays NaN. E8M0 rounds ties
         upward (1.5 -> 2, 3 -> 4), as ml_dtypes does; inside E8M0's lowest binade
-        (2^-127, 2^-126) ml_dtypes 0.6 returns 2^-126 for every value, while here the nearest
-        power of two wins as everywhere else (1.2 * 2^-127 -> 2^-127).
+        (2^-127, 2^-126) the nearest power of two wins as everywhere else (1.2 * 2^-127 ->
+        2^-127), as in ml_dtypes 0.7; ml_dtypes 0.5 and 0.6 returned 2^-126 for every value there.
         """
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
