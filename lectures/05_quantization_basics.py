@@ -506,14 +506,14 @@ def quantize_row(label: str, x: np.ndarray) -> tuple[np.ndarray, float]:
     return res.values, res.bits_per_element
 
 
-def block_format_point(x: np.ndarray, elem: FloatFormat, block: int,
-                       scale_format: str) -> tuple[float, float, float]:
+def block_format_point(x: np.ndarray, elem: FloatFormat, block: int, scale_format: str,
+                       scale_rule: str = "floor") -> tuple[float, float, float]:
     """Quantize ``x`` with ``elem`` elements, one ``scale_format`` scale per ``block``.
 
     Returns ``(bits per element, relative error, clipped fraction)``; arguments and errors as
-    :func:`numfmt.block_quantize`.
+    :func:`numfmt.block_quantize` (``scale_rule`` applies to E8M0 scales).
     """
-    res = block_quantize(x, elem, block, scale_format)
+    res = block_quantize(x, elem, block, scale_format, scale_rule)
     return res.bits_per_element, rel_error(res.values, x), res.clipped
 
 
