@@ -97,6 +97,9 @@ def zero_point_of(x: np.ndarray) -> int:
     return int(quantize_int(x, 8, symmetric=False)[3].ravel()[0])
 
 
+N_RELU = 100_000  # demo 1's ReLU outputs
+
+
 def pct(x: float) -> str:
     """A fraction in percent with three decimals, so that 0.99997 does not print as 100%."""
     return "100%" if x == 1 else f"{x * 100:.3f}%"
@@ -116,7 +119,7 @@ def demo1_affine_and_integer_matmul(seed: int = 0) -> AffineResult:
     is below 0, get an interior zero point and exercise it.
     """
     rng = np.random.default_rng(seed)
-    a = np.maximum(rng.standard_normal(100_000), 0.0)     # ReLU output: half zeros, half positive
+    a = np.maximum(rng.standard_normal(N_RELU), 0.0)      # ReLU output: half zeros, half positive
     rows, used, errs = [], {}, {}
     for key, symmetric, label in (("symmetric", True, "symmetric INT8 (zero point 0)"),
                                   ("asymmetric", False, "asymmetric UINT8 (with zero point)")):
@@ -143,6 +146,11 @@ def demo1_affine_and_integer_matmul(seed: int = 0) -> AffineResult:
 
 def show_demo1(r: AffineResult) -> None:
     print_header("Demo 1: affine quantization: scale, zero point, and an integer-only matmul")
+    print(f"Data: {N_RELU:,} ReLU outputs max(z, 0), z ~ N(0, 1).\n"
+          "Symmetric INT8:   s = max|x| / 127, q = round(x / s) in -127 … 127, value q·s.\n"
+          "Asymmetric UINT8: [lo, hi] = [min(x), max(x)] widened to contain 0, "
+          "s = (hi - lo) / 255,\n                  z = round(-lo / s), q = clip(round(x / s) + z, "
+          "0, 255), value (q - z)·s.")
     print_table(["scheme", "scale", "zero point", "code range", "codes used", "rel. error"], r.rows)
     print("\nZero point of asymmetric UINT8 (codes 0 … 255), by data:")
     print_table(["data", "zero point z"], [[k, z] for k, z in r.zero_points.items()])
@@ -547,6 +555,7 @@ class BlockFormatResult:
     mxfp8_clipped: float    # fraction of elements MXFP8 saturates at 448
     ablation: dict          # (block, scale kind) -> (rel error, clipped fraction)
     rules: dict = None      # (MX label, "floor" / "rceil") -> MXRulePoint
+    n: int = 1 << 20        # values quantized
 
     def error(self, prefix: str) -> float:
         """Relative error of the first format whose label starts with ``prefix``."""
@@ -578,11 +587,13 @@ def demo4_block_formats(n: int = 1 << 20, seed: int = 0) -> BlockFormatResult:
             ablation[(block, kind)] = (err, clipped)
     rules = {(label, rule): mx_rule_point(x, elem, rule)
              for label, elem in MX_RULE_FORMATS for rule in ("floor", "rceil")}
-    return BlockFormatResult(formats, mxfp8_clipped, ablation, rules)
+    return BlockFormatResult(formats, mxfp8_clipped, ablation, rules, x.size)
 
 
 def show_demo4(r: BlockFormatResult) -> None:
     print_header("Demo 4: block-scaled formats on the same weight-like data as lecture 03")
+    print(f"Data: {r.n:,} values of Student-t(5) × 0.02 (seed 0). Bits per element count the "
+          "scales: element\nbits + scale bits / block size.")
     print_table(["format", "bits/element", "rel. error", "SQNR (dB)"],
                 [[label, f"{bits:g}", f"{e * 100:.2f}%", f"{s:.1f}"] for label, bits, e, s in r.formats])
     print(f"\nMXFP8: a block's maximum divided by its power-of-two scale lands in [256, 512), so\n"
