@@ -222,10 +222,13 @@ def clip_explorer(n: int = CLIP_SAMPLE, seed: int = 0) -> Explorer:
                 z, source = L.sample_distribution(distribution, n, nu, seed), "fresh draw"
             if len(curves) > 16:
                 curves.clear()
-            curves[key] = (z, source, L.clip_curve(z, bits, CLIP_GRID))
-        z, source, curve = curves[key]
+            amax = float(np.abs(z).max())
+            hist = np.histogram(z, bins=241, range=(-amax, amax), density=True)
+            curves[key] = (z, source, L.clip_curve(z, bits, CLIP_GRID), hist)
+        z, source, curve, hist = curves[key]
         i = int(np.argmin(curve))
         return dict(distribution=distribution, nu=nu, bits=bits, clip=clip, z=z, source=source,
+                    hist=hist,
                     point=L.clip_point(z, bits, clip), clips=CLIP_GRID, curve=curve,
                     best_clip=CLIP_GRID[i], best_error=curve[i])
 
@@ -242,8 +245,8 @@ def _draw_clip(s: dict) -> Figure:
     amax = float(np.abs(z).max())
     fig = Figure(figsize=(11, 4), layout="constrained")
     ax1, ax2 = fig.subplots(1, 2, width_ratios=(3, 2))
-    ax1.hist(z, bins=241, range=(-amax, amax), density=True, histtype="stepfilled", color="0.6",
-             label="data")
+    counts, edges = s["hist"]  # np.histogram of z, 241 bins on [-amax, amax], density
+    ax1.stairs(counts, edges, fill=True, color="0.6", label="data")
     ax1.vlines(p.levels, 0, 1, transform=ax1.get_xaxis_transform(), colors="C0", lw=0.5,
                alpha=0.7, label=f"grid: {len(p.levels)} levels ({len(p.levels) // 2} per side)")
     for lo, hi in ((-amax, -p.threshold), (p.threshold, amax)):
