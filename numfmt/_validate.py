@@ -9,17 +9,128 @@ from __future__ import annotations
 import numpy as np
 
 
-def as_real_array(x, name: str = "x") -> np.ndarray:
-    """Return ``x`` as a float64 ndarray, refusing what is not a real number.
+#: float64 holds every integer of magnitude up to 2**53 exactly, and not every one above.
+EXACT_INT = 2**53
+
+
+def check_bool(value, name: str) -> bool:
+    """Return ``value`` as a bool, refusing strings, None, ints and anything else.
+
+    One check for every flag of numfmt and numfmt.torch (``symmetric``, ``saturate``,
+    ``signed``, ``subnormals``, ``pad``, ...): the string ``"False"`` is truthy and ``None``
+    falsy, so accepting either would silently pick the wrong meaning.
 
     Raises
     ------
     TypeError
-        If ``x`` has a boolean, complex, string, object or other non-real dtype.
+        If ``value`` is not a Python bool or a numpy bool.
     """
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+def _refuse_array(x, arr: np.ndarray, name: str) -> None:
+    """Raise the right error for an array that is not real-valued (never returns)."""
+    if isinstance(x, np.ma.MaskedArray):
+        raise TypeError(f"{name} is a masked array: numfmt would drop the mask; pass "
+                        f"{name}.filled(...) or {name}.compressed() to say what is meant")
+    if arr.dtype == object:
+        flat = arr.ravel()
+        if flat.size and all(type(v) is int for v in flat):  # Python ints beyond int64
+            big = max(flat, key=abs)
+            raise ValueError(f"{name} holds the integer {big}, beyond int64 and float64's exact "
+                             f"integers (|n| <= 2**53); pass a float to have it rounded first")
+        kinds = sorted({type(v).__name__ for v in flat[:1000]})
+        if "bool" in kinds and len(kinds) > 1:
+            raise TypeError(f"{name} mixes booleans with numbers ({', '.join(kinds)})")
+    raise TypeError(f"{name} must hold real numbers (int or float), got dtype {arr.dtype}")
+
+
+def _check_mixed_bools(x, name: str) -> None:
+    """Refuse a list such as ``[True, 2.5]``, which numpy silently turns into ``[1.0, 2.5]``."""
+    if isinstance(x, (list, tuple)):
+        stack = [x]
+        while stack:
+            for v in stack.pop():
+                if isinstance(v, (bool, np.bool_)):
+                    raise TypeError(f"{name} mixes booleans with numbers: {x!r} "
+                                    "(True would be read as 1.0)")
+                if isinstance(v, (list, tuple)):
+                    stack.append(v)
+
+
+def _check_exact_float64(arr: np.ndarray, name: str) -> None:
+    """Refuse 64-bit integers beyond 2**53 and long doubles that float64 does not hold exactly.
+
+    Converting them to float64 rounds once, and the format rounds again: the result can miss
+    the nearest value (double rounding). Only those dtypes need the pass; others are exact.
+    """
+    if arr.size == 0:
+        return
+    if arr.dtype.kind in "iu" and arr.dtype.itemsize == 8:
+        mx = arr.max()
+        mn = arr.min()
+        if mx > EXACT_INT or (arr.dtype.kind == "i" and mn < -EXACT_INT):
+            bad = mx if mx > EXACT_INT else mn
+            raise ValueError(f"{name} holds the integer {int(bad)}, beyond float64's exact "
+                             "integers (|n| <= 2**53): converting it to float64 would round it "
+                             "once before the format rounds it again; convert it yourself "
+                             f"({name}.astype(np.float64)) if that is what you mean")
+    elif arr.dtype.kind == "f" and arr.dtype.itemsize > 8:
+        with np.errstate(over="ignore", invalid="ignore"):
+            f = arr.astype(np.float64)
+            inexact = (f != arr) & ~np.isnan(arr)
+        if inexact.any():
+            bad = arr.ravel()[np.flatnonzero(inexact.ravel())[0]]
+            raise ValueError(f"{name} holds {bad!r} ({arr.dtype}), which float64 cannot hold "
+                             "exactly: converting it would round it once before the format "
+                             f"rounds it again; convert it yourself ({name}.astype(np.float64)) "
+                             "if that is what you mean")
+
+
+def _tensor_as_numpy(t, name: str) -> np.ndarray:
+    """A torch tensor as numpy, exactly: detached, on the CPU, bfloat16/float8 widened to float32.
+
+    numfmt's numpy functions have no gradient, so a grad-requiring tensor is read through
+    ``detach()``. numpy has no bfloat16 or float8 dtype; both widen to float32 exactly.
+    """
+    t = t.detach()
+    if t.is_meta:
+        raise ValueError(f"{name} is a meta tensor: it has a shape but no values")
+    dtype = str(t.dtype)
+    if t.is_complex() or dtype == "torch.bool" or "float4" in dtype:
+        raise TypeError(f"{name} must hold real numbers (int or float), got dtype {t.dtype}")
+    if dtype == "torch.bfloat16" or "float8" in dtype:
+        t = t.float()
+    return t.cpu().numpy()
+
+
+def as_real_array(x, name: str = "x") -> np.ndarray:
+    """Return ``x`` as a float64 ndarray, refusing what is not a real number.
+
+    A torch tensor is read exactly: through ``detach()`` (numfmt's numpy functions have no
+    gradient), from any device, bfloat16 and float8 widened to float32.
+
+    Raises
+    ------
+    TypeError
+        If ``x`` has a boolean, complex, string, object or other non-real dtype, is a masked
+        array, or is a list mixing booleans with numbers.
+    ValueError
+        If ``x`` holds an integer beyond 2**53 or a long double that float64 cannot hold
+        exactly (converting would round twice), or is a meta tensor (no values).
+    """
+    if type(x).__module__.split(".")[0] == "torch" and hasattr(x, "detach"):
+        x = _tensor_as_numpy(x, name)
+    if isinstance(x, np.ma.MaskedArray):
+        _refuse_array(x, np.asarray(x), name)
     arr = np.asarray(x)
     if arr.dtype == np.bool_ or arr.dtype.kind not in "iuf":
-        raise TypeError(f"{name} must hold real numbers (int or float), got dtype {arr.dtype}")
+        _refuse_array(x, arr, name)
+    _check_mixed_bools(x, name)
+    if arr.dtype.itemsize > 8 or arr.dtype.kind in "iu":
+        _check_exact_float64(arr, name)
     return arr.astype(np.float64, copy=False)
 
 
@@ -41,7 +152,8 @@ def as_calibration_array(x, name: str = "x") -> np.ndarray:
     if not np.isfinite(arr).all():
         bad = np.flatnonzero(~np.isfinite(arr.ravel()))[0]
         raise ValueError(
-            f"{name} contains a non-finite value ({arr.ravel()[bad]!r} at flat index {bad}); "
+            f"{name} contains a non-finite value ({float(arr.ravel()[bad])!r} at flat index "
+            f"{bad}); "
             "a scale calibrated on NaN or Inf would be meaningless"
         )
     return arr
@@ -91,10 +203,62 @@ def check_real_scalar(value, name: str) -> float:
     TypeError
         If ``value`` is not a Python or numpy int or float scalar.
     """
+    if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iuf":
+        value = value[()]  # a 0-d array, as numfmt's own scale functions return
     if isinstance(value, (bool, np.bool_)) or not isinstance(
             value, (int, float, np.integer, np.floating)):
         raise TypeError(f"{name} must be a real number, got {value!r}")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:
+        raise ValueError(f"{name} = {value} is beyond float64's range") from None
+
+
+def check_code_range(qmin, qmax) -> tuple[int, int]:
+    """Return ``(qmin, qmax)`` as ints: integers with ``qmin <= qmax`` and ``|q| <= 2**53``.
+
+    Codes are computed in float64, which holds every integer up to 2**53 exactly; beyond
+    that, clamping to ``qmax`` (for example 2**63 - 1) and casting to int64 would wrap.
+
+    Raises
+    ------
+    TypeError
+        If ``qmin`` or ``qmax`` is not an integer.
+    ValueError
+        If ``qmin > qmax`` or either lies beyond +-2**53.
+    """
+    qmin, qmax = check_int(qmin, "qmin"), check_int(qmax, "qmax")
+    for name, q in (("qmin", qmin), ("qmax", qmax)):
+        if abs(q) > EXACT_INT:
+            raise ValueError(f"{name} = {q} is beyond +-2**53: codes are computed in float64, "
+                             "which does not hold such integers exactly")
+    if qmin > qmax:
+        raise ValueError(f"qmin ({qmin}) must not exceed qmax ({qmax})")
+    return qmin, qmax
+
+
+def check_fits_storage(values: np.ndarray, dtype, name: str, fix: str = "") -> None:
+    """Refuse positive ``values`` that a narrower float ``dtype`` cannot store.
+
+    Scales stored in float16 or float32 overflow to Inf (and dequantize to Inf or NaN) above
+    the dtype's max, and flush to 0 (every weight of the group decodes to 0) below its
+    smallest subnormal. Both are refused rather than stored silently.
+
+    Raises
+    ------
+    ValueError
+        If a finite value exceeds the dtype's max or a non-zero one rounds to zero in it.
+    """
+    info = np.finfo(dtype)
+    tiny = float(info.smallest_subnormal)
+    a = np.abs(values)
+    big = a > float(info.max)
+    small = (a > 0) & (a < tiny / 2)  # below half the smallest subnormal rounds to 0
+    if big.any() or small.any():
+        bad = float(values.ravel()[np.flatnonzero((big | small).ravel())[0]])
+        raise ValueError(f"{name} {bad:.6g} does not fit {np.dtype(dtype).name}, which holds "
+                         f"magnitudes from {tiny:.3g} to {float(info.max):.6g}"
+                         + (f"; {fix}" if fix else ""))
 
 
 def check_clip(clip) -> float:
@@ -120,8 +284,18 @@ def as_integer_array(x, name: str) -> np.ndarray:
     ------
     TypeError
         If ``x`` does not have an integer dtype.
+    ValueError
+        If ``x`` holds an integer beyond int64 (a uint64 above 2**63 - 1, a Python int),
+        which the cast would wrap.
     """
     arr = np.asarray(x)
+    if arr.dtype == object:
+        flat = arr.ravel()
+        if flat.size and all(type(v) is int for v in flat):
+            big = max(flat, key=abs)
+            raise ValueError(f"{name} holds the integer {big}, beyond int64")
     if arr.dtype == np.bool_ or arr.dtype.kind not in "iu":
         raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
+    if arr.dtype == np.uint64 and arr.size and arr.max() > np.iinfo(np.int64).max:
+        raise ValueError(f"{name} holds the integer {int(arr.max())}, beyond int64")
     return arr.astype(np.int64)

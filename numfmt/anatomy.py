@@ -186,7 +186,8 @@ def max_exact_integer(fmt: FloatFormat) -> int:
     ``2**(man_bits + 1)``: a significand of ``man_bits + 1`` bits holds every integer below
     ``2**(man_bits+1)``, and ``2**(man_bits+1)`` itself, but not ``2**(man_bits+1) + 1``
     (FP32: 16,777,216; FP16: 2048; BF16: 256). Capped at ``max_value`` for formats too narrow to
-    reach it.
+    reach it. 0 for a format whose smallest step exceeds 1 (a large negative bias: 1 is then
+    not a value).
 
     Raises
     ------
@@ -196,6 +197,8 @@ def max_exact_integer(fmt: FloatFormat) -> int:
         If ``fmt`` has no zero (E8M0).
     """
     fmt = _check_format(fmt, signed=True)
+    if fmt.min_subnormal > 1.0:  # every value is a multiple of the smallest step: 1 is not one
+        return 0
     return int(min(2 ** (fmt.man_bits + 1), np.floor(fmt.max_value)))
 
 

@@ -39,6 +39,24 @@ def fp32_tensor_scale(t_amax: float, elem: FloatFormat) -> float:
     return float(np.clip(FP32.round(ideal), FP32.min_subnormal, FP32.max_value))
 
 
+def exact_scales(amax: np.ndarray, max_value: float) -> np.ndarray:
+    """Exact scales ``amax / max_value`` (float64), one ulp moved where rounding misplaces them.
+
+    Rounding the quotient up near float64's max puts ``max_value * s`` past it (the top
+    element would dequantize to Inf): take the float below. A float64-subnormal quotient can
+    round down so far that ``amax / s`` exceeds ``max_value`` (the top element would saturate
+    and the block come back several percent low): take the float above. One step suffices in
+    both cases; elsewhere the quotient is unchanged. 0 stays 0 (the quotient underflowed).
+    """
+    s = amax / max_value
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        over = ~np.isfinite(s * max_value)
+        low = (s > 0) & (amax / np.where(s > 0, s, 1.0) > max_value * CLIP_TOLERANCE)
+    if over.any() or low.any():
+        s = np.where(over, np.nextafter(s, 0.0), np.where(low, np.nextafter(s, np.inf), s))
+    return s
+
+
 class BlockQuantized(NamedTuple):
     """Result of a scaled quantization; ``values`` first, so ``result[0]`` is the tensor."""
 
@@ -143,6 +161,9 @@ def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0",
         so does an exact scale that underflows float64 (amax of a few float64 subnormals).
         The FP32 tensor scale of "e4m3" is kept within FP32's finite range (see
         :func:`fp32_tensor_scale`): beyond it, elements saturate and count as clipped.
+        An exact scale is moved by one ulp where rounding would put the top element past
+        float64's max or past ``elem.max_value`` (see :func:`exact_scales`). A 0-d ``x`` gives
+        0-d ``values`` and ``elements`` and scales of shape (1,).
 
     Raises
     ------
@@ -152,6 +173,7 @@ def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0",
         If ``x`` is empty or non-finite, ``block`` does not divide ``K``, ``scale_format`` or
         ``scale_rule`` is unknown, or ``scale_rule="rceil"`` is asked of a non-E8M0 scale.
     """
+    shape = np.shape(x)
     x = as_calibration_array(x)
     elem = _check_elem(elem)
     if scale_format not in SCALE_BITS:
@@ -170,7 +192,7 @@ def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0",
             tensor_scale = fp32_tensor_scale(t_amax, elem)
         scales = FP8_E4M3.round(amax / elem.max_value / tensor_scale)
     else:
-        scales = np.where(amax > 0, amax / elem.max_value, 1.0)
+        scales = np.where(amax > 0, exact_scales(amax, elem.max_value), 1.0)
 
     full = scales * tensor_scale                                    # (..., n_blocks)
     safe = np.where(full > 0, full, 1.0)[..., None]
@@ -179,7 +201,7 @@ def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0",
     elements = elem.round(y)
     elements[full == 0] = 0.0
     values = elements * safe
-    return BlockQuantized(values.reshape(x.shape), elements.reshape(x.shape), scales,
+    return BlockQuantized(values.reshape(shape), elements.reshape(shape), scales,
                           tensor_scale, clipped, elem.bits + SCALE_BITS[scale_format] / block)
 
 
@@ -230,19 +252,24 @@ def tensor_scaled(x, elem: FloatFormat) -> BlockQuantized:
     -------
     BlockQuantized
         ``tensor_scale`` holds the scale (1.0 for an all-zero tensor; 0.0, with zero elements,
-        where ``amax / elem.max_value`` underflows float64); ``scales`` is ones of
-        shape ``x.shape[:-1] + (1,)``; ``bits_per_element = elem.bits``; ``clipped`` is 0.
+        where ``amax / elem.max_value`` underflows float64; moved one ulp as in
+        :func:`exact_scales` where rounding would make the top element overflow float64 or
+        saturate); ``scales`` is ones of shape ``x.shape[:-1] + (1,)`` (a 0-d ``x`` counts
+        as shape (1,) there; ``values`` and ``elements`` keep its shape);
+        ``bits_per_element = elem.bits``; ``clipped`` is 0: no element exceeds
+        ``elem.max_value`` under this scale.
 
     Raises
     ------
     TypeError, ValueError
         As :func:`block_quantize`.
     """
+    shape = np.shape(x)
     x = as_calibration_array(x)
     elem = _check_elem(elem)
     amax = float(np.abs(x).max())
-    s = amax / elem.max_value if amax > 0 else 1.0
+    s = float(exact_scales(np.float64(amax), elem.max_value)) if amax > 0 else 1.0
     # s == 0: amax is a few float64 subnormals and the scale underflows; flush to zero.
     elements = elem.round(x / s) if s > 0 else np.zeros_like(x)
-    return BlockQuantized(elements * s, elements, np.ones(x.shape[:-1] + (1,)), s, 0.0,
-                          float(elem.bits))
+    return BlockQuantized((elements * s).reshape(shape), elements.reshape(shape),
+                          np.ones(x.shape[:-1] + (1,)), s, 0.0, float(elem.bits))

@@ -29,7 +29,7 @@ from functools import cached_property
 
 import numpy as np
 
-from numfmt._validate import as_real_array
+from numfmt._validate import as_integer_array, as_real_array, check_bool
 
 _SPECIALS = ("ieee", "fn", "none", "fnuz")
 _MODES = ("nearest", "stochastic")
@@ -59,10 +59,14 @@ class FloatFormat:
     Raises
     ------
     TypeError
-        If ``name`` is not a string or ``exp_bits``, ``man_bits``, ``bias`` is not an integer.
+        If ``name`` is not a string, ``exp_bits``, ``man_bits``, ``bias`` is not an integer,
+        or ``signed``/``subnormals`` is not a bool.
     ValueError
         If ``specials`` is unknown, a width is out of range, the format has more than 32 bits,
-        or its binades leave float64's normal range (all arithmetic here is float64).
+        its binades leave float64's normal range (all arithmetic here is float64), it has no
+        normal binade (``emin > emax``, e.g. one exponent bit with "ieee" specials), it is
+        "ieee" without mantissa bits (Inf takes mantissa 0 and NaN needs another), or it is
+        unsigned with subnormals (unsigned formats are E8M0-like: no zero).
     """
 
     name: str
@@ -80,13 +84,26 @@ class FloatFormat:
             v = getattr(self, field)
             if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
                 raise TypeError(f"{field} must be an integer, got {v!r}")
+        for field in ("signed", "subnormals"):
+            check_bool(getattr(self, field), field)
         if self.specials not in _SPECIALS:
             raise ValueError(f"specials must be one of {_SPECIALS}, got {self.specials!r}")
         if not (1 <= self.exp_bits <= 11 and 0 <= self.man_bits <= 52):
-            raise ValueError("exp_bits must be in [1, 11] and man_bits in [0, 52]")
+            raise ValueError("exp_bits must be in [1, 11] and man_bits in [0, 52], got "
+                             f"exp_bits={self.exp_bits}, man_bits={self.man_bits}")
         if self.bits > 32:
             # Codes are stored in at most uint32, and rounding works on float64 bit patterns.
             raise ValueError(f"{self.name} has {self.bits} bits; formats have at most 32 bits")
+        if not self.signed and self.subnormals:
+            raise ValueError(f"{self.name}: an unsigned format must have subnormals=False (as "
+                             "E8M0: round maps zero and negatives to NaN, so it has no zero)")
+        if self.specials == "ieee" and self.man_bits == 0:
+            raise ValueError(f"{self.name}: an 'ieee' format needs man_bits >= 1 (the all-ones "
+                             "exponent with mantissa 0 is Inf; NaN needs a non-zero mantissa)")
+        if self.emin > self.emax:
+            raise ValueError(f"{self.name} has no normal binade: emin = {self.emin} > emax = "
+                             f"{self.emax} (with {self.exp_bits} exponent bit(s) and "
+                             f"{self.specials!r} specials); add an exponent bit")
         if self.emax > 1023 or self.emin < -1022:
             raise ValueError(f"{self.name}'s binades 2^{self.emin} .. 2^{self.emax} exceed "
                              "float64's normal range 2^-1022 .. 2^1023 (choose another bias)")
@@ -165,6 +182,7 @@ class FloatFormat:
             result is unbiased; values already on the grid are unchanged.
         rng : numpy.random.Generator or int or None
             Source of the uniform draws for stochastic rounding (an int seeds a new Generator).
+            Only used with ``mode="stochastic"``.
 
         Returns
         -------
@@ -175,9 +193,11 @@ class FloatFormat:
         Raises
         ------
         TypeError
-            If ``x`` is not real-valued, or ``saturate`` is not a bool.
+            If ``x`` is not real-valued (a masked array or a list mixing booleans with numbers
+            included), ``saturate`` is not a bool, or ``rng`` is not a Generator, an int or None.
         ValueError
-            If ``mode`` is unknown.
+            If ``mode`` is unknown, or ``x`` holds integers beyond 2**53 or long doubles that
+            float64 does not hold exactly (they would be rounded twice).
 
         Notes
         -----
@@ -196,10 +216,8 @@ class FloatFormat:
         """
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
-        if not isinstance(saturate, (bool, np.bool_)):
-            raise TypeError(f"saturate must be True or False, got {saturate!r}")
-        x = np.asarray(x)
-        if x.dtype.kind != "f" or x.dtype.itemsize > 8:
+        check_bool(saturate, "saturate")
+        if type(x) is not np.ndarray or x.dtype.kind != "f" or x.dtype.itemsize > 8:
             x = as_real_array(x)  # ints become float64; anything else is refused
         shape = x.shape
         x = x.reshape(-1)
@@ -207,7 +225,7 @@ class FloatFormat:
         if mode == "nearest":
             r = self._nearest_magnitude(a)
         else:
-            r = self._stochastic_magnitude(a, np.random.default_rng(rng))
+            r = self._stochastic_magnitude(a, _as_generator(rng))
         if not self.subnormals:  # E8M0: no zero and no subnormals below 2**emin
             np.maximum(r, self.min_normal, out=r)
         if saturate or self.specials == "none":
@@ -234,7 +252,9 @@ class FloatFormat:
         half = _U64(1 << (shift - 1))
         b = a.view(_U64)
         if self.man_bits == 0:  # E8M0: ties round up (ml_dtypes' convention)
-            rb = b  # in place: E8M0 needs neither a subnormal pass nor the NaN check below
+            # E8M0 (unsigned, no subnormals) needs neither the NaN check nor the subnormal
+            # pass below, which read ``a``: only then may the rounding overwrite it in place.
+            rb = b if not (self.signed or self.subnormals) else b.copy()
             rb += half
         else:
             rb = np.right_shift(b, _U64(shift))
@@ -254,8 +274,9 @@ class FloatFormat:
             c = np.ldexp(1.0, self.emin - self.man_bits + 52)
             small = a < self.min_normal
             if small.any():  # whole-array arithmetic beats gathering the small ones
-                sub = a + c
-                sub -= c
+                with np.errstate(invalid="ignore"):  # a signalling NaN in a raises 'invalid'
+                    sub = a + c
+                    sub -= c
                 np.copyto(r, sub, where=small)
         return r
 
@@ -343,16 +364,22 @@ class FloatFormat:
         TypeError
             If ``codes`` is not an integer array.
         ValueError
-            If a code is negative or does not fit in ``bits`` bits.
+            If a code is negative or does not fit in ``bits`` bits (the message names it),
+            including Python ints beyond int64.
         """
         codes = np.asarray(codes)
         if codes.dtype == np.bool_ or codes.dtype.kind not in "iu":
-            raise TypeError(f"codes must be integers, got dtype {codes.dtype}")
+            if codes.dtype != object:
+                raise TypeError(f"codes must be integers, got dtype {codes.dtype}")
+            codes = as_integer_array(codes, "codes")  # Python ints beyond int64: refused
         if codes.size and (codes.min() < 0 or codes.max() >= (1 << self.bits)):
-            raise ValueError(f"{self.name} codes must lie in [0, {(1 << self.bits) - 1}]")
+            bad = codes.min() if codes.min() < 0 else codes.max()
+            raise ValueError(f"{self.name} codes must lie in [0, {(1 << self.bits) - 1}], "
+                             f"got {int(bad)}")
         if self.bits > 16:  # FP32: 2^32 codes are too many for a table
             return self._values_of(codes.astype(np.int64))
-        return self._table[codes.astype(np.intp)]
+        out = self._table[codes.astype(np.intp)]
+        return out if codes.ndim else np.asarray(out)  # a 0-d input gives a 0-d array
 
     @cached_property
     def _table(self) -> np.ndarray:
@@ -400,6 +427,20 @@ class FloatFormat:
             raise ValueError(f"{self.name} has {1 << self.bits:,} codes: too many to list")
         t = self._table
         return np.unique(t[np.isfinite(t)] + 0.0)  # + 0.0 turns -0.0 into +0.0
+
+
+def _as_generator(rng) -> np.random.Generator:
+    """``rng`` as a Generator: a Generator, an int seed, a SeedSequence or BitGenerator (what
+    ``numpy.random.default_rng`` takes), or None (fresh entropy)."""
+    if isinstance(rng, np.random.Generator):
+        return rng
+    if isinstance(rng, (np.random.SeedSequence, np.random.BitGenerator)):
+        return np.random.default_rng(rng)
+    if rng is None or (isinstance(rng, (int, np.integer)) and not isinstance(rng, bool)):
+        if rng is not None and rng < 0:
+            raise ValueError(f"rng must be a non-negative int seed, got {rng!r}")
+        return np.random.default_rng(rng)
+    raise TypeError(f"rng must be a numpy.random.Generator, an int seed or None, got {rng!r}")
 
 
 FP32 = FloatFormat("FP32", 8, 23, 127, "ieee")

@@ -18,7 +18,7 @@ from typing import NamedTuple
 import numpy as np
 
 from numfmt._validate import (as_calibration_array, as_integer_array, as_real_array, check_block,
-                              check_clip, check_int)
+                              check_bool, check_clip, check_code_range)
 
 GRANULARITIES = ("tensor", "channel", "group")
 MIN_BITS, MAX_BITS = 2, 16
@@ -39,13 +39,13 @@ def int_range(bits: int, symmetric: bool = True) -> tuple[int, int]:
     Raises
     ------
     TypeError, ValueError
-        If ``bits`` is not an integer in [2, 16].
+        If ``bits`` is not an integer in [2, 16], or ``symmetric`` is not a bool.
     """
     if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)):
         raise TypeError(f"bits must be an integer, got {bits!r}")
     if not MIN_BITS <= bits <= MAX_BITS:
         raise ValueError(f"bits must be in [{MIN_BITS}, {MAX_BITS}], got {bits}")
-    if symmetric:
+    if check_bool(symmetric, "symmetric"):
         return -(2 ** (bits - 1) - 1), 2 ** (bits - 1) - 1
     return 0, 2**bits - 1
 
@@ -95,6 +95,23 @@ def _affine_scale(lo: np.ndarray, hi: np.ndarray, levels: int) -> np.ndarray:
     return np.where(np.isfinite(width), width / levels, (hi * 0.5 - lo * 0.5) / levels * 2.0)
 
 
+_TINY = float(np.finfo(np.float64).tiny)
+
+
+def _check_calibrated_scale(scale: np.ndarray, nonzero: np.ndarray, clip: float) -> None:
+    """Refuse a scale of a non-zero tensor, row or group that is not a normal float64.
+
+    Below 2**-1022 the scale loses digits and at 0 the "all-zero gets scale 1" rule would
+    return the input unchanged (clip = 1e-323 made quantization the identity).
+    """
+    bad = nonzero & ~(scale >= _TINY)
+    if bad.any():
+        raise ValueError(f"the scale {float(scale[bad].ravel()[0]):.6g} of a non-zero "
+                         f"{'tensor, row or group' if scale.size > 1 else 'tensor'} is below "
+                         f"float64's smallest normal number {_TINY:.6g} (clip={clip!r}): "
+                         "multiply x by a power of two first, or use a larger clip")
+
+
 def quantize_affine(x, scale, zero_point=0, qmin: int = -127, qmax: int = 127) -> np.ndarray:
     """Return the codes ``clamp(round_half_even(x / scale) + zero_point, qmin, qmax)``.
 
@@ -104,7 +121,7 @@ def quantize_affine(x, scale, zero_point=0, qmin: int = -127, qmax: int = 127) -
     scale : array_like, positive, broadcastable against ``x``
     zero_point : array_like of integers, broadcastable against ``x``
     qmin, qmax : int
-        The code range, ``qmin <= qmax``.
+        The code range, ``qmin <= qmax``, within +-2**53 (the codes are computed in float64).
 
     Returns
     -------
@@ -117,27 +134,27 @@ def quantize_affine(x, scale, zero_point=0, qmin: int = -127, qmax: int = 127) -
         If ``x`` or ``scale`` is not real-valued, ``zero_point`` does not hold integers, or
         ``qmin``/``qmax`` is not an integer.
     ValueError
-        If a scale is not positive and finite, ``x`` contains NaN, or ``qmin > qmax``.
+        If a scale is not positive and finite, ``x`` contains NaN, ``qmin > qmax``, or
+        ``qmin``/``qmax`` lies beyond +-2**53 (clamping there and casting would wrap int64).
     """
     x = as_real_array(x)
     scale = _check_scale(scale)
     zero_point = as_integer_array(zero_point, "zero_point")
-    qmin, qmax = check_int(qmin, "qmin"), check_int(qmax, "qmax")
+    qmin, qmax = check_code_range(qmin, qmax)
     if np.isnan(x).any():
         raise ValueError("x contains NaN: it has no integer code")
-    if qmin > qmax:
-        raise ValueError(f"qmin ({qmin}) must not exceed qmax ({qmax})")
     with np.errstate(over="ignore"):  # an overflowing quotient is +-inf and clamps
         q = np.rint(x / scale)
-    q = q + zero_point  # not in place: zero_point may broadcast q to a larger shape
+    q = np.asarray(q + zero_point)  # not in place: zero_point may broadcast q (0-d x: array)
     np.clip(q, qmin, qmax, out=q)
     return q.astype(np.int64)
 
 
 def _check_scale(scale) -> np.ndarray:
     scale = as_real_array(scale, "scale")
-    if not (np.isfinite(scale).all() and (scale > 0).all()):
-        raise ValueError("scale must be positive and finite")
+    bad = ~(np.isfinite(scale) & (scale > 0))
+    if bad.any():
+        raise ValueError(f"scale must be positive and finite, got {float(scale[bad].ravel()[0])!r}")
     return scale
 
 
@@ -159,12 +176,18 @@ def dequantize_affine(codes, scale, zero_point=0) -> np.ndarray:
     TypeError
         If ``codes`` or ``scale`` is not real-valued or ``zero_point`` does not hold integers.
     ValueError
-        If a scale is not positive and finite.
+        If a scale is not positive and finite, or a value ``(codes - zero_point) * scale``
+        lies beyond float64's range (it would be +-Inf).
     """
     codes = as_real_array(codes, "codes")
     scale = _check_scale(scale)
     zero_point = as_integer_array(zero_point, "zero_point")
-    return (codes - zero_point) * scale
+    try:
+        with np.errstate(over="raise", invalid="ignore"):  # NaN codes (signalling too) give NaN
+            return (codes - zero_point) * scale
+    except FloatingPointError:
+        raise ValueError("(codes - zero_point) * scale lies beyond float64's range "
+                         f"(max {np.finfo(np.float64).max:.6g}) for some element") from None
 
 
 def quantize_int(x, bits: int, symmetric: bool = True, granularity: str = "tensor",
@@ -195,13 +218,14 @@ def quantize_int(x, bits: int, symmetric: bool = True, granularity: str = "tenso
         ``x.shape[:-1] + (1,)`` for "channel" (both broadcast against ``x``), and
         ``x.shape[:-1] + (K // group, 1)`` for "group" (broadcasts against ``x`` reshaped to
         ``x.shape[:-1] + (K // group, group)``). An all-zero tensor, row or group gets scale
-        1.0 and codes 0, so it dequantizes to zeros. A 0-d ``x`` is treated as shape (1,).
+        1.0 and codes 0, so it dequantizes to zeros. A 0-d ``x`` gives 0-d ``values`` and
+        ``codes``, and ``scale`` and ``zero_point`` of shape (1,).
 
     Raises
     ------
     TypeError
-        If ``x`` is not real-valued, ``bits``/``group`` is not an integer, or ``clip`` is not
-        a real number.
+        If ``x`` is not real-valued, ``bits``/``group`` is not an integer, ``symmetric`` is not
+        a bool, or ``clip`` is not a real number.
     ValueError
         If ``x`` is empty or non-finite, ``bits`` is outside [2, 16], ``clip`` is outside (0, 1],
         ``granularity`` is unknown, ``group`` is missing, given without "group", or does not
@@ -212,6 +236,7 @@ def quantize_int(x, bits: int, symmetric: bool = True, granularity: str = "tenso
     The integer-only matmul ``y = A @ W.T`` with asymmetric activations and per-row symmetric
     weights: ``y = s_a * s_w.T * (qa @ qw.T - z_a * qw.sum(axis=1))``.
     """
+    shape = np.shape(x)
     x = as_calibration_array(x)
     qmin, qmax = int_range(bits, symmetric)
     clip = check_clip(clip)
@@ -219,19 +244,31 @@ def quantize_int(x, bits: int, symmetric: bool = True, granularity: str = "tenso
     axis = None if granularity == "tensor" else -1
 
     if symmetric:
-        scale = np.abs(xg).max(axis=axis, keepdims=True) * (clip / qmax)
+        amax = np.abs(xg).max(axis=axis, keepdims=True)
+        scale = amax * (clip / qmax)
+        _check_calibrated_scale(scale, amax > 0, clip)
         zero_point = np.zeros(scale.shape, dtype=np.int64)
         scale[scale == 0] = 1.0
     else:
-        lo = np.minimum(xg.min(axis=axis, keepdims=True), 0.0) * clip
-        hi = np.maximum(xg.max(axis=axis, keepdims=True), 0.0) * clip
+        mn, mx = xg.min(axis=axis, keepdims=True), xg.max(axis=axis, keepdims=True)
+        lo = np.minimum(mn, 0.0) * clip
+        hi = np.maximum(mx, 0.0) * clip
         scale = _affine_scale(lo, hi, qmax)
+        _check_calibrated_scale(scale, (mn != 0) | (mx != 0), clip)
         scale[scale == 0] = 1.0
         zero_point = np.clip(np.rint(-lo / scale), qmin, qmax).astype(np.int64)
+        with np.errstate(over="ignore"):  # the grid's ends must be float64 numbers
+            ends = np.abs(np.concatenate([(qmin - zero_point) * scale,
+                                          (qmax - zero_point) * scale], axis=-1))
+        if not np.isfinite(ends).all():
+            raise ValueError("the asymmetric grid over x's range reaches beyond float64's range "
+                             f"(an end of the grid is {float(ends.max()):.6g}); scale x down "
+                             "or quantize it symmetrically")
 
     # The steps of quantize_affine and dequantize_affine, in place on one buffer (x is
     # already validated and these arrays can hold millions of values).
-    q = xg / scale
+    with np.errstate(over="ignore"):  # a tiny clip puts x / scale past float64: it clamps
+        q = xg / scale
     np.rint(q, out=q)
     if not symmetric:
         q += zero_point
@@ -241,4 +278,4 @@ def quantize_int(x, bits: int, symmetric: bool = True, granularity: str = "tenso
     if not symmetric:
         q -= zero_point
     q *= scale
-    return IntQuantized(q.reshape(x.shape), codes.reshape(x.shape), scale, zero_point)
+    return IntQuantized(q.reshape(shape), codes.reshape(shape), scale, zero_point)

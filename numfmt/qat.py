@@ -30,10 +30,12 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from numfmt._validate import as_calibration_array, as_real_array, check_real_scalar
-from numfmt.blocks import block_quantize
-from numfmt.formats import FP4_E2M1, FP8_E4M3, FP8_E5M2, FloatFormat
-from numfmt.intquant import _affine_scale, dequantize_affine, int_range, quantize_affine
+from numfmt._validate import (as_calibration_array, as_integer_array, as_real_array,
+                              check_code_range, check_real_scalar)
+from numfmt.blocks import block_quantize, exact_scales
+from numfmt.formats import FP4_E2M1, FP8_E4M3, FP8_E5M2, FloatFormat, _as_generator
+from numfmt.intquant import (_affine_scale, _check_scale, dequantize_affine, int_range,
+                             quantize_affine)
 
 ROUNDINGS = ("nearest", "stochastic")
 
@@ -76,7 +78,8 @@ def round_nearest_even(x) -> np.ndarray:
     TypeError
         If ``x`` is not real-valued.
     """
-    return np.rint(as_real_array(x))
+    with np.errstate(invalid="ignore"):  # a signalling NaN raises 'invalid'; NaN stays NaN
+        return np.rint(as_real_array(x))
 
 
 def round_stochastic(x, rng=None) -> np.ndarray:
@@ -104,7 +107,7 @@ def round_stochastic(x, rng=None) -> np.ndarray:
     Gupta et al., "Deep Learning with Limited Numerical Precision", ICML 2015, section 3.
     """
     x = as_real_array(x)
-    rng = np.random.default_rng(rng)
+    rng = _as_generator(rng)
     finite = np.isfinite(x)
     safe = np.where(finite, x, 0.0)
     low = np.floor(safe)
@@ -165,9 +168,9 @@ def qparams_from_range(lo, hi, bits: int, symmetric: bool = True) -> QParams:
     qmin, qmax = int_range(bits, symmetric)
     lo, hi = np.broadcast_arrays(as_real_array(lo, "lo"), as_real_array(hi, "hi"))
     if not (np.isfinite(lo).all() and np.isfinite(hi).all()):
-        raise ValueError("calibration range must be finite")
+        raise ValueError(f"calibration range must be finite, got lo={lo!r}, hi={hi!r}")
     if (lo > hi).any():
-        raise ValueError("calibration range has lo > hi")
+        raise ValueError(f"calibration range has lo > hi, got lo={lo!r}, hi={hi!r}")
     if symmetric:
         scale = np.maximum(np.abs(lo), np.abs(hi)) / qmax
         zero_point = np.zeros(scale.shape, dtype=np.int64)
@@ -273,6 +276,8 @@ def calibrate_percentile(x, bits: int, clip_fraction: float, symmetric: bool = T
 def _check_qparams(qp) -> QParams:
     if not isinstance(qp, QParams):
         raise TypeError(f"qparams must be a QParams (see calibrate_minmax), got {type(qp).__name__}")
+    check_code_range(qp.qmin, qp.qmax)  # a hand-built QParams(scale, zp, 5, 3) is refused
+    as_integer_array(qp.zero_point, "zero_point")
     return qp
 
 
@@ -315,10 +320,9 @@ def fake_quantize(x, qparams: QParams, rounding: str = "nearest", rng=None) -> F
     x = as_real_array(x)
     if np.isnan(x).any():
         raise ValueError("x contains NaN: it has no place on the grid")
-    if not (np.isfinite(qp.scale).all() and (np.asarray(qp.scale) > 0).all()):
-        raise ValueError("scale must be positive and finite")
+    scale = _check_scale(qp.scale)
     with np.errstate(invalid="ignore", over="ignore"):  # a quotient past float64 is inf
-        t = _round_int(x / qp.scale, rounding, rng)
+        t = _round_int(x / scale, rounding, rng)
     # Clamping to a range one code wider keeps "was it saturated?" visible in the codes.
     wide = quantize_affine(t, 1.0, qp.zero_point, qp.qmin - 1, qp.qmax + 1)
     mask = (wide >= qp.qmin) & (wide <= qp.qmax)
@@ -370,9 +374,7 @@ def fake_quantize_float(x, fmt: FloatFormat, scale=1.0, rounding: str = "nearest
         raise TypeError(f"fmt must be a signed FloatFormat such as FP8_E4M3, got {fmt!r}")
     _check_rounding(rounding)
     x = as_real_array(x)
-    scale = as_real_array(scale, "scale")
-    if not (np.isfinite(scale).all() and (scale > 0).all()):
-        raise ValueError("scale must be positive and finite")
+    scale = _check_scale(scale)
     if np.isnan(x).any():
         raise ValueError("x contains NaN: it has no place on the grid")
     with np.errstate(over="ignore"):  # a quotient past float64 is inf and saturates
@@ -460,6 +462,13 @@ def fake_quantize_weight(w, fmt: str, axis: int | None = None, rounding: str = "
     """
     if not isinstance(fmt, str):
         raise TypeError(f"fmt must be a format name, one of {WEIGHT_FORMATS}, got {fmt!r}")
+    fq = _fake_quantize_weight(w, fmt, axis, rounding, rng)
+    shape = np.shape(w)  # the calibration views a 0-d w as shape (1,): give its shape back
+    return FakeQuantized(fq.values.reshape(shape), fq.mask.reshape(shape))
+
+
+def _fake_quantize_weight(w, fmt: str, axis, rounding: str, rng) -> FakeQuantized:
+    w = as_calibration_array(w, "w")  # the calibration's own messages would say "x"
     if fmt in _INT_BITS:
         qp = calibrate_absmax(w, _INT_BITS[fmt], axis=axis)
         return fake_quantize(w, qp, rounding, rng)
@@ -468,7 +477,7 @@ def fake_quantize_weight(w, fmt: str, axis: int | None = None, rounding: str = "
         w = as_calibration_array(w, "w")
         xc, keep = _channel_view(w, axis)
         amax = np.abs(xc).max(axis=1).reshape(keep)
-        scale = np.where(amax > 0, amax / f.max_value, 1.0)
+        scale = np.where(amax > 0, exact_scales(amax, f.max_value), 1.0)  # no overflow at FMAX
         return fake_quantize_float(w, f, scale, rounding, rng)
     if fmt in ("MXFP8", "MXFP4", "NVFP4"):
         if axis is not None:
@@ -538,8 +547,9 @@ def adam_update(param, grad, m, v, t: int, lr: float, beta1: float = 0.9, beta2:
     TypeError
         If an array is not real-valued or a hyper-parameter is not a real number.
     ValueError
-        If shapes differ, a gradient is not finite, ``t < 1``, or a hyper-parameter is out of
-        range.
+        If shapes differ, an array is not finite, ``v`` has a negative entry (a second moment
+        is a mean of squares), ``t < 1``, a hyper-parameter is out of range or not finite, or
+        the update overflows float64.
 
     References
     ----------
@@ -551,17 +561,29 @@ def adam_update(param, grad, m, v, t: int, lr: float, beta1: float = 0.9, beta2:
     if not param.shape == grad.shape == m.shape == v.shape:
         raise ValueError(f"param, grad, m, v must share a shape, got {param.shape}, "
                          f"{grad.shape}, {m.shape}, {v.shape}")
-    if not np.isfinite(grad).all():
-        raise ValueError("grad contains NaN or Inf")
+    for name, arr in (("param", param), ("grad", grad), ("m", m), ("v", v)):
+        if not np.isfinite(arr).all():
+            raise ValueError(f"{name} contains NaN or Inf")
+    if (v < 0).any():
+        raise ValueError(f"v must be non-negative (a second moment), got {v[v < 0].min()!r}")
     if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 1:
         raise ValueError(f"t must be an integer >= 1, got {t!r}")
     _check_adam(lr, beta1, beta2, eps, weight_decay)
-    m = beta1 * m + (1 - beta1) * grad
-    v = beta2 * v + (1 - beta2) * grad * grad
-    m_hat = m / (1 - beta1**t)
-    v_hat = v / (1 - beta2**t)
-    param = param - lr * weight_decay * param
-    param = param - lr * m_hat / (np.sqrt(v_hat) + eps)
+    # beta**t for t beyond 2**1000 is 0 to float64 precision (beta <= 1 - 2**-53); Python's
+    # float ** int would raise OverflowError converting such a t to float.
+    t = min(int(t), 2**1000)
+    try:
+        with np.errstate(over="raise"):  # an update beyond float64 would be +-Inf
+            m = beta1 * m + (1 - beta1) * grad
+            v = beta2 * v + (1 - beta2) * grad * grad
+            m_hat = m / (1 - beta1**t)
+            v_hat = v / (1 - beta2**t)
+            param = param - lr * weight_decay * param
+            param = param - lr * m_hat / (np.sqrt(v_hat) + eps)
+    except FloatingPointError:
+        raise ValueError(f"the Adam update overflows float64 (lr={lr!r}, "
+                         f"weight_decay={weight_decay!r}, max |grad| = "
+                         f"{float(np.abs(grad).max()):.6g}): lower lr") from None
     return param, m, v
 
 
@@ -569,8 +591,11 @@ def _check_adam(lr, beta1, beta2, eps, weight_decay) -> None:
     lr, beta1, beta2, eps, weight_decay = (
         check_real_scalar(v, n) for v, n in ((lr, "lr"), (beta1, "beta1"), (beta2, "beta2"),
                                              (eps, "eps"), (weight_decay, "weight_decay")))
-    if not (lr > 0 and 0 <= beta1 < 1 and 0 <= beta2 < 1 and eps > 0 and weight_decay >= 0):
-        raise ValueError("need lr > 0, 0 <= beta1, beta2 < 1, eps > 0, weight_decay >= 0")
+    if not (0 < lr < np.inf and 0 <= beta1 < 1 and 0 <= beta2 < 1 and 0 < eps < np.inf
+            and 0 <= weight_decay < np.inf):
+        raise ValueError("need finite lr > 0, 0 <= beta1, beta2 < 1, finite eps > 0 and "
+                         f"weight_decay >= 0; got lr={lr!r}, beta1={beta1!r}, beta2={beta2!r}, "
+                         f"eps={eps!r}, weight_decay={weight_decay!r}")
 
 
 class QATAdam:
@@ -615,7 +640,9 @@ class QATAdam:
         if not (isinstance(betas, (tuple, list)) and len(betas) == 2):
             raise TypeError(f"betas must be a pair (beta1, beta2), got {betas!r}")
         _check_adam(lr, betas[0], betas[1], eps, weight_decay)
-        self.master = as_calibration_array(master, "master").astype(np.float32)
+        master = as_calibration_array(master, "master")
+        _check_fits_float32(master, "master")
+        self.master = master.astype(np.float32)
         self.quantize = quantize
         self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
         self.m = np.zeros(self.master.shape)
@@ -633,14 +660,30 @@ class QATAdam:
         """Update the master with one Adam step on ``grad`` (its shape), then re-derive the view.
 
         ``grad`` is the gradient with respect to the master: apply :func:`ste_backward` to a
-        gradient taken at the view first.
+        gradient taken at the view first. Raises as :func:`adam_update` (and ValueError if the
+        new master leaves FP32's range); a refused step, or a ``quantize`` that raises, leaves
+        the master, moments, step count and view unchanged.
         """
         grad = as_real_array(grad, "grad")
         if grad.shape != self.master.shape:
             raise ValueError(f"grad has shape {grad.shape}, the master {self.master.shape}")
-        self.t += 1
+        # Everything is computed and checked before any state changes: a refused gradient
+        # (NaN, an overflowing update, a quantizer that raises) leaves the optimizer as it was.
         b1, b2 = self.betas
-        p, self.m, self.v = adam_update(self.master, grad, self.m, self.v, self.t, self.lr, b1,
-                                        b2, self.eps, self.weight_decay)
-        self.master = p.astype(np.float32)
-        self._requantize()
+        p, m, v = adam_update(self.master, grad, self.m, self.v, self.t + 1, self.lr, b1,
+                              b2, self.eps, self.weight_decay)
+        _check_fits_float32(p, "the updated master")
+        master = p.astype(np.float32)
+        fq = self.quantize(master.astype(np.float64))
+        if not isinstance(fq, FakeQuantized):
+            raise TypeError(f"quantize must return a FakeQuantized, got {type(fq).__name__}")
+        self.master, self.m, self.v, self.t = master, m, v, self.t + 1
+        self.view, self.mask = fq.values, fq.mask
+
+
+def _check_fits_float32(w: np.ndarray, name: str) -> None:
+    """Refuse weights beyond FP32's range: the float32 master would hold Inf."""
+    big = float(np.abs(w).max()) if w.size else 0.0
+    if big > float(np.finfo(np.float32).max):
+        raise ValueError(f"{name} holds {big:.6g}, beyond the FP32 master's range "
+                         f"(max {float(np.finfo(np.float32).max):.6g})")

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from numfmt._validate import check_int, check_real_scalar
+from numfmt._validate import check_code_range, check_int, check_real_scalar
 from numfmt.qat import WEIGHT_FORMATS, fake_quantize_weight, qparams_from_range
 
 __all__ = ["FakeQuantizeSTE", "fake_quantize_int", "fake_quantize_weight_ste",
@@ -70,20 +70,25 @@ def fake_quantize_int(x: torch.Tensor, scale: float, zero_point: int, qmin: int,
     ValueError
         If ``scale`` is not positive and finite, ``qmin > qmax``, or ``x`` contains NaN.
     """
-    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
-        raise TypeError("x must be a floating-point torch.Tensor")
+    _check_float_tensor(x)
     if isinstance(scale, torch.Tensor) and scale.numel() == 1 and scale.is_floating_point():
         scale = scale.item()
     scale = check_real_scalar(scale, "scale")
     zero_point = check_int(zero_point, "zero_point")
-    qmin, qmax = check_int(qmin, "qmin"), check_int(qmax, "qmax")
+    qmin, qmax = check_code_range(qmin, qmax)
     if not (np.isfinite(scale) and scale > 0):
         raise ValueError(f"scale must be positive and finite, got {scale!r}")
-    if qmin > qmax:
-        raise ValueError(f"qmin ({qmin}) must not exceed qmax ({qmax})")
     if torch.isnan(x).any():
         raise ValueError("x contains NaN: it has no place on the grid")
     return FakeQuantizeSTE.apply(x, scale, zero_point, qmin, qmax)
+
+
+def _check_float_tensor(x) -> None:
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+        got = f"dtype {x.dtype}" if isinstance(x, torch.Tensor) else type(x).__name__
+        raise TypeError(f"x must be a floating-point torch.Tensor, got {got}")
+    if x.is_meta:
+        raise ValueError("x is a meta tensor: it has a shape but no values to quantize")
 
 
 class _MaskedStraightThrough(torch.autograd.Function):
@@ -144,11 +149,12 @@ class ActivationFakeQuant(nn.Module):
     Raises
     ------
     TypeError
-        If ``momentum`` is not a real number.
+        If ``momentum`` is not a real number, or a batch is not a floating-point tensor.
     ValueError
         If ``momentum`` is out of range (``bits`` is checked by :func:`numfmt.int_range`), in
         eval mode before any range has been observed, or, in training mode, if a batch is
-        empty or holds NaN or Inf (the stored range is then left unchanged).
+        empty, a meta tensor, or holds NaN or Inf. Every batch is checked before the running
+        range takes it in: a refused batch leaves the stored range unchanged.
 
     References
     ----------
@@ -167,7 +173,9 @@ class ActivationFakeQuant(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.training:
-            # Check before the moving average takes the batch in: a NaN or Inf would stay in it.
+            # Check before the moving average takes the batch in: a refused batch (wrong dtype,
+            # NaN or Inf) must leave the running range as it was.
+            _check_float_tensor(x)
             if x.numel() == 0:
                 raise ValueError("x is empty: there is nothing to calibrate a scale on")
             if not bool(torch.isfinite(x).all()):

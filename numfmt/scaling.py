@@ -62,7 +62,9 @@ def scale_from_amax(amax, fmt: FloatFormat, margin: int = 0) -> np.ndarray:
         raise TypeError(f"margin must be an integer, got {margin!r}")
     amax = _check_amax(amax, "amax")
     with np.errstate(over="ignore", under="ignore"):
-        scale = np.ldexp(amax, int(margin)) / fmt.max_value  # ldexp: exact, as * 2.0**margin
+        # ldexp: exact, as * 2.0**margin. Beyond +-4000 binades every non-zero scale is 0 or
+        # Inf anyway, and ldexp takes a C int: clamp so the range error below is raised.
+        scale = np.ldexp(amax, int(np.clip(int(margin), -4000, 4000))) / fmt.max_value
     if not (np.isfinite(scale) & ((scale > 0) | (amax == 0))).all():
         raise ValueError(f"amax * 2**{int(margin)} / {fmt.max_value:g} is beyond float64's range: "
                          "the scale would be 0 or Inf")
@@ -83,7 +85,7 @@ def quantize_with_scale(x, fmt: FloatFormat, scale: float) -> Scaled:
     ----------
     x : array_like of real numbers, any shape, non-empty and finite
     fmt : FloatFormat, signed
-    scale : float, positive and finite
+    scale : float (or a 0-d array, as :func:`scale_from_amax` returns), positive and finite
 
     Returns
     -------

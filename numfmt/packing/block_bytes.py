@@ -92,7 +92,8 @@ def pack_block_fp4(bq, kind):
         format (for instance an E4M3-scaled tensor packed as "mxfp4").
     """
     if not isinstance(bq, BlockQuantized):
-        raise TypeError(f"expected a numfmt.BlockQuantized, got {type(bq).__name__}")
+        raise TypeError(f"expected a numfmt.BlockQuantized (numpy), got "
+                        f"{type(bq).__module__}.{type(bq).__name__}")
     if kind not in _SCALE_FORMAT:
         raise ValueError(f"kind must be one of {tuple(_SCALE_FORMAT)}, got {kind!r}")
     shape = bq.elements.shape

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from numfmt._validate import check_fits_storage, check_int
+
 from ._checks import as_float_array, as_int_array, check_int32, check_ndim, check_range
 
 __all__ = [
@@ -247,6 +249,7 @@ def group_index(perm, group_size):
     """
     k = len(np.asarray(perm))
     perm = _check_permutation(perm, k)
+    group_size = check_int(group_size, "group_size")
     if group_size <= 0 or k % group_size:
         raise ValueError(f"K = {k} must be a positive multiple of group_size = {group_size}")
     g_idx = np.empty(k, np.int32)
@@ -358,11 +361,16 @@ def gptq_quantize(weight, group_size=128, perm=None):
     TypeError
         If ``weight`` is not a real array.
     ValueError
-        If ``weight`` is not 2-D, has non-finite values, or the sizes do not divide.
+        If ``weight`` is not 2-D, has non-finite values, or the sizes do not divide; or a
+        group's scale does not fit float16 (above 65504 it would be Inf, below 2**-25 it
+        would flush to 0 and the group decode to zeros): such weights are refused, not stored.
+    TypeError
+        If ``group_size`` is not an integer.
     """
     w = as_float_array(weight, "weight")
     check_ndim(w, 2, "weight")
     k, n = w.shape
+    group_size = check_int(group_size, "group_size")
     if group_size <= 0 or k % group_size or k % 8:
         raise ValueError(f"K = {k} must be a multiple of 8 and of group_size = {group_size}")
     if n % 8:
@@ -373,7 +381,11 @@ def gptq_quantize(weight, group_size=128, perm=None):
     grouped = w[order].reshape(k // group_size, group_size, n)          # (G, g, N)
     lo = np.minimum(grouped.min(axis=1), 0.0)
     hi = np.maximum(grouped.max(axis=1), 0.0)
-    scale = ((hi - lo) / 15).astype(np.float16)                         # (G, N)
+    with np.errstate(over="ignore"):  # a width past float64 is Inf and refused below
+        ideal = (hi - lo) / 15
+    check_fits_storage(ideal, np.float16, "the float16 group scale (max - min) / 15 =",
+                       "GPTQ stores scales in float16: scale the weight into range first")
+    scale = ideal.astype(np.float16)                                    # (G, N)
     safe = np.where(scale > 0, scale.astype(np.float64), 1.0)
     zero = np.clip(np.round(-lo / safe), 0, 15).astype(np.int64)
     q_sorted = np.clip(np.round(grouped / safe[:, None, :]) + zero[:, None, :], 0, 15)

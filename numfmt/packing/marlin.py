@@ -42,6 +42,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from numfmt._validate import check_fits_storage
+
 from ..formats import FP8_E4M3
 from ._checks import as_int_array, check_int32, check_ndim, check_range
 from .gptq import gptq_unpack_qweight, _pack_words, _unpack_words
@@ -414,7 +416,8 @@ def marlin_fp8_pack(weight):
     ValueError
         If ``weight`` is not 2-D, the shape is not supported
         (:func:`marlin_fp8_shape_supported`), or it holds NaN or inf (the message
-        names the first such [n, k]).
+        names the first such [n, k]); or a row's float16 scale ``256 * amax / 448`` would
+        overflow (above 65504) or flush to 0 (below 2**-25): refused, not stored as Inf or 0.
 
     References
     ----------
@@ -441,6 +444,9 @@ def marlin_fp8_pack(weight):
     rows, cols = marlin_fp8_tile_map()
     tiles = _to_tiles(np.ascontiguousarray(codes.T))[:, :, rows, cols]     # (K/16, N/64, 1024)
     packed = np.ascontiguousarray(tiles.reshape(k // TILE_K, -1))
+    check_fits_storage(scale * FP8_E4M3_TO_FP16_SCALE, np.float16,
+                       "the float16 row scale 256 * amax / 448 =",
+                       "Marlin FP8 stores scales in float16: scale the weight into range first")
     scales = marlin_permute_scales((scale * FP8_E4M3_TO_FP16_SCALE).astype(np.float16)[None, :])
     return Fp8MarlinWeight(packed, scales)
 

@@ -15,6 +15,8 @@ uint4 [3, 12] -> 0xC3.
 
 import numpy as np
 
+from numfmt._validate import check_bool, check_int
+
 from ..formats import FP4_E2M1
 from ._checks import as_float_array, as_int_array, check_range
 
@@ -64,6 +66,7 @@ def pack_nibbles(codes, pad=False, order="low_first"):
     torch ``float4_e2m1fn_x2`` (element 0 in the low nibble).
     """
     _check_order(order)
+    check_bool(pad, "pad")
     arr = as_int_array(codes)
     if arr.ndim == 0:
         raise ValueError("codes must have at least one axis")
@@ -114,6 +117,7 @@ def unpack_nibbles(packed, count=None, order="low_first"):
     full = 2 * arr.shape[-1]
     if count is None:
         count = full
+    count = check_int(count, "count")
     if count not in (full, full - 1) or count < 0:
         raise ValueError(f"count must be {full} or {full - 1} for {arr.shape[-1]} bytes, "
                          f"got {count}")

@@ -35,6 +35,8 @@ from statistics import NormalDist
 
 import numpy as np
 
+from numfmt._validate import check_bool, check_fits_storage
+
 from ..formats import FP4_E2M1
 from ._checks import as_float_array, check_ndim
 from .nibbles import pack_nibbles, unpack_nibbles
@@ -156,7 +158,8 @@ def _check_levels(levels):
     lv = as_float_array(levels, "levels")
     check_ndim(lv, 1, "levels")
     if not 2 <= lv.size <= 16 or np.any(np.diff(lv) <= 0) or lv[0] < -1 or lv[-1] > 1:
-        raise ValueError("levels must be 2 to 16 strictly increasing values in [-1, 1]")
+        raise ValueError("levels must be 2 to 16 strictly increasing values in [-1, 1], got "
+                         f"{lv.tolist()!r}")
     return lv
 
 
@@ -211,7 +214,8 @@ def absmax_quantize(x, levels, block=64):
         If ``x`` is not a real array.
     ValueError
         If ``x`` is empty or holds NaN or inf, ``levels`` is not a valid
-        codebook, or ``block`` is not a positive integer.
+        codebook, or ``block`` is not a positive integer; or a block's absmax does not fit
+        FP32 (above 3.4e38 it would be Inf, below 7e-46 it would flush to 0).
 
     References
     ----------
@@ -227,7 +231,10 @@ def absmax_quantize(x, levels, block=64):
     padded = np.zeros(n_blocks * block)
     padded[:flat.size] = flat
     blocks = padded.reshape(n_blocks, block)
-    absmax = np.abs(blocks).max(axis=1).astype(np.float32)
+    ideal = np.abs(blocks).max(axis=1)
+    check_fits_storage(ideal, np.float32, "the float32 block absmax",
+                       "absmax is stored in FP32: scale x into range first")
+    absmax = ideal.astype(np.float32)
     safe = np.where(absmax > 0, absmax.astype(np.float64), 1.0)
     normalized = blocks / safe[:, None]
     midpoints = (lv[1:] + lv[:-1]) / 2
@@ -327,7 +334,8 @@ def double_quantize(scales, block=256, center=True, signed=True, code="dynamic")
     ValueError
         If ``scales`` is not a non-empty 1-D array of finite non-negative values,
         ``block`` is not a positive integer, ``center`` is asked of an unsigned code, or
-        ``code`` is unknown.
+        ``code`` is unknown; or a scale or a block's FP32 step does not fit FP32 (it would be
+        Inf, or flush to 0).
 
     References
     ----------
@@ -335,15 +343,19 @@ def double_quantize(scales, block=256, center=True, signed=True, code="dynamic")
     subtracted "to center the values around zero and make use of symmetric quantization");
     bitsandbytes ``quantize_4bit(compress_statistics=True)`` and ``quantize_blockwise``.
     """
+    center, signed = check_bool(center, "center"), check_bool(signed, "signed")
     if code not in SCALE_CODES:
         raise ValueError(f"code must be one of {SCALE_CODES}, got {code!r}")
     c = as_float_array(scales, "scales")
     check_ndim(c, 1, "scales")
     if c.size == 0 or np.any(c < 0):
-        raise ValueError("scales must be a non-empty array of non-negative values")
+        raise ValueError("scales must be a non-empty array of non-negative values, got "
+                         + ("an empty array" if c.size == 0 else f"{float(c[c < 0][0])!r}"))
     block = _check_block(block)
     if center and not signed:
         raise ValueError("centered scales take both signs: center=True needs signed=True")
+    check_fits_storage(c, np.float32, "the scale", "double quantization stores FP32 steps "
+                       "and offset: pass scales within FP32's range (absmax_quantize's are)")
     offset = np.float32(c.mean()) if center else np.float32(0.0)
     centered = c - np.float64(offset)
     n_blocks = -(-c.size // block)
@@ -352,14 +364,20 @@ def double_quantize(scales, block=256, center=True, signed=True, code="dynamic")
     blocks = padded.reshape(n_blocks, block)
     if code == "dynamic":
         table = dynamic_map(signed)
-        amax = np.abs(blocks).max(axis=1).astype(np.float32)
+        ideal = np.abs(blocks).max(axis=1)
+        check_fits_storage(ideal, np.float32, "the FP32 absmax max|scale - mean| of a block =",
+                           "the scales are too close to their mean for an FP32 absmax")
+        amax = ideal.astype(np.float32)
         safe = np.where(amax > 0, amax.astype(np.float64), 1.0)
         t64 = table.astype(np.float64)
         idx = np.searchsorted((t64[1:] + t64[:-1]) / 2, blocks / safe[:, None], side="left")
         return DoubleQuantizedScales(idx.ravel()[:c.size].astype(np.uint8), amax, offset,
                                      block, table)
     qmax = 127 if signed else 255
-    step = (np.abs(blocks).max(axis=1) / qmax).astype(np.float32)
+    ideal = np.abs(blocks).max(axis=1) / qmax
+    check_fits_storage(ideal, np.float32, "the FP32 step max|scale| / qmax =",
+                       "the scales are too small for FP32 steps")
+    step = ideal.astype(np.float32)
     safe = np.where(step > 0, step.astype(np.float64), 1.0)
     codes = np.clip(np.round(blocks / safe[:, None]), -qmax if signed else 0, qmax)
     dtype = np.int8 if signed else np.uint8
@@ -454,6 +472,7 @@ def qlora_quantize(x, levels=None, block=64, double_quant=True, scale_block=256,
     ----------
     QLoRA (2023), equation (6) (NF4 with double quantization).
     """
+    check_bool(double_quant, "double_quant")
     lv = nf4_levels() if levels is None else levels
     q = absmax_quantize(x, lv, block)
     codes = q.codes

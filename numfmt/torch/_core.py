@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from numfmt._validate import as_real_array
+
 F64 = torch.float64
 _EXP_MASK = 0x7FF
 
@@ -14,30 +16,97 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def as_real_tensor(x, name: str = "x", device=None) -> torch.Tensor:
-    """Return ``x`` as a float64 tensor, refusing what is not a real number.
+#: Tensor dtypes numfmt.torch reads (converted exactly to float64).
+_FLOAT8 = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu",
+                                             "float8_e4m3fnuz", "float8_e5m2fnuz")
+                if hasattr(torch, n))
+_READABLE = (torch.float16, torch.bfloat16, torch.float32, torch.float64) + _FLOAT8
 
-    A tensor stays on its device unless ``device`` is given; anything else (lists, numpy
-    arrays, scalars) goes to ``device`` or :func:`default_device`. Conversion to float64 is
-    exact for every integer below 2**53 and every float16/bfloat16/float32 value.
+
+def check_device(device):
+    """Return ``device`` as a torch.device (None stays None), refusing CUDA where there is none.
 
     Raises
     ------
     TypeError
-        If ``x`` has a boolean, complex or other non-real dtype.
+        If ``device`` is not a str, torch.device or None.
+    ValueError
+        If it names no device torch knows, or CUDA while ``torch.cuda.is_available()`` is False.
     """
+    if device is None:
+        return None
+    if not isinstance(device, (str, torch.device)):
+        raise TypeError(f"device must be a str, a torch.device or None, got {device!r}")
+    try:
+        dev = torch.device(device)
+    except RuntimeError as e:
+        raise ValueError(f"device={device!r} is not a torch device ({e})") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r} but CUDA is not available here "
+                         "(torch.cuda.is_available() is False); use device='cpu'")
+    if dev.type == "meta":
+        raise ValueError("device='meta' holds no values: numfmt.torch needs real tensors")
+    return dev
+
+
+def check_tensor(x: torch.Tensor, name: str) -> None:
+    """Refuse tensors numfmt.torch cannot read: meta tensors (no values), packed or exotic dtypes.
+
+    Raises
+    ------
+    TypeError
+        If the dtype is not real (bool, complex) or not readable (``float4_e2m1fn_x2`` packs two
+        values per byte; quantized and bit dtypes).
+    ValueError
+        If ``x`` is a meta tensor.
+    """
+    if x.dtype == torch.bool or x.is_complex() or not (x.dtype in _READABLE
+                                                          or _is_int(x.dtype)):
+        hint = (" (two FP4 values packed per byte: unpack it first, e.g. with "
+                "numfmt.packing.unpack_fp4)" if "float4" in str(x.dtype) else "")
+        raise TypeError(f"{name} must hold real numbers (int or float), got dtype {x.dtype}"
+                        + hint)
+    if x.is_meta:
+        raise ValueError(f"{name} is a meta tensor: it has a shape but no values to quantize")
+
+
+def as_real_tensor(x, name: str = "x", device=None) -> torch.Tensor:
+    """Return ``x`` as a float64 tensor, refusing what is not a real number.
+
+    A tensor stays on its device unless ``device`` is given; anything else (lists, numpy
+    arrays, scalars) goes to ``device`` or :func:`default_device`, through the same check as
+    numpy's :func:`numfmt._validate.as_real_array`. Conversion to float64 is exact: integers
+    beyond 2**53 are refused (they would round twice), as in numfmt.
+
+    A tensor that requires grad is accepted; the result carries the graph, but rounding is a
+    step function, so the gradient through round, MX and NVFP4 is exactly 0 almost everywhere
+    (use numfmt.qat_torch for a straight-through estimator).
+
+    Raises
+    ------
+    TypeError
+        If ``x`` has a boolean, complex or other non-real dtype (see :func:`check_tensor`).
+    ValueError
+        If ``x`` is a meta tensor, holds an integer beyond 2**53, or ``device`` is unusable
+        (see :func:`check_device`).
+    """
+    device = check_device(device)
     if isinstance(x, torch.Tensor):
-        if x.dtype == torch.bool or x.is_complex() or not (x.is_floating_point()
-                                                           or _is_int(x.dtype)):
-            raise TypeError(f"{name} must hold real numbers (int or float), got dtype {x.dtype}")
-        if x.dtype in (torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e8m0fnu):
+        check_tensor(x, name)
+        if x.dtype in (torch.int64, torch.uint64) and x.numel():
+            v = x.view(torch.int64)  # uint64 has no comparison kernels; its top half is < 0
+            big = ((v > 2**53) | (v < 0)) if x.dtype == torch.uint64 else \
+                (v > 2**53) | (v < -2**53)
+            if bool(big.any()):
+                bad = int(v[big][0]) % 2**64 if x.dtype == torch.uint64 else int(v[big][0])
+                raise ValueError(f"{name} holds the integer {bad}, beyond float64's exact "
+                                 "integers (|n| <= 2**53): converting would round it twice")
+        if x.dtype in _FLOAT8:
             x = x.to(torch.float32)  # exact; float8 -> float64 is not supported everywhere
         return x.to(device=device if device is not None else x.device, dtype=F64)
-    arr = np.asarray(x)
-    if arr.dtype == np.bool_ or arr.dtype.kind not in "iuf":
-        raise TypeError(f"{name} must hold real numbers (int or float), got dtype {arr.dtype}")
+    arr = as_real_array(x, name)
     dev = device if device is not None else default_device()
-    return torch.as_tensor(arr.astype(np.float64), device=dev)
+    return torch.tensor(arr, device=dev)  # a copy: the caller's array is never shared
 
 
 def _is_int(dtype: torch.dtype) -> bool:
@@ -74,6 +143,7 @@ def pow2(e: torch.Tensor) -> torch.Tensor:
     """Exact ``2.0 ** e`` as float64 for an int64 tensor ``e`` in [-1022, 1023].
 
     Built from the IEEE 754 bit pattern, so no library ``pow``/``ldexp`` rounding can enter.
+    Below -1022 (float64 subnormals) multiply two of them: a product of powers of two is exact.
     """
     return ((e.to(torch.int64) + 1023) << 52).view(F64)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from numfmt._validate import check_block
@@ -16,6 +17,17 @@ from numfmt.blocks import (CLIP_TOLERANCE, SCALE_BITS, _check_elem, _check_scale
 from numfmt.formats import E8M0, FP4_E2M1, FP8_E4M3, FloatFormat
 from numfmt.torch._core import as_calibration_tensor, floor_log2, pow2
 from numfmt.torch.formats import round as round_to
+
+
+def _exact_scales(amax: torch.Tensor, max_value: float) -> torch.Tensor:
+    """The twin of :func:`numfmt.blocks.exact_scales`: ``amax / max_value``, one ulp moved
+    where rounding would overflow the top element or make it saturate."""
+    s = amax / max_value
+    over = ~torch.isfinite(s * max_value)
+    low = (s > 0) & (amax / torch.where(s > 0, s, 1.0) > max_value * CLIP_TOLERANCE)
+    down = torch.nextafter(s, torch.zeros_like(s))
+    up = torch.nextafter(s, torch.full_like(s, float("inf")))
+    return torch.where(over, down, torch.where(low, up, s))
 
 
 class BlockQuantized(NamedTuple):
@@ -72,9 +84,17 @@ def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0",
     TypeError
         If ``x`` is not real-valued, ``elem`` is not a signed FloatFormat, ``block`` not an int.
     ValueError
-        If ``x`` is empty or non-finite, ``block`` does not divide K, or ``scale_format`` or
-        ``scale_rule`` is unknown (or "rceil" with a non-E8M0 scale).
+        If ``x`` is empty or non-finite, ``block`` does not divide K, ``scale_format`` or
+        ``scale_rule`` is unknown (or "rceil" with a non-E8M0 scale), ``x`` is a meta
+        tensor, or ``device`` is CUDA without CUDA.
+
+    Notes
+    -----
+    A tensor that requires grad is accepted (no warning); the rounding is a step function,
+    so the gradient of ``values`` with respect to ``x`` is exactly 0 almost everywhere for
+    MX and NVFP4 alike (not a straight-through estimator: see :mod:`numfmt.qat_torch`).
     """
+    shape = _shape_of(x)
     x = as_calibration_tensor(x, device=device)
     elem = _check_elem(elem)
     if scale_format not in SCALE_BITS:
@@ -91,12 +111,12 @@ def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0",
         exponent = torch.clamp(floor_log2(amax) - elem.emax, E8M0.emin, E8M0.emax)
         scales = torch.where(amax > 0, pow2(exponent), 1.0)
     elif scale_format == "e4m3":
-        t_amax = float(amax.max())
+        t_amax = float(amax.detach().max())  # detach: no warning for a grad-requiring x
         if t_amax > 0:
             tensor_scale = fp32_tensor_scale(t_amax, elem)
         scales = round_to(amax / elem.max_value / tensor_scale, FP8_E4M3)
     else:
-        scales = torch.where(amax > 0, amax / elem.max_value, 1.0)
+        scales = torch.where(amax > 0, _exact_scales(amax, elem.max_value), 1.0)
 
     full = scales * tensor_scale                                    # (..., n_blocks)
     safe = torch.where(full > 0, full, 1.0)[..., None]              # (..., n_blocks, 1)
@@ -105,8 +125,13 @@ def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0",
     elements = round_to(y, elem)
     elements = torch.where((full == 0)[..., None], 0.0, elements)
     values = elements * safe
-    return BlockQuantized(values.reshape(x.shape), elements.reshape(x.shape), scales,
+    return BlockQuantized(values.reshape(shape), elements.reshape(shape), scales,
                           tensor_scale, clipped, elem.bits + SCALE_BITS[scale_format] / block)
+
+
+def _shape_of(x) -> tuple:
+    """The shape of a tensor or array_like, before 0-d input is viewed as shape (1,)."""
+    return tuple(x.shape) if isinstance(x, torch.Tensor) else np.shape(x)
 
 
 def mx_quantize(x, elem: FloatFormat, block: int = 32, device=None,
@@ -136,12 +161,14 @@ def tensor_scaled(x, elem: FloatFormat, device=None) -> BlockQuantized:
     TypeError, ValueError
         As :func:`block_quantize`.
     """
+    shape = _shape_of(x)
     x = as_calibration_tensor(x, device=device)
     elem = _check_elem(elem)
-    amax = float(x.abs().max())
-    s = amax / elem.max_value if amax > 0 else 1.0
+    amax = float(x.detach().abs().max())
+    s = float(_exact_scales(torch.tensor(amax, dtype=torch.float64), elem.max_value)) \
+        if amax > 0 else 1.0
     # s == 0: amax is a few float64 subnormals and the scale underflows; flush to zero.
     elements = round_to(x / s, elem) if s > 0 else torch.zeros_like(x)
-    return BlockQuantized(elements * s, elements,
+    return BlockQuantized((elements * s).reshape(shape), elements.reshape(shape),
                           torch.ones(x.shape[:-1] + (1,), dtype=torch.float64, device=x.device),
                           s, 0.0, float(elem.bits))

@@ -13,7 +13,8 @@ import numpy as np
 import torch
 
 from numfmt.formats import FloatFormat
-from numfmt.torch._core import F64, as_real_tensor, floor_log2, pow2
+from numfmt._validate import as_integer_array, check_bool
+from numfmt.torch._core import F64, as_real_tensor, check_device, check_tensor, floor_log2, pow2
 
 _MODES = ("nearest", "stochastic")
 _I64 = torch.int64
@@ -67,11 +68,20 @@ def round(x, fmt: FloatFormat, saturate: bool = True, mode: str = "nearest",  # 
     Raises
     ------
     TypeError
-        If ``x`` is not real-valued or ``fmt`` is not a FloatFormat.
+        If ``x`` is not real-valued, ``fmt`` is not a FloatFormat, or ``saturate`` is not a
+        bool (the check numfmt's FloatFormat.round uses).
     ValueError
-        If ``mode`` is unknown, or ``u`` has the wrong number of elements or values outside [0, 1).
+        If ``mode`` is unknown, ``u`` has the wrong number of elements or values outside
+        [0, 1), ``x`` is a meta tensor, or ``device`` is CUDA without CUDA.
+
+    Notes
+    -----
+    A tensor that requires grad is accepted; rounding is a step function, so the gradient of
+    the result is exactly 0 almost everywhere (not a straight-through estimator; see
+    :mod:`numfmt.qat_torch` for that).
     """
     fmt = _check_fmt(fmt)
+    check_bool(saturate, "saturate")
     if mode not in _MODES:
         raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
     x = as_real_tensor(x, device=device)
@@ -99,6 +109,10 @@ def round(x, fmt: FloatFormat, saturate: bool = True, mode: str = "nearest",  # 
 
 
 def _draws(u, a: torch.Tensor, generator) -> torch.Tensor:
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {generator!r} "
+                        "(a numpy Generator draws for numfmt's FloatFormat.round; pass u= "
+                        "to use its draws here)")
     if u is None:
         return torch.rand(a.shape, dtype=F64, device=a.device, generator=generator)
     u = as_real_tensor(u, "u", device=a.device).reshape(-1)
@@ -132,7 +146,9 @@ def _stochastic_magnitude(a: torch.Tensor, fmt: FloatFormat, u: torch.Tensor) ->
     finite = torch.isfinite(a)
     safe = torch.where(finite, a, a.new_zeros(()))
     e = torch.clamp(floor_log2(safe), min=fmt.emin)
-    quantum = pow2(e - fmt.man_bits)
+    # e >= emin >= -1022, but e - man_bits can pass below pow2's range (E11 with bias 1023):
+    # the product of two exact powers of two is exact, also as a float64 subnormal.
+    quantum = pow2(e) * float(np.ldexp(1.0, -fmt.man_bits))
     steps = safe / quantum  # exact: quantum is a power of two
     low = torch.floor(steps)
     up = (u < (steps - low)).to(F64)
@@ -217,18 +233,25 @@ def decode(codes, fmt: FloatFormat, device=None) -> torch.Tensor:
         If a code is negative or does not fit in ``fmt.bits`` bits.
     """
     fmt = _check_fmt(fmt)
+    device = check_device(device)
     if isinstance(codes, torch.Tensor):
         if codes.dtype == torch.bool or codes.is_floating_point() or codes.is_complex():
             raise TypeError(f"codes must be integers, got dtype {codes.dtype}")
+        check_tensor(codes, "codes")
+        if codes.dtype == torch.uint64 and codes.numel() and int(codes.max()) >= 1 << fmt.bits:
+            raise ValueError(f"{fmt.name} codes must lie in [0, {(1 << fmt.bits) - 1}], "
+                             f"got {int(codes.max())}")
         c = codes.to(device=device if device is not None else codes.device, dtype=_I64)
     else:
         arr = np.asarray(codes)
         if arr.dtype == np.bool_ or arr.dtype.kind not in "iu":
-            raise TypeError(f"codes must be integers, got dtype {arr.dtype}")
-        c = torch.as_tensor(arr.astype(np.int64), device=device if device is not None
+            if arr.dtype != object:
+                raise TypeError(f"codes must be integers, got dtype {arr.dtype}")
+        c = torch.as_tensor(as_integer_array(arr, "codes"), device=device if device is not None
                             else torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     if c.numel() and (int(c.min()) < 0 or int(c.max()) >= (1 << fmt.bits)):
-        raise ValueError(f"{fmt.name} codes must lie in [0, {(1 << fmt.bits) - 1}]")
+        bad = int(c.min()) if int(c.min()) < 0 else int(c.max())
+        raise ValueError(f"{fmt.name} codes must lie in [0, {(1 << fmt.bits) - 1}], got {bad}")
     m = fmt.man_bits
     mant = c & ((1 << m) - 1)
     exp = (c >> m) & ((1 << fmt.exp_bits) - 1)

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
+import numpy as np
 import torch
 
+from numfmt._validate import check_bool, check_fits_storage
 from numfmt.formats import FP8_E4M3, FP8_E5M2, FloatFormat
-from numfmt.torch._core import default_device
+from numfmt.torch._core import as_calibration_tensor, default_device
 from numfmt.torch.blocks import BlockQuantized
 from numfmt.torch.formats import round as round_to
 from numfmt.torch.intquant import quantize_int
@@ -157,6 +159,8 @@ def int8_linear(x, w, device=None) -> Int8Linear:
     ValueError
         If x or w is not 2-D, K differs, or an input is empty or non-finite.
     """
+    x = as_calibration_tensor(x, "x", device=device)  # under their own names (see above)
+    w = as_calibration_tensor(w, "w", device=x.device)
     qx = quantize_int(x, 8, symmetric=False, device=device)
     qw = quantize_int(w, 8, symmetric=True, granularity="channel", device=qx.codes.device)
     if qx.codes.ndim != 2 or qw.codes.ndim != 2 or qx.codes.shape[1] != qw.codes.shape[1]:
@@ -208,18 +212,28 @@ def fp8_quantize(x, fmt: FloatFormat = FP8_E4M3, granularity: str = "tensor",
     TypeError
         If ``fmt`` is not E4M3 or E5M2.
     ValueError
-        If ``x`` is not 2-D, empty or non-finite, or ``granularity`` is unknown.
+        If ``x`` is not 2-D, empty or non-finite, or ``granularity`` is unknown; or a scale
+        ``amax / fmt.max_value`` does not fit float32 (above 3.4e38 it would be Inf and the
+        data 0; below 7e-46 it would be 0 and the data saturate).
     """
+    return _fp8_quantize(x, fmt, granularity, device, "x")
+
+
+def _fp8_quantize(x, fmt, granularity, device, name: str) -> Fp8Operand:
     from numfmt.torch._core import as_calibration_tensor
     if fmt not in (FP8_E4M3, FP8_E5M2):
         raise TypeError(f"fmt must be FP8_E4M3 or FP8_E5M2, got {fmt!r}")
     if granularity not in GRANULARITIES:
         raise ValueError(f"granularity must be one of {GRANULARITIES}, got {granularity!r}")
-    x = as_calibration_tensor(x, device=device)
+    x = as_calibration_tensor(x, name, device=device)
     if x.ndim != 2:
-        raise ValueError(f"x must be 2-D (rows, K), got shape {tuple(x.shape)}")
+        raise ValueError(f"{name} must be 2-D (rows, K), got shape {tuple(x.shape)}")
     amax = x.abs().amax() if granularity == "tensor" else x.abs().amax(dim=1, keepdim=True)
-    scale = torch.where(amax > 0, amax / fmt.max_value, 1.0).to(torch.float32)
+    ideal = torch.where(amax > 0, amax / fmt.max_value, 1.0)
+    check_fits_storage(ideal.detach().cpu().numpy(), np.float32,
+                       f"the float32 scale of {name}, amax / {fmt.max_value:g} =",
+                       f"scale {name} into range first")
+    scale = ideal.to(torch.float32)
     q = round_to(x / scale.to(torch.float64), fmt)
     return Fp8Operand(q.to(torch.float32).to(FP8_DTYPES[fmt.name]), scale)
 
@@ -304,6 +318,8 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
         per-row scales are not contiguous, or ``out_dtype`` is not one of the three above.
     """
     _check_scaled_mm(a, b, scale_a, scale_b, out_dtype)
+    if emulate is not None:
+        check_bool(emulate, "emulate")
     if emulate is None:
         emulate = not fp8_kernel_available(a.device)
     if not emulate:
@@ -331,8 +347,11 @@ def fp8_linear(x, w, fmt_x: FloatFormat = FP8_E4M3, fmt_w: FloatFormat = FP8_E4M
     ------
     As :func:`fp8_quantize` and :func:`scaled_mm`.
     """
-    qx = fp8_quantize(x, fmt_x, granularity, device=device)
-    qw = fp8_quantize(w, fmt_w, granularity, device=qx.data.device)
+    for name, fmt in (("fmt_x", fmt_x), ("fmt_w", fmt_w)):
+        if fmt not in (FP8_E4M3, FP8_E5M2):
+            raise TypeError(f"{name} must be FP8_E4M3 or FP8_E5M2, got {fmt!r}")
+    qx = _fp8_quantize(x, fmt_x, granularity, device, "x")
+    qw = _fp8_quantize(w, fmt_w, granularity, qx.data.device, "w")
     return scaled_mm(qx.data, qw.data.t(), qx.scale, qw.scale.reshape(1, -1)
                      if granularity == "row" else qw.scale)
 
@@ -357,9 +376,16 @@ def block_scaled_mm(qx: BlockQuantized, qw: BlockQuantized) -> torch.Tensor:
 
     Raises
     ------
+    TypeError
+        If an operand is not a numfmt.torch BlockQuantized (numpy's holds arrays, not tensors).
     ValueError
         If the operands are not 2-D, K or the number of blocks differs.
     """
+    for name, q in (("qx", qx), ("qw", qw)):
+        if not isinstance(q, BlockQuantized):
+            raise TypeError(f"{name} must be a numfmt.torch BlockQuantized (from "
+                            "numfmt.torch.mx_quantize or nvfp4_quantize), got "
+                            f"{type(q).__module__}.{type(q).__name__}")
     ex, ew = qx.elements, qw.elements
     if ex.ndim != 2 or ew.ndim != 2 or ex.shape[1] != ew.shape[1]:
         raise ValueError(f"operands must be (M, K) and (N, K), got {tuple(ex.shape)} and "
@@ -379,6 +405,9 @@ def block_scaled_linear(x, w, quantize: Callable[..., BlockQuantized], device=No
     """Quantize ``x`` (M, K) and ``w`` (N, K) with ``quantize`` and return
     ``(block_scaled_mm(qx, qw), qx, qw)``; ``quantize`` is e.g. ``numfmt.torch.nvfp4_quantize``.
     """
+    # Checked under their own names first: quantize's messages would call both "x".
+    x = as_calibration_tensor(x, "x", device=device)
+    w = as_calibration_tensor(w, "w", device=x.device)
     qx = quantize(x, device=device)
     qw = quantize(w, device=qx.values.device)
     return block_scaled_mm(qx, qw), qx, qw

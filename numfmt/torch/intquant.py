@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
-from numfmt._validate import as_integer_array, check_clip, check_int
-from numfmt.intquant import grouped_view_shape, int_range
+from numfmt._validate import as_integer_array, check_clip, check_code_range
+from numfmt.intquant import _TINY, grouped_view_shape, int_range
 from numfmt.torch._core import F64, as_calibration_tensor, as_real_tensor
 
 
@@ -23,6 +24,16 @@ class IntQuantized(NamedTuple):
     codes: torch.Tensor       #: integer codes, int64, shape of x
     scale: torch.Tensor       #: float64, see quantize_int for the shape
     zero_point: torch.Tensor  #: int64, same shape as scale
+
+
+def _check_calibrated_scale(scale: torch.Tensor, nonzero: torch.Tensor, clip: float) -> None:
+    """As numfmt.intquant's check: a non-zero tensor's scale must be a normal float64."""
+    bad = nonzero & ~(scale >= _TINY)
+    if bool(bad.any()):
+        raise ValueError(f"the scale {float(scale[bad].reshape(-1)[0]):.6g} of a non-zero "
+                         f"{'tensor, row or group' if scale.numel() > 1 else 'tensor'} is below "
+                         f"float64's smallest normal number {_TINY:.6g} (clip={clip!r}): "
+                         "multiply x by a power of two first, or use a larger clip")
 
 
 def quantize_affine(x, scale, zero_point=0, qmin: int = -127, qmax: int = 127,
@@ -47,24 +58,25 @@ def quantize_affine(x, scale, zero_point=0, qmin: int = -127, qmax: int = 127,
         If ``x`` or ``scale`` is not real-valued, ``zero_point`` does not hold integers, or
         ``qmin``/``qmax`` is not an integer.
     ValueError
-        If a scale is not positive and finite, ``x`` contains NaN, or ``qmin > qmax``.
+        If a scale is not positive and finite, ``x`` contains NaN, ``qmin > qmax``, or
+        ``qmin``/``qmax`` lies beyond +-2**53 (as :func:`numfmt.quantize_affine`).
     """
     x = as_real_tensor(x, device=device)
     scale = _check_scale(scale, x.device)
     zp = _integer_tensor(zero_point, x.device)
-    qmin, qmax = check_int(qmin, "qmin"), check_int(qmax, "qmax")
+    qmin, qmax = check_code_range(qmin, qmax)
     if bool(torch.isnan(x).any()):
         raise ValueError("x contains NaN: it has no integer code")
-    if qmin > qmax:
-        raise ValueError(f"qmin ({qmin}) must not exceed qmax ({qmax})")
     q = torch.round(x / scale) + zp  # torch.round is round-half-to-even, as np.rint
     return torch.clamp(q, qmin, qmax).to(torch.int64)
 
 
 def _check_scale(scale, device) -> torch.Tensor:
     scale = as_real_tensor(scale, "scale", device=device)
-    if not bool((torch.isfinite(scale) & (scale > 0)).all()):
-        raise ValueError("scale must be positive and finite")
+    bad = ~(torch.isfinite(scale) & (scale > 0))
+    if bool(bad.any()):
+        raise ValueError("scale must be positive and finite, got "
+                         f"{float(scale[bad].reshape(-1)[0])!r}")
     return scale
 
 
@@ -87,11 +99,16 @@ def dequantize_affine(codes, scale, zero_point=0) -> torch.Tensor:
     TypeError
         If ``codes`` or ``scale`` is not real-valued or ``zero_point`` does not hold integers.
     ValueError
-        If a scale is not positive and finite.
+        If a scale is not positive and finite, or a value lies beyond float64's range (as
+        :func:`numfmt.dequantize_affine`).
     """
     codes = as_real_tensor(codes, "codes")
     dev = codes.device
-    return (codes - _integer_tensor(zero_point, dev)) * _check_scale(scale, dev)
+    out = (codes - _integer_tensor(zero_point, dev)) * _check_scale(scale, dev)
+    if bool(torch.isinf(out).any()):  # finite codes and scales: an Inf is an overflow
+        raise ValueError("(codes - zero_point) * scale lies beyond float64's range "
+                         "(max 1.79769e+308) for some element")
+    return out
 
 
 def quantize_int(x, bits: int, symmetric: bool = True, granularity: str = "tensor",
@@ -116,6 +133,7 @@ def quantize_int(x, bits: int, symmetric: bool = True, granularity: str = "tenso
     TypeError, ValueError
         As :func:`numfmt.quantize_int`.
     """
+    shape = tuple(x.shape) if isinstance(x, torch.Tensor) else np.shape(x)
     x = as_calibration_tensor(x, device=device)
     qmin, qmax = int_range(bits, symmetric)
     clip = check_clip(clip)
@@ -127,16 +145,25 @@ def quantize_int(x, bits: int, symmetric: bool = True, granularity: str = "tenso
         return op(t, dim=-1, keepdim=True)
 
     if symmetric:
-        scale = reduce(xg.abs(), torch.amax) * (clip / qmax)
+        amax = reduce(xg.abs(), torch.amax)
+        scale = amax * (clip / qmax)
+        _check_calibrated_scale(scale, amax > 0, clip)
         zero_point = torch.zeros(scale.shape, dtype=torch.int64, device=x.device)
         scale = torch.where(scale == 0, 1.0, scale)
     else:
-        lo = torch.clamp(reduce(xg, torch.amin), max=0.0) * clip
-        hi = torch.clamp(reduce(xg, torch.amax), min=0.0) * clip
+        mn, mx = reduce(xg, torch.amin), reduce(xg, torch.amax)
+        lo = torch.clamp(mn, max=0.0) * clip
+        hi = torch.clamp(mx, min=0.0) * clip
         width = hi - lo  # beyond float64's max: halve both bounds first, as numfmt does
         scale = torch.where(torch.isfinite(width), width / qmax, (hi * 0.5 - lo * 0.5) / qmax * 2.0)
+        _check_calibrated_scale(scale, (mn != 0) | (mx != 0), clip)
         scale = torch.where(scale == 0, 1.0, scale)
         zero_point = torch.clamp(torch.round(-lo / scale), qmin, qmax).to(torch.int64)
+        ends = torch.cat([(qmin - zero_point) * scale, (qmax - zero_point) * scale], dim=-1).abs()
+        if not bool(torch.isfinite(ends).all()):
+            raise ValueError("the asymmetric grid over x's range reaches beyond float64's range "
+                             f"(an end of the grid is {float(ends.max()):.6g}); scale x down "
+                             "or quantize it symmetrically")
 
     # The steps of numfmt.quantize_int in its order: the zero point is added and removed only
     # when asymmetric, so a symmetric code 0 from a small negative x dequantizes to -0.0.
@@ -148,4 +175,4 @@ def quantize_int(x, bits: int, symmetric: bool = True, granularity: str = "tenso
     if not symmetric:
         q = q - zero_point
     q = q * scale
-    return IntQuantized(q.reshape(x.shape), codes.reshape(x.shape), scale, zero_point)
+    return IntQuantized(q.reshape(shape), codes.reshape(shape), scale, zero_point)

@@ -1,0 +1,122 @@
+"""How long each notebook explorer takes to redraw after one control changes (kernel time).
+
+Every ``*_explorer`` function of ``lectures/widgets/lecture*.py`` is built with its defaults; then
+each of its controls is moved one step (the next menu entry, one slider step, the checkbox
+toggled) a few times, and the time from the change to a finished PNG (compute, draw and the
+inline backend's rendering) is recorded. The goal is 0.3 s per redraw on a 2-core machine; the
+table prints the median and the worst control against it, with the machine's load, since
+absolute times on a shared machine vary, and against a reference measured in the same run (an
+empty two-panel figure rendered to PNG).
+
+Run: ``.venv/bin/python benchmarks/bench_explorers.py [--repeats N] [name-filter]``
+(needs the notebooks extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import io
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from lectures.widgets.explorer import Explorer  # noqa: E402
+
+GOAL_S = 0.3
+
+
+def explorers(name_filter: str = ""):
+    """(module.function name, constructor) for every explorer the widget modules define."""
+    for path in sorted((ROOT / "lectures" / "widgets").glob("lecture*.py")):
+        module = importlib.import_module(f"lectures.widgets.{path.stem}")
+        for name, fn in inspect.getmembers(module, inspect.isfunction):
+            if (name.endswith("_explorer") and fn.__module__ == module.__name__
+                    and inspect.signature(fn).return_annotation in (Explorer, "Explorer")):
+                label = f"{path.stem}.{name}"
+                if name_filter in label:
+                    yield label, fn
+
+
+def next_value(w):
+    """A different legal value for one control, or None where there is no obvious step."""
+    if hasattr(w, "options") and len(getattr(w, "options", ())) > 1:
+        values = [o[1] if isinstance(o, tuple) else o for o in w.options]
+        i = values.index(w.value) if w.value in values else 0
+        return values[(i + 1) % len(values)]
+    if isinstance(w.value, bool):
+        return not w.value
+    if hasattr(w, "step") and hasattr(w, "max") and hasattr(w, "min"):
+        if type(w).__name__ == "FloatLogSlider":
+            up = w.value * w.base ** w.step
+            return up if up <= w.base ** w.max else w.value / w.base ** w.step
+        up = w.value + w.step
+        return up if up <= w.max else w.value - w.step
+    return None
+
+
+def redraw_seconds(ex: Explorer, control: str, repeats: int) -> list[float]:
+    """Seconds from a change of ``control`` to a rendered PNG, ``repeats`` times."""
+    w, out = ex.controls[control], []
+    for _ in range(repeats):
+        new = next_value(w)
+        if new is None:
+            return []
+        t0 = time.perf_counter()
+        w.value = new  # the Explorer observes it and recomputes and redraws
+        ex.figure.savefig(io.BytesIO(), format="png")  # what the inline backend does
+        out.append(time.perf_counter() - t0)
+        plt.close("all")
+    return out
+
+
+def reference_seconds(repeats: int) -> float:
+    """Median time to render an empty two-panel figure: the floor every redraw pays."""
+    out = []
+    for _ in range(max(repeats, 3)):
+        t0 = time.perf_counter()
+        fig, _ = plt.subplots(1, 2, figsize=(11, 4))
+        fig.savefig(io.BytesIO(), format="png")
+        out.append(time.perf_counter() - t0)
+        plt.close(fig)
+    return statistics.median(out)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("filter", nargs="?", default="", help="only explorers whose name has this")
+    ap.add_argument("--repeats", type=int, default=3, help="changes per control (default 3)")
+    args = ap.parse_args(argv)
+    ref = reference_seconds(args.repeats)
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; goal {GOAL_S} s; "
+          f"reference (an empty 1x2 figure to PNG) {ref:.3f} s")
+    print(f"{'explorer':48} {'controls':>8} {'median s':>9} {'worst s':>8} {'worst/goal':>10} "
+          f"{'worst/ref':>9}")
+    slow = 0
+    for label, fn in explorers(args.filter):
+        ex = fn()
+        plt.close("all")
+        times = {c: redraw_seconds(ex, c, args.repeats) for c in ex.controls}
+        times = {c: t for c, t in times.items() if t}
+        every = [s for t in times.values() for s in t]
+        worst = max(times, key=lambda c: statistics.median(times[c]))
+        worst_s = statistics.median(times[worst])
+        slow += worst_s > GOAL_S
+        print(f"{label:48} {len(times):>8} {statistics.median(every):>9.3f} {worst_s:>8.3f} "
+              f"{worst_s / GOAL_S:>9.2f}x {worst_s / ref:>8.1f}x  ({worst})")
+    print(f"{slow} explorer(s) with a control slower than {GOAL_S} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

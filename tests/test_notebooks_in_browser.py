@@ -1,0 +1,252 @@
+"""Every notebook as a reader meets it: JupyterLab in a real Chromium, driven by Playwright.
+
+nbval checks what a notebook prints; it cannot see what the page shows. This test starts
+JupyterLab on a copy of the notebooks, opens each one in Debian's Chromium, runs all cells, and
+asserts that nothing a reader would see is broken:
+
+* no "Error displaying widget" (a widget whose frontend failed to load),
+* no JavaScript console error and no uncaught page error,
+* every cell that stores a figure shows one, and every explorer draws one,
+* moving one slider of each explorer (or its first menu, where it has no slider) redraws it.
+
+It needs the ``playwright`` Python package and a Chromium binary (``apt-get install chromium``;
+Playwright's own browser download is not used, it points at the installed binary). Without
+either it skips and says which is missing. Set ``CHROMIUM`` to use another binary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+
+playwright_sync = pytest.importorskip("playwright.sync_api", reason="needs the playwright package "
+                                     "(pip install playwright) to drive a real browser")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (apt-get install chromium)"),
+]
+
+# The page loads nothing from outside localhost: JupyterLab's news and update checks would
+# otherwise try the network and log errors. Windowing off keeps every cell in the DOM.
+LAB_SETTINGS = {
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings":
+        {"fetchNews": "false", "checkForUpdates": False},
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
+}
+# Chromium as root needs --no-sandbox; the rest keep it from reaching for Google's services,
+# which this machine's closed network refuses.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+EXPLORER_TEXT = ": interactive, needs a running Jupyter kernel]"
+RUN_TIMEOUT_MS = 240_000     # all cells of one notebook; the slowest (06) takes ~15 s alone
+REDRAW_TIMEOUT_MS = 60_000   # one explorer redraw after a slider step
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _stored_outputs(path: Path) -> list[dict]:
+    """For each code cell, in order: does it store a figure, a widget view, an explorer."""
+    cells = json.loads(path.read_text())["cells"]
+    rows = []
+    for cell in cells:
+        if cell["cell_type"] != "code":
+            continue
+        data = [out.get("data", {}) for out in cell.get("outputs", [])]
+        kinds = {k for d in data for k in d}
+        # lectures.widgets.Explorer stores this plain-text line beside its widget view.
+        explorer = any(EXPLORER_TEXT in "".join(d.get("text/plain", "")) for d in data)
+        rows.append({"figure": "image/png" in kinds, "explorer": explorer,
+                     "widget": "application/vnd.jupyter.widget-view+json" in kinds})
+    return rows
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """A JupyterLab server on a copy of the notebooks (running cells must not touch the repo)."""
+    home = tmp_path_factory.mktemp("lab")
+    work = home / "notebooks"
+    work.mkdir()
+    for nb in NOTEBOOKS:
+        shutil.copy(nb, work / nb.name)
+    settings = home / "settings"
+    for name, value in LAB_SETTINGS.items():
+        f = settings / name
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(json.dumps(value))
+    port, token = _free_port(), "lowprec-browser-test"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+               JUPYTERLAB_SETTINGS_DIR=str(settings), JUPYTERLAB_WORKSPACES_DIR=str(home / "ws"),
+               JUPYTER_RUNTIME_DIR=str(home / "runtime"))
+    cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
+           f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={work}",
+           "--ServerApp.open_browser=False"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.append("--allow-root")  # JupyterLab refuses to run as root without it
+    log = open(home / "lab.log", "w")
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=work)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                pytest.fail("JupyterLab did not start:\n" + (home / "lab.log").read_text()[-3000:])
+            time.sleep(0.5)
+    yield {"base": base, "token": token}
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with playwright_sync.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def _cell_image(cell) -> str | None:
+    """The src of the first figure a cell shows (inline plot or inside a widget)."""
+    img = cell.locator(".jp-OutputArea-output img")
+    return img.first.get_attribute("src") if img.count() else None
+
+
+def _nudge(cell) -> str:
+    """Move the cell's first slider one step (or pick another entry of its first menu)."""
+    handle = cell.locator(".widget-slider .noUi-handle")
+    if handle.count():
+        handle.first.focus()
+        handle.first.press("ArrowRight")
+        return "slider"
+    select = cell.locator(".widget-dropdown select")
+    if select.count():
+        options = select.first.locator("option")
+        current = select.first.input_value()
+        values = [options.nth(i).get_attribute("value") for i in range(options.count())]
+        select.first.select_option(next(v for v in values if v != current))
+        return "menu"
+    return "none"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_runs_cleanly_in_a_browser(lab, browser, path):
+    expected = _stored_outputs(path)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
+    try:
+        # A workspace of its own, reset: the page shows this notebook alone.
+        page.goto(f"{lab['base']}/lab/workspaces/{path.stem}/tree/{path.name}"
+                  f"?reset&token={lab['token']}")
+        cells = page.locator(".jp-Notebook .jp-Cell.jp-CodeCell")
+        # Every code cell of the file is on the page (JupyterLab renders them in batches).
+        page.wait_for_function(
+            "n => document.querySelectorAll('.jp-Notebook .jp-Cell.jp-CodeCell').length === n",
+            arg=len(expected), timeout=60_000)
+        _wait_for_idle_kernel(lab, path.name)
+        _run_all_cells(page)
+        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']",
+                               timeout=RUN_TIMEOUT_MS)
+        _wait_for_idle_kernel(lab, path.name)
+        assert page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"
+                            ).filter(has_text="Traceback").count() == 0, "no cell raised"
+        assert page.get_by_text("Error displaying widget").count() == 0
+
+        nudged = 0
+        for i, want in enumerate(expected):
+            cell = cells.nth(i)
+            if want["figure"] or want["explorer"]:
+                cell.locator(".jp-OutputArea-output img").first.wait_for(
+                    state="attached", timeout=REDRAW_TIMEOUT_MS)
+            if not want["explorer"]:
+                continue
+            before = _cell_image(cell)
+            assert _nudge(cell) != "none", f"code cell {i}: an explorer without slider or menu"
+            page.wait_for_function(
+                """([i, before]) => {
+                     const c = document.querySelectorAll('.jp-Notebook .jp-Cell.jp-CodeCell')[i];
+                     const img = c && c.querySelector('.jp-OutputArea-output img');
+                     return img && img.getAttribute('src') !== before; }""",
+                arg=[i, before], timeout=REDRAW_TIMEOUT_MS)
+            nudged += 1
+        explorers = sum(w["explorer"] for w in expected)
+        assert nudged == explorers, f"{nudged} of {explorers} explorers redrew after a change"
+        assert page.get_by_text("Error displaying widget").count() == 0
+        assert not errors, "\n".join(errors)
+    finally:
+        page.close()
+        _shut_down_kernels(lab)
+
+
+def _sessions(lab) -> list[dict]:
+    req = urllib.request.Request(f"{lab['base']}/api/sessions",
+                                 headers={"Authorization": f"token {lab['token']}"})
+    return json.load(urllib.request.urlopen(req, timeout=10))
+
+
+def _wait_for_idle_kernel(lab, name: str) -> None:
+    """Until the server reports this notebook's kernel started and idle."""
+    deadline = time.monotonic() + RUN_TIMEOUT_MS / 1000
+    while time.monotonic() < deadline:
+        states = [s["kernel"]["execution_state"] for s in _sessions(lab)
+                  if s.get("path", "").endswith(name) and s.get("kernel")]
+        if states and all(st == "idle" for st in states):
+            return
+        time.sleep(0.5)
+    pytest.fail(f"the kernel of {name} never became idle")
+
+
+def _run_all_cells(page) -> None:
+    """Run > Run All Cells, then wait until every code cell shows an execution count.
+
+    On a busy machine the first click can land before the kernel's connection is complete and
+    run nothing; a second click is made if no cell has started within 30 s.
+    """
+    started = """() => [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')]
+                        .some(e => /\\[(\\*|\\d+)\\]/.test(e.textContent))"""
+    for attempt in range(2):
+        page.locator(".lm-MenuBar-item", has_text="Run").first.click()
+        page.locator("li.lm-Menu-item[data-command='runmenu:run-all']").click()
+        try:
+            page.wait_for_function(started, timeout=30_000)
+            break
+        except playwright_sync.TimeoutError:
+            if attempt:
+                raise
+    page.wait_for_function(
+        """() => { const p = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')];
+                   return p.length > 0 && p.every(e => /\\[\\d+\\]/.test(e.textContent)); }""",
+        timeout=RUN_TIMEOUT_MS)
+
+
+def _shut_down_kernels(lab) -> None:
+    """Stop every kernel the test started, so the next notebook has the CPU to itself."""
+    auth = {"Authorization": f"token {lab['token']}"}
+    for s in _sessions(lab):
+        urllib.request.urlopen(urllib.request.Request(
+            f"{lab['base']}/api/sessions/{s['id']}", method="DELETE", headers=auth), timeout=30)
