@@ -34,14 +34,15 @@ import numpy as np
 
 from console import (OBSERVATIONS_WIDTH, print_header, print_observations, print_table,
                      print_title, run_lecture)
-from numfmt import (BF16, E8M0, FORMATS, FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E5M2, FP16,
-                    FP32, FloatFormat)
+from numfmt import (BF16, E8M0, FORMATS, FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E4M3FNUZ,
+                    FP8_E5M2, FP8_E5M2FNUZ, FP16, FP32, FloatFormat)
 from numfmt.anatomy import (bit_fields, bit_string, max_exact_integer, neighbours,
                             spacing, special_codes)
 from numfmt.rounding import sum_in_format
 
 #: The formats of the anatomy table, widest first.
-TABLE_FORMATS = (FP32, BF16, FP16, FP8_E4M3, FP8_E5M2, FP6_E2M3, FP6_E3M2, FP4_E2M1, E8M0)
+TABLE_FORMATS = (FP32, BF16, FP16, FP8_E4M3, FP8_E5M2, FP8_E4M3FNUZ, FP8_E5M2FNUZ, FP6_E2M3,
+                 FP6_E3M2, FP4_E2M1, E8M0)
 #: The formats whose whole grid demo 2 lists.
 GRID_FORMATS = (FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3)
 #: Signed formats, for spacing and overflow.
@@ -76,30 +77,37 @@ class Anatomy:
     sign: int
     exponent: int       # biased exponent field
     mantissa: int       # mantissa field
-    stored: float       # the value the code stands for (round to nearest even, saturating)
+    stored: float       # the value the code stands for (round to nearest even)
     lower: float        # largest representable value <= x (-inf if none)
     upper: float        # smallest representable value >= x (+inf if none)
     abs_error: float    # stored - x
     rel_error: float    # |stored - x| / |x| (nan for x = 0)
     subnormal: bool     # stored in the subnormal range (exponent field 0, not zero)
-    saturated: bool     # |x| beyond the largest finite value
+    saturated: bool     # x overflows and was clamped to the largest finite value
+    overflow: bool      # x rounds past the largest finite value (to Inf or NaN unless saturated)
 
 
-def anatomy_of(fmt: FloatFormat, x: float) -> Anatomy:
+def anatomy_of(fmt: FloatFormat, x: float, saturate: bool = True) -> Anatomy:
     """How the number ``x`` is stored in ``fmt`` (a format of at most 16 bits).
 
+    ``saturate`` is the reader's choice, as in ``FloatFormat.round``: ``True`` clamps an
+    overflow to the largest finite value; ``False`` follows the format (FP16 gives Inf, E4M3
+    NaN). A value above the largest one but below the overflow midpoint (460 in E4M3) is
+    ordinary rounding, not overflow.
+
     What to notice: the stored value is one of the two neighbours; its error is at most half
-    their gap, except beyond the largest value, where the format saturates.
+    their gap, except where the value overflows.
     """
     x = float(x)
-    f = bit_fields(fmt, x)
-    stored = float(fmt.round(x))
+    f = bit_fields(fmt, x, saturate=saturate)
+    stored = float(fmt.round(x, saturate=saturate))
+    overflow = bool(np.isfinite(x) and not np.isfinite(fmt.round(x, saturate=False)))
     lower, upper = (float(v) for v in neighbours(fmt, x))
-    return Anatomy(fmt.name, x, bit_string(fmt, x), int(f.sign), int(f.exponent),
+    return Anatomy(fmt.name, x, bit_string(fmt, x, saturate), int(f.sign), int(f.exponent),
                    int(f.mantissa), stored, lower, upper, stored - x,
                    abs(stored - x) / abs(x) if x != 0 else float("nan"),
                    bool(f.exponent == 0 and stored != 0 and fmt.subnormals),
-                   abs(x) > fmt.max_value)
+                   overflow and saturate, overflow)
 
 
 @dataclass
@@ -116,7 +124,9 @@ def demo1_format_table(example: float = EXAMPLE_VALUE) -> FormatTable:
 
     What to notice: the exponent width sets the range (BF16 has FP32's 8 exponent bits and so
     its range; FP16 has 5 and tops out at 65504), the mantissa width sets the precision. The
-    FP8 E4M3 format gives up Inf and all but two NaN codes to reach 448 instead of 240.
+    FP8 E4M3 format gives up Inf and all but two NaN codes to reach 448 instead of 240. AMD's
+    E4M3FNUZ spends a single code on NaN (the pattern of -0) and shifts the bias by one: one
+    binade more at the bottom, max 240.
     """
     rows = []
     for fmt in TABLE_FORMATS:
@@ -164,6 +174,13 @@ def show_demo1(r: FormatTable) -> None:
         f"{d['E4M3']['inf_nan'][1]} NaN codes (S 1111 111) and no Inf, so its top binade holds "
         f"numbers and its max is {d['E4M3']['max']:g}. The MX element formats E2M3, E3M2 and "
         "E2M1 have no special values at all.",
+        f"AMD's FP8 (MI300) is the FNUZ variant: no Inf and no -0, and the one NaN is the "
+        f"pattern of -0 (1 0000 000). Its bias is one larger ({d['E4M3FNUZ']['bias']} against "
+        f"{d['E4M3']['bias']}), so E4M3FNUZ tops out at {d['E4M3FNUZ']['max']:g} instead of "
+        f"{d['E4M3']['max']:g} and reaches one binade lower ({pow2(d['E4M3FNUZ']['min_subnormal'])}"
+        f" against {pow2(d['E4M3']['min_subnormal'])}); E5M2FNUZ keeps E5M2's max "
+        f"{d['E5M2FNUZ']['max']:g} because it gains the binade that E5M2 spends on Inf and NaN. "
+        "Source: AMD CDNA 3 ISA reference; Noune et al., arXiv:2206.02915.",
         f"E8M0 is a scale, not a number format: no sign, no mantissa, no zero. Its "
         f"{2 ** E8M0.bits - 1} finite codes are the powers of two from "
         f"{pow2(d['E8M0']['min_normal'])} to {pow2(d['E8M0']['max'])}; in E8M0, "
@@ -395,7 +412,7 @@ def worst_case_counts(p: int) -> dict:
 def demo5_integer_accumulators(k: int = 4096, n_dots: int = 64, seed: int = 0) -> AccumulatorResult:
     """How wide an accumulator int8 × int8 products need, worst case and on random codes.
 
-    Worst case: every product is 127 × 127 = 16129 (symmetric INT8 codes) or
+    Worst case: every product is 127 × 127 = 16,129 (symmetric INT8 codes) or
     (-128) × (-128) = 16384 (the full int8 range). Then ``n_dots`` dot products of length
     ``k`` between random int8 codes, uniform in [-127, 127], summed in order in each
     accumulator and compared with the exact integer result.
@@ -445,7 +462,7 @@ def show_demo5(r: AccumulatorResult) -> None:
 
     print_table(["accumulator", "all integers up to", "largest value", "127·127 stored as"],
                 [[d["name"], f"{d['exact_int']:,}", f"{d['largest']:.6g}",
-                  f"{d['stored 127 × 127']:g}"] for d in r.rows])
+                  f"{d['stored 127 × 127']:,.0f}"] for d in r.rows])
     print("\nWorst case: how many equal products sum exactly (exact) or stay finite (fit):")
     print_table(["accumulator", "127·127: exact", "127·127: fit", "128·128: exact",
                  "128·128: fit"],
@@ -454,8 +471,8 @@ def show_demo5(r: AccumulatorResult) -> None:
     print(f"\n{r.n_dots} dot products of length {r.dot_k:,} "
           "between random int8 codes in [-127, 127], summed in order:")
     print(f"(RMS of the exact sums: {r.rms_sum:,.0f})")
-    print_table(["accumulator", "exactly right", "overflowed", "worst |error| (finite ones)",
-                 "worst |error| / RMS sum"],
+    print_table(["accumulator", "exactly right", "overflowed", "worst error (finite sums)",
+                 "worst error / RMS sum"],
                 [[d["name"], d["exact"], d["overflow"]]
                  + (["n/a", "n/a"] if np.isnan(d["max_abs_error"]) else
                     [f"{d['max_abs_error']:,.0f}", f"{d['max_abs_error'] / r.rms_sum * 100:.2g}%"])
@@ -468,12 +485,14 @@ def show_demo5(r: AccumulatorResult) -> None:
         f"(-128)·(-128) = {PRODUCTS['-128 × -128']:,} and {d['int32']['127 × 127 exact']:,} of "
         f"127·127 = {p127:,} before it can overflow. A dot product of length {r.dot_k:,} needs at "
         f"most {r.worst_sum:,}, {r.worst_sum / INT32_MAX * 100:.1f}% of its range: int32 is ample "
-        f"for INT8 matrix products with any inner dimension up to {d['int32']['127 × 127 exact']:,}.",
+        f"for INT8 matrix products with any inner dimension up to "
+        f"{d['int32']['-128 × -128 exact']:,} with full-range int8 codes "
+        f"({d['int32']['127 × 127 exact']:,} if the codes are restricted to [-127, 127]).",
         f"FP32 represents every integer only up to 2^24 = {d['FP32']['exact_int']:,}, so it is "
         f"guaranteed exact for {d['FP32']['127 × 127 exact']:,} products of 127·127 "
         f"({d['FP32']['-128 × -128 exact']:,} of 128·128). On random codes no partial sum "
         f"exceeded {r.max_partial:,} in magnitude, and all {dots['FP32']['exact']} FP32 sums were exact.",
-        f"FP16 stores 127·127 = {p127:,} as {d['FP16']['stored 127 × 127']:g} (integers are exact "
+        f"FP16 stores 127·127 = {p127:,} as {d['FP16']['stored 127 × 127']:,.0f} (integers are exact "
         f"only up to {d['FP16']['exact_int']:,}) and overflows after "
         f"{d['FP16']['127 × 127 fits']} worst-case products. On the random dot products "
         f"{dots['FP16']['overflow']} of {r.n_dots} FP16 sums overflowed. "
@@ -490,7 +509,8 @@ INTRO = (
     "asks how those field widths decide what a format can hold: its range, the spacing of its "
     "values, what happens at zero and past the largest value, and how many int8 products an "
     "accumulator can sum.",
-    "Demo 1 tabulates the fields of FP32, BF16, FP16, the FP8/FP6/FP4 formats and the E8M0 scale. "
+    "Demo 1 tabulates the fields of FP32, BF16, FP16, the FP8/FP6/FP4 formats (with AMD's FNUZ "
+    "FP8 variants) and the E8M0 scale. "
     "Demo 2 lists the complete value grids of the small formats. Demo 3 measures relative "
     "spacing and the role of subnormals. Demo 4 finds where each format overflows. Demo 5 counts "
     "the int8 x int8 products an int32, FP32, BF16 or FP16 accumulator holds.",

@@ -315,8 +315,12 @@ def show_demo4(r: UpdateResult) -> None:
         "from updates this small.",
         f"FP32 master weights keep {d['FP32']['applied'] * 100:.1f}% of the updates; the BF16 "
         "copy the forward pass uses is then within half a BF16 ulp of them (RMS error "
-        f"{d['FP32 master, BF16 copy']['rms_error']:.1e}). This is the mixed-precision training "
-        "recipe, and the reason lecture 06 keeps FP32 master weights.",
+        f"{d['FP32 master, BF16 copy']['rms_error']:.1e}). Its "
+        f"{d['FP32 master, BF16 copy']['applied'] * 100:.1f}% is not extra learning: it is the "
+        f"master rounded to BF16, and rounding moved the mean by "
+        f"{d['FP32 master, BF16 copy']['mean_change'] - d['FP32']['mean_change']:+.4f}, less than "
+        f"half an ulp. This is the mixed-precision training recipe, and the reason lecture 06 "
+        "keeps FP32 master weights.",
         f"Stochastic rounding in BF16 keeps {d['BF16, stochastic']['applied'] * 100:.1f}% of the "
         f"updates on average, with an RMS error of {d['BF16, stochastic']['rms_error']:.1e} per "
         "weight: no FP32 copy needed, at the price of noise.",

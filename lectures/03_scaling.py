@@ -31,8 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from console import print_header, print_observations, print_table, print_title, run_lecture
-from numfmt import (FP4_E2M1, FP8_E4M3, FP8_E5M2, nvfp4_quantize, quantize_int, rel_error,
-                    sqnr_db, tensor_scaled)
+from numfmt import (FP4_E2M1, FP8_E4M3, FP8_E5M2, block_quantize, nvfp4_quantize, quantize_int,
+                    rel_error, sqnr_db, tensor_scaled)
 from numfmt.scaling import delayed_scales, quantize_with_scale, scale_from_amax
 
 FP8 = (FP8_E4M3, FP8_E5M2)
@@ -64,6 +64,10 @@ def training_tensors(n: int = 1 << 16, seed: int = 0) -> dict:
 class TensorScalingResult:
     rows: list          # one dict per (tensor, format)
     spread: dict        # tensor -> log2(amax / median |x|), in binades
+    tiled: dict = None  # format name -> (rel error, flushed) of the gradients, a scale per 128
+
+
+TILE = 128  # DeepSeek-V3's 1 x 128 activation/gradient tiles (FP32 scale per tile)
 
 
 def demo1_tensor_scaling(n: int = 1 << 16, seed: int = 0) -> TensorScalingResult:
@@ -72,8 +76,10 @@ def demo1_tensor_scaling(n: int = 1 << 16, seed: int = 0) -> TensorScalingResult
     What to notice: without a scale, the gradients vanish (almost all flush to zero) and large
     activations saturate. With one scale per tensor every tensor fits. E4M3, with one more
     mantissa bit, has about half E5M2's error on every tensor; E5M2's extra binades keep the
-    smallest gradients from flushing to zero. Hence the usual FP8 training recipe: E4M3 for
-    weights and activations, E5M2 for gradients.
+    smallest gradients from flushing to zero under one scale per tensor. Hence the FP8 recipe of
+    per-tensor scaling (Micikevicius et al. 2022): E4M3 for weights and activations, E5M2 for
+    gradients. With one scale per 128 values (DeepSeek-V3's tiles) each block spans few binades,
+    E4M3 flushes almost nothing, and E4M3 serves for gradients too.
     """
     rows, spread = [], {}
     for name, x in training_tensors(n, seed).items():
@@ -87,18 +93,29 @@ def demo1_tensor_scaling(n: int = 1 << 16, seed: int = 0) -> TensorScalingResult
                              raw_clipped=float(np.mean(a > fmt.max_value)),
                              error=rel_error(q.values, x), flushed=fraction_flushed(q.values, x),
                              scale=q.tensor_scale))
-    return TensorScalingResult(rows, spread)
+        if name == "gradients":
+            tiled = {}
+            for fmt in FP8:
+                t = block_quantize(x, fmt, TILE, "exact").values
+                tiled[fmt.name] = (rel_error(t, x), fraction_flushed(t, x))
+    return TensorScalingResult(rows, spread, tiled)
+
+
+def percent(x: float) -> str:
+    """Three significant digits in percent, never rounding a fraction below 1 up to 100%."""
+    text = f"{x * 100:.3g}%"
+    return f"{x * 100:.2f}%" if text == "100%" and x < 1 else text
 
 
 def show_demo1(r: TensorScalingResult) -> None:
     print_header("Demo 1: weights, activations and gradients in FP8, with and without a scale")
-    print("Unscaled: x cast as it is. Scaled: x / s cast, with one scale s = amax / max value.")
-    print("Flushed: non-zero values stored as 0. Clipped: values beyond the format's max.")
-    print_table(["tensor", "format", "unscaled error", "flushed", "clipped", "scaled error",
+    print("raw: x cast as it is. error, flushed: x / s cast, with one scale s = amax / max value.")
+    print("flushed: non-zero values stored as 0. clipped: values beyond the format's max.")
+    print_table(["tensor", "format", "raw error", "raw flushed", "raw clipped", "error",
                  "flushed", "scale s"],
-                [[d["tensor"], d["fmt"], f"{d['raw_error'] * 100:.3g}%",
-                  f"{d['raw_flushed'] * 100:.3g}%", f"{d['raw_clipped'] * 100:.3g}%",
-                  f"{d['error'] * 100:.3g}%", f"{d['flushed'] * 100:.3g}%", f"{d['scale']:.3g}"]
+                [[d["tensor"], d["fmt"], percent(d['raw_error']), percent(d['raw_flushed']),
+                  percent(d['raw_clipped']), percent(d['error']), percent(d['flushed']),
+                  f"{d['scale']:.3g}"]
                  for d in r.rows])
     print("Spread, log2(max|x| / median|x|): "
           + ", ".join(f"{k} {v:.1f}" for k, v in r.spread.items()) + " binades")
@@ -114,8 +131,15 @@ def show_demo1(r: TensorScalingResult) -> None:
         f"against {d['weights', 'E5M2']['error'] * 100:.1f}%): one more mantissa bit halves the step.",
         f"The gradients spread over {r.spread['gradients']:.0f} binades between median and max. "
         f"Scaled into E4M3, {g4['flushed'] * 100:.1f}% of them still flush to zero; E5M2, with "
-        f"its extra range, flushes {g5['flushed'] * 100:.2g}%. Small gradients carry the signal of "
-        "rare features, so FP8 training stores gradients in E5M2 and the rest in E4M3.",
+        f"its extra range, flushes {g5['flushed'] * 100:.2g}%, though its error is higher "
+        f"({g5['error'] * 100:.2f}% against {g4['error'] * 100:.2f}%). With one scale per tensor "
+        "that range is why FP8 training keeps gradients in E5M2 and the rest in E4M3 "
+        "(Micikevicius et al., FP8 Formats for Deep Learning, 2022).",
+        f"With one scale per {TILE} gradients (DeepSeek-V3's 1 x {TILE} tiles) each tile spans "
+        f"few binades: E4M3 flushes {r.tiled['E4M3'][1] * 100:.2g}% with an error of "
+        f"{r.tiled['E4M3'][0] * 100:.2f}% (E5M2: {r.tiled['E5M2'][0] * 100:.2f}%). Fine-grained "
+        "scales make E4M3 the better format everywhere, which is why DeepSeek-V3 (section 3.3) "
+        "and NVIDIA's MXFP8 recipe (Mishra et al. 2025) use E4M3 for gradients too.",
     ])
 
 
@@ -186,8 +210,9 @@ def show_demo2(r: DelayedResult) -> None:
         f"to {e['delayed'][t] * 100:.1f}%. Current scaling has no such step, at the cost of "
         "finding the amax before quantizing.",
         f"For {r.history} steps after the spike the delayed scale is about "
-        f"{r.scales['delayed'][t + 1] / r.scales['current'][t + 1]:.0f}x too large; the error is "
-        f"{e['delayed'][after].mean() * 100:.2f}% against {e['current'][after].mean() * 100:.2f}%. "
+        f"{r.scales['delayed'][t + 1] / r.scales['current'][t + 1]:.0f}x too large, yet its "
+        f"error ({e['delayed'][after].mean() * 100:.2f}%) equals current scaling's "
+        f"({e['current'][after].mean() * 100:.2f}%) to the digits shown. "
         "In FP8 a scale that is too large only moves values down a few binades, where the "
         "relative spacing is the same; a scale that is too small clips.",
     ])

@@ -127,9 +127,9 @@ def show_demo1(r: IntGemmResult) -> None:
         ["shape M x K x N", f"{m} x {k} x {n}"],
         ["activation zero point z (uint8)", r.zero_point],
         ["int32 GEMM + correction == int64 reference", "yes" if r.exact else "NO"],
-        ["largest |accumulator|", f"{r.acc_max:,}"],
+        ["largest accumulator magnitude", f"{r.acc_max:,}"],
         ["error vs fp64 product of the inputs", _pct(r.rel_error)],
-        ["max |integer path - dequantized fp64 path|", f"{r.dequant_diff:.1e}"],
+        ["max difference, integer path vs dequantized fp64", f"{r.dequant_diff:.1e}"],
         ["largest safe K, codes in [-128, 127]", f"{r.k_safe_full:,}"],
         ["largest safe K, codes in [-127, 127]", f"{r.k_safe_restricted:,}"],
     ])
@@ -216,9 +216,12 @@ def show_demo2(r: Fp8GemmResult) -> None:
         f" against E4M3's {_pct(w[('E4M3', 'E4M3', 'tensor')])}).",
         f"Per row, E4M3 activations beat E5M2 by "
         f"{e[('E5M2', 'E4M3', 'row')] / e[('E4M3', 'E4M3', 'row')]:.1f}x: one more mantissa "
-        "bit. Training uses E5M2 for gradients, whose range matters more than their digits.",
-        "cuBLAS rules, checked on every device here: second operand column-major, K and N "
-        "multiples of 16, float32 scales, never E5M2 x E5M2.",
+        "bit. With one scale per tensor, FP8 training keeps E5M2 for gradients, whose range "
+        "matters more than their digits (Micikevicius et al. 2022); with fine-grained scales "
+        "E4M3 serves everywhere (DeepSeek-V3; lecture 03, demo 1).",
+        "cuBLAS's rules for FP8 GEMMs, which numfmt's wrapper checks on every device (also on "
+        "the CPU): second operand column-major, K and N multiples of 16, float32 scales, never "
+        "E5M2 x E5M2.",
     ])
 
 
@@ -285,7 +288,9 @@ def show_demo3(r: BlockGemmResult) -> None:
         f"{_pct(w['FP8 E4M3, one scale'])} with one scale: small rows keep their digits.",
         f"NVFP4 {_pct(e['NVFP4 (E2M1, 16)'])} against MXFP4 {_pct(e['MXFP4 (E2M1, 32)'])}, for "
         f"{r.bits['NVFP4 (E2M1, 16)'] - r.bits['MXFP4 (E2M1, 32)']:.2f} more bits per element.",
-        "Native block-scaled GEMMs need a Blackwell GPU (compute capability 10.x); here: "
+        "Native block-scaled GEMMs need a Blackwell GPU (compute capability 10.0 or later: "
+        "sm_100 data-centre parts and sm_120 RTX 50 / DGX Spark alike have block-scaled MMA); "
+        "here: "
         + ("available." if r.native else "not available, so this is the emulation."),
     ])
 
@@ -319,8 +324,8 @@ def demo4_throughput(device=None, sizes=(4096, 8192), iters: int = 10,
     """
     dev = torch.device(device) if device is not None else nt.default_device()
     if dev.type != "cuda" and device is None:
-        return ThroughputResult([], [], None, "cpu", CPU_NOTE)
-    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
+        return ThroughputResult([], [], None, "the CPU", CPU_NOTE)
+    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "the CPU"
     rows = bench.throughput_rows(sizes, dev, iters=iters, errors=errors)
     peak = bench.peak_bandwidth_gbs(dev)
     quant = bench.quantize_rows(quant_numel, dev, iters=iters, peak_gbs=peak, errors=errors)

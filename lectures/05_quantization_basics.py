@@ -38,6 +38,11 @@ from numfmt import (FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FloatFormat, block_q
                     mx_quantize, nvfp4_quantize, quantize_int, rel_error, sqnr_db, tensor_scaled)
 
 INT32_MAX = 2**31 - 1
+#: NVIDIA H100 SXM5 dense tensor-core throughput, TFLOPS / TOPS (NVIDIA H100 Tensor Core GPU
+#: datasheet, 2023; the sparse figures are twice these).
+H100_DENSE = {"BF16": 989, "INT8": 1979}
+#: Energy per operation at 45 nm, pJ (Horowitz, "Computing's energy problem", ISSCC 2014).
+ENERGY_PJ = {"INT8 multiply": 0.2, "FP16 multiply": 1.1}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -48,9 +53,56 @@ class AffineResult:
     rows: list              # [label, scale, zero point, code range, codes used, rel error]
     codes_used: dict        # "symmetric" / "asymmetric" -> number of distinct codes
     errors: dict            # same keys -> relative error (fraction)
-    acc_max: int            # largest |sum_k qa*qw| of the integer product
-    pipeline_diff: float    # max |integer pipeline - dequantize-then-multiply|
-    output_error: float     # rel error of the integer pipeline against the float product
+    acc_max: int            # largest |sum_k qa*qw| of the integer product (ReLU activations)
+    pipeline_diff: float    # max |integer pipeline - dequantize-then-multiply| (ReLU)
+    output_error: float     # rel error of the integer pipeline against the float product (ReLU)
+    pipelines: dict = None  # "ReLU" / "SiLU" -> IntegerPipeline
+    zero_points: dict = None  # data label -> zero point of asymmetric UINT8 on it
+    lowest_code: int = 0    # lowest UINT8 code used by the data uniform on [2, 8]
+
+
+@dataclass
+class IntegerPipeline:
+    za: int                 # zero point of the activations (asymmetric UINT8, per tensor)
+    correction_max: int     # max |z_a * sum_k qw_jk|: the term the zero point adds
+    acc_max: int            # largest |sum_k qa_ik qw_jk|
+    diff: float             # max |integer pipeline - dequantize-then-multiply|
+    output_error: float     # rel error against the float product A W^T
+
+
+def integer_matmul(A: np.ndarray, W: np.ndarray) -> IntegerPipeline:
+    """y = A W^T with asymmetric UINT8 activations (per tensor) and symmetric INT8 weights (per
+    row), computed as s_a s_w[j] (sum_k qa_ik qw_jk - z_a sum_k qw_jk) with integer sums."""
+    _, qa, sa, za = quantize_int(A, 8, symmetric=False)                   # per tensor
+    _, qw, sw, _ = quantize_int(W, 8, symmetric=True, granularity="channel")  # sw: (F, 1)
+    sa, za = float(sa.ravel()[0]), int(za.ravel()[0])
+    acc = qa @ qw.T                                                       # (B, F), int64 codes
+    correction = za * qw.sum(axis=1)                                      # (F,), integers
+    y_int = sa * sw.ravel()[None, :] * (acc - correction[None, :])
+    y_deq = (sa * (qa - za)) @ (sw * qw).T
+    return IntegerPipeline(za, int(np.abs(correction).max()), int(np.abs(acc).max()),
+                           float(np.abs(y_int - y_deq).max()), rel_error(y_int, A @ W.T))
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    """SiLU (swish), x * sigmoid(x): the MLP activation of Llama-style models; min ≈ -0.278."""
+    return x / (1.0 + np.exp(-x))
+
+
+SILU_MIN = float(silu(np.linspace(-3.0, 0.0, 300_001)).min())  # at x ≈ -1.278
+
+
+def zero_point_of(x: np.ndarray) -> int:
+    """Zero point numfmt's asymmetric UINT8 gives ``x`` (its range is widened to contain 0)."""
+    return int(quantize_int(x, 8, symmetric=False)[3].ravel()[0])
+
+
+N_RELU = 100_000  # demo 1's ReLU outputs
+
+
+def pct(x: float) -> str:
+    """A fraction in percent with three decimals, so that 0.99997 does not print as 100%."""
+    return "100%" if x == 1 else f"{x * 100:.3f}%"
 
 
 def demo1_affine_and_integer_matmul(seed: int = 0) -> AffineResult:
@@ -62,9 +114,12 @@ def demo1_affine_and_integer_matmul(seed: int = 0) -> AffineResult:
         y_ij = s_a * s_w[j] * (sum_k qa_ik qw_jk - z_a * sum_k qw_jk)
     accumulates only integers (an int32 accumulator is wide enough here, as lecture 01
     computed), and its correction term depends on the weights alone, so it is computed once.
+    The range of an asymmetric grid is widened to contain 0, so that 0 is exact: ReLU outputs
+    (minimum 0) get z = 0 and leave the correction term at zero; SiLU outputs, whose minimum
+    is below 0, get an interior zero point and exercise it.
     """
     rng = np.random.default_rng(seed)
-    a = np.maximum(rng.standard_normal(100_000), 0.0)     # ReLU output: half zeros, half positive
+    a = np.maximum(rng.standard_normal(N_RELU), 0.0)      # ReLU output: half zeros, half positive
     rows, used, errs = [], {}, {}
     for key, symmetric, label in (("symmetric", True, "symmetric INT8 (zero point 0)"),
                                   ("asymmetric", False, "asymmetric UINT8 (with zero point)")):
@@ -77,39 +132,67 @@ def demo1_affine_and_integer_matmul(seed: int = 0) -> AffineResult:
     B, D, F = 64, 1024, 256
     A = np.maximum(rng.standard_normal((B, D)), 0.0)                      # (B, D) activations
     W = rng.standard_normal((F, D)) * 0.05                                # (F, D) weights
-    _, qa, sa, za = quantize_int(A, 8, symmetric=False)                   # per tensor
-    _, qw, sw, _ = quantize_int(W, 8, symmetric=True, granularity="channel")  # sw: (F, 1)
-    sa, za = float(sa.ravel()[0]), int(za.ravel()[0])
-    acc = qa @ qw.T                                                       # (B, F), int64 codes
-    correction = za * qw.sum(axis=1)                                      # (F,), integers
-    y_int = sa * sw.ravel()[None, :] * (acc - correction[None, :])
-    y_deq = (sa * (qa - za)) @ (sw * qw).T
-    return AffineResult(rows, used, errs, int(np.abs(acc).max()),
-                        float(np.abs(y_int - y_deq).max()), rel_error(y_int, A @ W.T))
+    pre = rng.standard_normal((B, D)) * 2.0                               # (B, D) pre-activations
+    pipes = {"ReLU": integer_matmul(A, W), "SiLU": integer_matmul(silu(pre), W)}
+    lo, hi = rng.uniform(2, 8, 10_000), rng.uniform(-1, 3, 10_000)
+    zps = {"ReLU outputs, [0, max]": zero_point_of(a),
+           "uniform on [2, 8]": zero_point_of(lo),
+           "uniform on [-1, 3]": zero_point_of(hi),
+           "SiLU outputs": pipes["SiLU"].za}
+    r = pipes["ReLU"]
+    lowest = int(quantize_int(lo, 8, symmetric=False)[1].min())
+    return AffineResult(rows, used, errs, r.acc_max, r.diff, r.output_error, pipes, zps, lowest)
 
 
 def show_demo1(r: AffineResult) -> None:
     print_header("Demo 1: affine quantization: scale, zero point, and an integer-only matmul")
+    print(f"Data: {N_RELU:,} ReLU outputs max(z, 0), z ~ N(0, 1).\n"
+          "Symmetric INT8:   s = max|x| / 127, q = round(x / s) in -127 … 127, value q·s.\n"
+          "Asymmetric UINT8: [lo, hi] = [min(x), max(x)] widened to contain 0, "
+          "s = (hi - lo) / 255,\n                  z = round(-lo / s), q = clip(round(x / s) + z, "
+          "0, 255), value (q - z)·s.")
     print_table(["scheme", "scale", "zero point", "code range", "codes used", "rel. error"], r.rows)
-    print(f"\nInteger pipeline: largest |integer part of A·Wᵀ| = {r.acc_max:,} "
+    print("\nZero point of asymmetric UINT8 (codes 0 … 255), by data:")
+    print_table(["data", "zero point z"], [[k, z] for k, z in r.zero_points.items()])
+    print(f"\nInteger pipeline: 64 × 1024 activations (UINT8, per tensor) times 256 × 1024 "
+          f"weights\n(INT8, per row). The largest integer sum is {r.acc_max:,} "
           f"(int32 holds up to {INT32_MAX:,})")
-    print(f"  integer pipeline vs dequantize-then-multiply: max difference {r.pipeline_diff:.2e} "
-          "(float rounding only)")
-    print(f"  quantized product vs the float product: relative error {r.output_error * 100:.3f}%")
+    print_table(["activations", "z_a", "max zero-point term", "pipeline vs dequantized",
+                 "rel. error vs float"],
+                [[name, p.za, f"{p.correction_max:,}", f"{p.diff:.2e}",
+                  f"{p.output_error * 100:.3f}%"] for name, p in r.pipelines.items()])
+    print("(zero-point term: z_a·Σ_k qw_jk; 'pipeline vs dequantized' is the max difference "
+          "between the integer\npipeline and dequantize-then-multiply: float rounding only)")
     sym, asym = "symmetric", "asymmetric"
+    silu_z = r.pipelines["SiLU"].za
+    speed = H100_DENSE["INT8"] / H100_DENSE["BF16"]
+    energy = ENERGY_PJ["FP16 multiply"] / ENERGY_PJ["INT8 multiply"]
     print_observations([
         f"Symmetric INT8 wastes its negative codes on values ReLU never produces: it can use "
         f"0 … 127 and actually uses {r.codes_used[sym]} codes. Asymmetric UINT8 spans 0 … 255 and "
         f"uses {r.codes_used[asym]}: {r.codes_used[asym] / r.codes_used[sym]:.1f}x as many codes, "
         f"half the scale, and {r.errors[asym] / r.errors[sym]:.2f}x the error. That is one extra "
-        "bit. (The data's minimum is exactly 0, so the zero point is 0 here; for data whose range "
-        "does not start at 0 it would not be.)",
+        "bit.",
+        "The grid's range is widened to contain 0, so that 0 is stored exactly: zero padding, "
+        "ReLU's zeros and pruned weights must come back as 0, not as a small error that every "
+        "dot product adds up. So data with minimum 0 (ReLU) and strictly positive data "
+        f"(uniform on [2, 8]: z = {r.zero_points['uniform on [2, 8]']}, codes 0 … "
+        f"{r.lowest_code - 1} never used) "
+        "keep z = 0. An interior zero point appears only when the data straddle 0: "
+        f"z = {r.zero_points['uniform on [-1, 3]']} on [-1, 3], z = {silu_z} on SiLU outputs, "
+        f"whose minimum is {SILU_MIN:.3f}. (PyTorch's observers do the "
+        "same.)",
         "The integer pipeline agrees with dequantize-then-multiply up to float rounding: every "
         "multiply-add happens in integers and the scales are applied once per output. This is "
-        "how INT8 inference runs on tensor cores.",
-        "The zero-point term z_a·Σ_k qw_jk depends only on the weights, so it is precomputed. With "
-        "zero points on both sides, more cross terms appear; that is why weights are usually "
-        "symmetric and only activations (if anything) asymmetric.",
+        f"how INT8 inference runs on tensor cores, at {speed:.0f}x the BF16 rate on an H100 "
+        f"({H100_DENSE['INT8']:,} against {H100_DENSE['BF16']} dense TOPS, NVIDIA's datasheet) "
+        f"and with an integer multiplier that costs {energy:.1f}x less energy than an FP16 one "
+        "(Horowitz, ISSCC 2014).",
+        f"The zero-point term z_a·Σ_k qw_jk depends only on the weights, so it is precomputed: on "
+        f"SiLU outputs (z_a = {silu_z}) it reaches {r.pipelines['SiLU'].correction_max:,} and "
+        "the pipeline still matches. With zero points on both sides, more cross terms appear; "
+        "that is why weights are usually symmetric and only activations (if anything) "
+        "asymmetric.",
     ])
 
 
@@ -133,6 +216,10 @@ class ClipResult:
     max_over_std: dict      # distribution -> max|x| / std
     best: dict              # distribution -> (best c, best error, error at c = 1, clip point in σ)
     n: int                  # values per distribution
+    flat: dict = None       # distribution -> clip ratios within FLAT of the best error
+
+
+FLAT = 0.002  # clip ratios whose error is within 0.2 % (relative) of the best count as a tie
 
 
 def clip_curve(z: np.ndarray, bits: int = 4, clips=CLIPS) -> list:
@@ -235,7 +322,9 @@ def demo2_clipping(n: int = 1 << 18, seed: int = 0) -> ClipResult:
         errors[name] = errs
         ratio[name] = float(np.abs(z).max() / z.std())
         best[name] = (CLIPS[i], errs[i], errs[0], CLIPS[i] * ratio[name])
-    return ClipResult(CLIPS, errors, ratio, best, n)
+    flat = {name: [c for c, e in zip(CLIPS, errs) if e <= best[name][1] * (1 + FLAT)]
+            for name, errs in errors.items()}
+    return ClipResult(CLIPS, errors, ratio, best, n, flat)
 
 
 def show_demo2(r: ClipResult) -> None:
@@ -246,15 +335,27 @@ def show_demo2(r: ClipResult) -> None:
     rows = [[f"{c:g}"] + [f"{r.errors[n][i] * 100:.2f}%" for n in names]
             for i, c in enumerate(r.clips)]
     print_table(["clip ratio c"] + [f"rel. error, {n}" for n in names], rows)
-    lines = [f"{name}: best c = {c:g} (clip point ≈ {sigma:.1f}σ); the error falls from "
+    def best_text(name, c, sigma):
+        ties = sorted(r.flat[name])
+        if len(ties) == 1:
+            return f"best c = {c:g} (clip point ≈ {sigma:.1f}σ)"
+        errs = " and ".join(f"{r.errors[name][r.clips.index(t)] * 100:.2f}%" for t in ties)
+        return (f"the minimum is flat between c = {ties[0]:g} and {ties[-1]:g} ({errs}; "
+                f"best on this grid c = {c:g}, clip point ≈ {sigma:.1f}σ)")
+
+    lines = [f"{name}: {best_text(name, c, sigma)}; the error falls from "
              f"{e1 * 100:.1f}% to {e * 100:.1f}%" for name, (c, e, e1, sigma) in r.best.items()]
     print_observations(lines + [
         "The heavier the tail, the farther the maximum sits from most of the values (max/σ of "
         "the Student-t is well above the Gaussian's), the more a max-based scale wastes, and the "
         "more clipping gains.",
         "Clip too hard and the error climbs again as too many values saturate. This U-shaped "
-        "curve is the trade-off behind every scale-selection method: MSE search, percentile "
-        "calibration, the scale searches of GPTQ and AWQ.",
+        "curve is the trade-off behind every scale-selection method: MSE search and percentile "
+        "calibration pick the clip point on it. GPTQ and AWQ are not scale searches: GPTQ "
+        "rounds weights one column at a time and corrects the remaining columns with the "
+        "inverse Hessian of the layer inputs (Frantar et al. 2022); AWQ rescales input channels "
+        "by their activation magnitude before quantizing (Lin et al. 2023). Both minimise the "
+        "output error, not the weight error (demo 5).",
         "Clipping throws away exactly the largest values. When those matter (the outlier "
         "features of LLM activations), clipping hurts; the alternatives are to keep outliers "
         "apart (LLM.int8) or to make the scales finer-grained (demos 3 and 4).",
@@ -302,15 +403,19 @@ class GranularityResult:
     extra_bits: list        # scale bits per element, one FP16 scale per row / group
     errors: dict            # (matrix "W"/"A", bits, label) -> rel error
     shapes: dict            # "W" / "A" -> shape
+    flushed: dict = None    # (bits, label) -> fraction of A's normal-channel values stored as 0
+    outlier_energy: float = 0.0  # share of ||A||² in the 8 outlier channels
 
 
 def demo3_granularity(seed: int = 1) -> GranularityResult:
     """Whole tensor, per row, per group of 128 and 32 (along the last axis), INT8 and INT4.
 
     What to notice: W's rows differ in scale, so one scale per row fixes most of its INT4
-    error. A's outlier channels are large in every token, so every row's maximum is an
-    outlier and per-row scales barely help; only groups along the channel axis confine an
-    outlier to its own group. Smaller groups cost more scale bits.
+    error. A's outlier channels are large in every token (here by construction; in LLMs the
+    outliers sit in a few fixed hidden dimensions, LLM.int8's observation), so every row's
+    maximum is an outlier: at INT4 per-row scales barely help and the normal channels flush
+    to 0, at INT8 they halve the error. Only groups along the channel axis confine an outlier
+    to its own group. Smaller groups cost more scale bits.
     """
     data = granularity_data(seed)
     k = data["W"].shape[-1]
@@ -319,9 +424,17 @@ def demo3_granularity(seed: int = 1) -> GranularityResult:
         for bits in (8, 4):
             for label, gran, group in GRANULARITY:
                 errors[(name, bits, label)] = granularity_error(M, bits, gran, group)
+    A = data["A"]
+    loud = np.abs(A).mean(axis=0) > 10 * np.median(np.abs(A).mean(axis=0))  # (D,) the 8 outliers
+    flushed = {}
+    for bits in (8, 4):
+        for label, gran, group in GRANULARITY[:2]:
+            q = quantize_int(A, bits, granularity=gran, group=group)[0]
+            flushed[(bits, label)] = float(np.mean(q[:, ~loud] == 0))
+    energy = float((A[:, loud] ** 2).sum() / (A ** 2).sum())
     return GranularityResult([g[0] for g in GRANULARITY],
                              [scale_overhead_bits(g, s, k) for _, g, s in GRANULARITY], errors,
-                             {name: M.shape for name, M in data.items()})
+                             {name: M.shape for name, M in data.items()}, flushed, energy)
 
 
 def show_demo3(r: GranularityResult) -> None:
@@ -340,16 +453,29 @@ def show_demo3(r: GranularityResult) -> None:
         f"{e[('W', 4, 'per tensor')] * 100:.0f}% to {e[('W', 4, 'per row')] * 100:.0f}%. The rows "
         "have different scales, and a single tensor scale only suits the largest row. Per-channel "
         "scales cost almost nothing and are the default for weights.",
-        f"Activations A: per-token (per-row) scales barely help (INT4 "
-        f"{e[('A', 4, 'per tensor')] * 100:.0f}% → {e[('A', 4, 'per row')] * 100:.0f}%), because "
-        "the outlier channels are large in every token and set every row's maximum. Groups along "
-        f"the channel axis do help: {e[('A', 4, 'groups of 128')] * 100:.0f}% with groups of 128, "
+        f"Activations A: at INT4, per-token (per-row) scales barely help "
+        f"({e[('A', 4, 'per tensor')] * 100:.0f}% → {e[('A', 4, 'per row')] * 100:.0f}%): the "
+        f"outlier channels hold {r.outlier_energy * 100:.0f}% of the energy and set every row's "
+        f"maximum, and {pct(r.flushed[(4, 'per tensor')])} (per tensor) and "
+        f"{pct(r.flushed[(4, 'per row')])} (per row) of the normal channels' values are "
+        "stored as 0: the aggregate error hides that almost the whole matrix is lost. At INT8 "
+        f"per-token scales do help: {e[('A', 8, 'per tensor')] * 100:.2f}% → "
+        f"{e[('A', 8, 'per row')] * 100:.2f}%, with {r.flushed[(8, 'per row')] * 100:.0f}% of "
+        "the normal values flushed. Groups along the channel axis help most: "
+        f"{e[('A', 4, 'groups of 128')] * 100:.0f}% at INT4 with groups of 128, "
         f"{e[('A', 4, 'groups of 32')] * 100:.0f}% with groups of 32. An outlier now only hurts "
         "the channels in its own group.",
+        "Here the outlier channels are large in every token by construction. In real LLMs "
+        "(LLM.int8, Dettmers et al. 2022, section 4) they sit in the same few hidden dimensions; "
+        "at 6.7B parameters they appear in all layers and in about 75% of the sequence "
+        "positions.",
         "The catch: A·Wᵀ sums over the channel axis k. If the scale changes along k, it cannot be "
-        "applied once after the sum; the hardware must rescale during accumulation (DeepSeek-V3's "
-        "promotion every 128, the block scales of MX and NVFP4). LLM.int8 instead splits the "
-        "outlier channels off and multiplies them in FP16.",
+        "applied once after the sum; partial sums must be rescaled during accumulation. On "
+        "Hopper that is software: its FP8 tensor cores keep only about 14 bits of the "
+        "accumulated sum, so DeepSeek-V3's kernels copy the partial sums to FP32 registers on "
+        "the CUDA cores every 128 elements and apply the scales there (DeepSeek-V3 report, "
+        "section 3.3.2). Blackwell's MX and NVFP4 tensor cores apply block scales in hardware. "
+        "LLM.int8 instead splits the outlier channels off and multiplies them in FP16.",
         f"Smaller groups mean smaller errors and more scales: one FP16 scale per 32 values costs "
         f"{r.extra_bits[-1]:.1f} extra bit per value.",
     ])
@@ -388,15 +514,39 @@ def quantize_row(label: str, x: np.ndarray) -> tuple[np.ndarray, float]:
     return res.values, res.bits_per_element
 
 
-def block_format_point(x: np.ndarray, elem: FloatFormat, block: int,
-                       scale_format: str) -> tuple[float, float, float]:
+def block_format_point(x: np.ndarray, elem: FloatFormat, block: int, scale_format: str,
+                       scale_rule: str = "floor") -> tuple[float, float, float]:
     """Quantize ``x`` with ``elem`` elements, one ``scale_format`` scale per ``block``.
 
     Returns ``(bits per element, relative error, clipped fraction)``; arguments and errors as
-    :func:`numfmt.block_quantize`.
+    :func:`numfmt.block_quantize` (``scale_rule`` applies to E8M0 scales).
     """
-    res = block_quantize(x, elem, block, scale_format)
+    res = block_quantize(x, elem, block, scale_format, scale_rule)
     return res.bits_per_element, rel_error(res.values, x), res.clipped
+
+
+MX_RULE_FORMATS = (("MXFP8 E4M3", FP8_E4M3), ("MXFP6 E2M3", FP6_E2M3), ("MXFP6 E3M2", FP6_E3M2),
+                   ("MXFP4 E2M1", FP4_E2M1))
+
+
+@dataclass
+class MXRulePoint:
+    error: float            # relative error (fraction)
+    clipped: float          # fraction of elements above the element max after division
+    blocks_clipped: float   # fraction of blocks with at least one such element
+
+
+def mx_rule_point(x: np.ndarray, elem: FloatFormat, scale_rule: str,
+                  block: int = 32) -> MXRulePoint:
+    """MX quantization of ``x`` (1-D, length divisible by ``block``) under one E8M0 scale rule.
+
+    ``scale_rule`` is "floor" (OCP MX v1.0) or "rceil" (exponent rounded up; NVIDIA's MXFP8
+    recipe); arguments and errors as :func:`numfmt.mx_quantize`.
+    """
+    res = mx_quantize(x, elem, block, scale_rule=scale_rule)
+    xb = np.asarray(x, np.float64).reshape(-1, block)                 # (n_blocks, block)
+    over = np.abs(xb) / res.scales.reshape(-1, 1) > elem.max_value
+    return MXRulePoint(rel_error(res.values, x), res.clipped, float(over.any(axis=1).mean()))
 
 
 @dataclass
@@ -404,6 +554,8 @@ class BlockFormatResult:
     formats: list           # [(label, bits per element, rel error, SQNR dB)]
     mxfp8_clipped: float    # fraction of elements MXFP8 saturates at 448
     ablation: dict          # (block, scale kind) -> (rel error, clipped fraction)
+    rules: dict = None      # (MX label, "floor" / "rceil") -> MXRulePoint
+    n: int = 1 << 20        # values quantized
 
     def error(self, prefix: str) -> float:
         """Relative error of the first format whose label starts with ``prefix``."""
@@ -418,7 +570,9 @@ def demo4_block_formats(n: int = 1 << 20, seed: int = 0) -> BlockFormatResult:
     (16 against 32) and scale format (E4M3 against E8M0).
 
     What to notice: at 4.5 bits NVFP4 beats INT4 groups; the scale's format matters more than
-    the block size; an E4M3 scale is nearly as good as an exact one.
+    the block size; an E4M3 scale is nearly as good as an exact one. The third table compares
+    the two rules for an MX block's shared exponent: OCP's floor, which saturates block maxima,
+    and the round-up rule (RCEIL) of NVIDIA's MXFP8 recipe, which never does.
     """
     x = student_t_weights(n, seed)
     formats = []
@@ -431,11 +585,15 @@ def demo4_block_formats(n: int = 1 << 20, seed: int = 0) -> BlockFormatResult:
         for kind, _ in SCALE_KINDS:
             _, err, clipped = block_format_point(x, FP4_E2M1, block, kind)
             ablation[(block, kind)] = (err, clipped)
-    return BlockFormatResult(formats, mxfp8_clipped, ablation)
+    rules = {(label, rule): mx_rule_point(x, elem, rule)
+             for label, elem in MX_RULE_FORMATS for rule in ("floor", "rceil")}
+    return BlockFormatResult(formats, mxfp8_clipped, ablation, rules, x.size)
 
 
 def show_demo4(r: BlockFormatResult) -> None:
     print_header("Demo 4: block-scaled formats on the same weight-like data as lecture 03")
+    print(f"Data: {r.n:,} values of Student-t(5) × 0.02 (seed 0). Bits per element count the "
+          "scales: element\nbits + scale bits / block size.")
     print_table(["format", "bits/element", "rel. error", "SQNR (dB)"],
                 [[label, f"{bits:g}", f"{e * 100:.2f}%", f"{s:.1f}"] for label, bits, e, s in r.formats])
     print(f"\nMXFP8: a block's maximum divided by its power-of-two scale lands in [256, 512), so\n"
@@ -447,7 +605,20 @@ def show_demo4(r: BlockFormatResult) -> None:
     print_table(["block size"] + [name for _, name in SCALE_KINDS],
                 [[f"{block}"] + [f"{a[(block, k)][0] * 100:.2f}% (clipped {a[(block, k)][1] * 100:.2f}%)"
                                  for k, _ in SCALE_KINDS] for block in (32, 16)])
+    print("\nThe shared exponent of an MX block, two rules: OCP's floor(log2 amax) - emax, and "
+          "RCEIL,\nceil(log2(amax / max)), which rounds the scale up so no block maximum "
+          "saturates:")
+    ru = r.rules
+    print_table(["format", "floor: error", "elements clipped", "blocks clipped",
+                 "RCEIL: error", "clipped"],
+                [[label, f"{ru[(label, 'floor')].error * 100:.2f}%",
+                  f"{ru[(label, 'floor')].clipped * 100:.3f}%",
+                  f"{ru[(label, 'floor')].blocks_clipped * 100:.1f}%",
+                  f"{ru[(label, 'rceil')].error * 100:.2f}%",
+                  f"{ru[(label, 'rceil')].clipped * 100:.3g}%"] for label, _ in MX_RULE_FORMATS])
     err = r.error
+    f8, f8c = ru[("MXFP8 E4M3", "floor")], ru[("MXFP8 E4M3", "rceil")]
+    e23 = ru[("MXFP6 E2M3", "floor")]
     print_observations([
         f"At 4.5 bits, NVFP4 ({err('NVFP4') * 100:.1f}%) beats INT4 in groups of 32 "
         f"({err('INT4') * 100:.1f}%). On heavy-tailed data the floating-point grid, dense near 0 "
@@ -455,30 +626,54 @@ def show_demo4(r: BlockFormatResult) -> None:
         f"The scale's format matters more than the block size. With blocks of 32, going from E8M0 "
         f"to E4M3 scales takes the error from {a[(32, 'e8m0')][0] * 100:.1f}% to "
         f"{a[(32, 'e4m3')][0] * 100:.1f}%; with E4M3 scales, halving the block to 16 only takes "
-        f"it to {a[(16, 'e4m3')][0] * 100:.1f}%. A power-of-two scale is coarse: a block's "
-        "maximum lands anywhere in [4, 8) after division, wasting grid points on average and "
-        "saturating whatever exceeds 6.",
+        f"it to {a[(16, 'e4m3')][0] * 100:.1f}%. A power-of-two scale is coarse: under OCP's "
+        "rule a block's maximum lands anywhere in [4, 8) after division, wasting grid points on "
+        "average and saturating whatever exceeds 6.",
         f"An E4M3 scale comes close to the exact scale ({a[(16, 'e4m3')][0] * 100:.2f}% against "
         f"{a[(16, 'exact')][0] * 100:.2f}% with blocks of 16): eight bits of scale are enough.",
-        f"MXFP8 ({err('MXFP8') * 100:.2f}%) is slightly worse than FP8 with one tensor scale "
+        f"MXFP8 ({err('MXFP8') * 100:.2f}%) is worse than FP8 with one tensor scale "
         f"({err('FP8 E4M3') * 100:.2f}%). E4M3's own dynamic range already covers this data, so "
-        "block scales add nothing, and the power-of-two scale saturates a few block maxima. "
-        "Block scaling is for the narrow formats.",
+        "block scales add little, and the clipping comes from OCP's rule, not from powers of "
+        "two as such: rounding the exponent down puts a block's maximum in [256, 512), above "
+        f"E4M3's 448 in {f8.blocks_clipped * 100:.1f}% of the blocks (one block in "
+        f"{1 / f8.blocks_clipped:.0f}), {f8.clipped * 100:.3f}% of the elements. Rounding it up "
+        f"(RCEIL) clips nothing and gives {f8c.error * 100:.2f}%. NVIDIA found that OCP's "
+        "rounding can make MXFP8 pre-training diverge and rounds the scale up (Mishra et al., "
+        "arXiv:2506.08027, 2025); cuBLAS and torchao's RCEIL do the same.",
         f"MXFP6 E2M3 ({err('MXFP6 (E2M3') * 100:.2f}%) is far more accurate than E3M2 "
-        f"({err('MXFP6 (E3M2') * 100:.2f}%). Within a block the values have similar magnitudes, so "
-        "exponent bits buy little and mantissa bits buy precision: the same reasoning as "
+        f"({err('MXFP6 (E3M2') * 100:.2f}%), and even beats MXFP8 ({err('MXFP8') * 100:.2f}%) "
+        "with two bits fewer. Within a block the values have similar magnitudes, so exponent "
+        "bits buy little and mantissa bits buy precision; E2M3 has as many mantissa bits as "
+        f"E4M3, and its max 7.5 sits near the top of [4, 8), so only "
+        f"{e23.blocks_clipped * 100:.1f}% of its blocks clip. The same reasoning is behind "
         "DeepSeek-V3's choice of E4M3 everywhere once scales are fine-grained.",
+        f"Rounding up is not free: it doubles the step of every block it changes. For MXFP8 the "
+        f"clipping costs more ({f8.error * 100:.2f}% → {f8c.error * 100:.2f}% with RCEIL); for "
+        f"MXFP4 the coarser grid costs more than the clipping it avoids "
+        f"({ru[('MXFP4 E2M1', 'floor')].error * 100:.2f}% → "
+        f"{ru[('MXFP4 E2M1', 'rceil')].error * 100:.2f}%). NVIDIA's recipe uses RCEIL for MXFP8, "
+        "where saturation, not resolution, is what hurts training.",
     ])
 
 
 # ---------------------------------------------------------------------------------------------
 # Demo 5: from element error to output error; dB per bit
 # ---------------------------------------------------------------------------------------------
+#: NVIDIA's published gap between NVFP4 and FP8 (DeepSeek-R1-0528, key benchmarks), in accuracy
+#: points: "1% or less" (NVIDIA Technical Blog, "Introducing NVFP4 for Efficient and Accurate
+#: Low-Precision Inference", June 2025). Lecture 08 measures it on a real model.
+NVFP4_VS_FP8_NVIDIA = 0.01
+N_OUTLIER_CHANNELS, OUTLIER_GAIN = 8, 60
+
+
 @dataclass
 class PropagationResult:
     rows: list              # [(format, weight rel error, output rel error)]
     sqnr: list              # [(bits, SQNR dB)] for INT2 … INT8 per row on Gaussian data
     shapes: dict            # "W", "X", "z" -> shape
+    outlier_rows: list = None  # [(format, output rel error with outlier X, share of error
+    #                            energy from the outlier channels, output rel error with the
+    #                            weights of those channels kept exact)]
 
     @property
     def db_per_bit(self) -> list:
@@ -496,24 +691,40 @@ def sqnr_by_bits(z: np.ndarray, bits=range(2, 9), granularity: str = "channel") 
 def demo5_error_propagation(seed: int = 0) -> PropagationResult:
     """Quantize W (Student-t, 1024 × 4096), then compare the error of Y = W·X with W's own.
 
-    With E = Ŵ - W, the output error is E·X. When the quantization error is uncorrelated with
-    the activations, ||E·X|| / ||W·X|| ≈ ||E|| / ||W||: a relative error passes through the
-    product unchanged, neither averaged away nor amplified. Then INT2 … INT8 (per row) on
-    Gaussian data: each bit halves the step and adds about 20·log10(2) = 6.02 dB.
+    With E = Ŵ - W, the output error is E·X. For activations with covariance Σ (per input
+    channel), E||E x||² = tr(E Σ Eᵀ). Only when Σ ∝ I (isotropic activations, as X here) is
+    that σ²||E||², so that ||E·X|| / ||W·X|| ≈ ||E|| / ||W||: a relative error passes through
+    the product unchanged. With outlier channels (Σ far from ∝ I) the few loud channels weigh
+    the error: the same weights give a different output error, dominated by those channels.
+    That is what GPTQ, AWQ and SmoothQuant exploit. Then INT2 … INT8 (per row) on Gaussian
+    data: each bit halves the step and adds about 20·log10(2) = 6.02 dB.
     """
     rng = np.random.default_rng(seed)
     F, D, B = 1024, 4096, 64
     W = rng.standard_t(df=5, size=(F, D)) * 0.02                # (F, D)
     X = rng.standard_normal((D, B))                             # (D, B)
     Y = W @ X                                                   # (F, B)
-    rows = []
+    rows, quantized = [], {}
     for label, Wq in (("INT8 per row", quantize_int(W, 8, granularity="channel")[0]),
                       ("NVFP4", nvfp4_quantize(W)[0]),
                       ("MXFP4", mx_quantize(W, FP4_E2M1)[0]),
                       ("INT4 groups of 128", quantize_int(W, 4, granularity="group", group=128)[0])):
         rows.append((label, rel_error(Wq, W), rel_error(Wq @ X, Y)))
+        quantized[label] = Wq
     z = rng.standard_normal((256, 4096))
-    return PropagationResult(rows, sqnr_by_bits(z), {"W": W.shape, "X": X.shape, "z": z.shape})
+    loud = rng.choice(D, N_OUTLIER_CHANNELS, replace=False)     # (8,) input channels
+    Xo = X.copy()
+    Xo[loud] *= OUTLIER_GAIN                                    # (D, B), Σ far from ∝ I
+    Yo = W @ Xo
+    outlier_rows = []
+    for label, Wq in quantized.items():
+        E = Wq - W                                              # (F, D)
+        share = float(np.sum((E[:, loud] @ Xo[loud]) ** 2) / np.sum((E @ Xo) ** 2))
+        kept = Wq.copy()
+        kept[:, loud] = W[:, loud]                              # 8 columns in full precision
+        outlier_rows.append((label, rel_error(Wq @ Xo, Yo), share, rel_error(kept @ Xo, Yo)))
+    return PropagationResult(rows, sqnr_by_bits(z), {"W": W.shape, "X": X.shape, "z": z.shape},
+                             outlier_rows)
 
 
 def show_demo5(r: PropagationResult) -> None:
@@ -526,17 +737,38 @@ def show_demo5(r: PropagationResult) -> None:
     gains = ["—"] + [f"+{g:.1f}" for g in r.db_per_bit]
     print_table(["bits (per row, Gaussian data)", "SQNR (dB)", "gain over one bit fewer"],
                 [[f"INT{b}", f"{s:.1f}", g] for (b, s), g in zip(r.sqnr, gains)])
+    print(f"\nThe same weights against X with {N_OUTLIER_CHANNELS} of its {d} input channels "
+          f"× {OUTLIER_GAIN} (outlier activations):")
+    weight_err = {label: ew for label, ew, _ in r.rows}
+    print_table(["weight format", "rel. error of W", "of Y", "share from the 8",
+                 "of Y, the 8 kept exact"],
+                [[label, f"{weight_err[label] * 100:.2f}%", f"{ey * 100:.2f}%",
+                  f"{share * 100:.0f}%", f"{ek * 100:.2f}%"]
+                 for label, ey, share, ek in r.outlier_rows])
+    print("(share: the part of ||E·X||² that comes from the weights in the 8 loud channels)")
     nv = next(ey for label, _, ey in r.rows if label == "NVFP4")
+    lo_s, hi_s = (f"{f(s for _, _, s, _ in r.outlier_rows) * 100:.0f}" for f in (min, max))
+    nv_o = next(row for row in r.outlier_rows if row[0] == "NVFP4")
     mid = r.db_per_bit[2:]
     print_observations([
-        "The output's relative error equals the weights' relative error: quantization noise is "
-        "not cancelled in the dot product. Noise and signal both grow like √K, so their ratio "
-        f"stays put. An element error of {nv * 100:.0f}% (NVFP4) means about {nv * 100:.0f}% noise "
-        "in every output of the matrix product.",
-        "Why then can a model in NVFP4 stay close to its FP8 accuracy? Not at this level: the "
-        "model tolerates noise (what counts is the argmax, the ranking), layers and tensors differ "
-        "in sensitivity, and quantization methods protect what matters most (lecture 06 trains "
-        "the model to tolerate the noise).",
+        "With isotropic activations the output's relative error equals the weights' relative "
+        "error: quantization noise is not cancelled in the dot product. Noise and signal both "
+        f"grow like √K, so their ratio stays put. An element error of {nv * 100:.0f}% (NVFP4) "
+        f"means about {nv * 100:.0f}% noise in every output of the matrix product.",
+        "In general the output error is E||E x||² = tr(E Σ Eᵀ), with Σ the covariance of the "
+        "inputs: the weight error counts in proportion to the energy of the channel it sits in. "
+        f"With {N_OUTLIER_CHANNELS} loud channels ({N_OUTLIER_CHANNELS / d * 100:.1f}% of them), "
+        f"{lo_s if lo_s == hi_s else lo_s + '–' + hi_s}% of the output error comes from the "
+        f"weights in those channels: keeping just those {N_OUTLIER_CHANNELS} columns exact takes "
+        f"NVFP4's output error from {nv_o[1] * 100:.2f}% to {nv_o[3] * 100:.2f}%, for "
+        f"{N_OUTLIER_CHANNELS / d * 100:.1f}% of the weights. Methods that minimise this output error rather than the "
+        "weight error are the subject of post-training quantization: GPTQ, AWQ, SmoothQuant.",
+        "Why then can a model in NVFP4 stay within about "
+        f"{NVFP4_VS_FP8_NVIDIA * 100:.0f}% of its FP8 accuracy (NVIDIA's figure for "
+        "DeepSeek-R1-0528, NVIDIA Technical Blog, June 2025; lecture 08 measures it)? Not at "
+        "this level: the model tolerates noise (what counts is the argmax, the ranking), layers "
+        "and tensors differ in sensitivity, and quantization methods protect what matters most "
+        "(lecture 06 trains the model to tolerate the noise).",
         f"Each extra bit adds about 6 dB of SQNR (beyond four bits: {min(mid):.1f} to "
         f"{max(mid):.1f} dB; theory 20·log10 2 = 6.02 dB: half the step, half the error). With "
         "two or three bits (3 or 7 levels) the grid is too coarse for the uniform-noise model "

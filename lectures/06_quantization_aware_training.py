@@ -308,8 +308,9 @@ def ptq_vs_qat(cfg: DigitsConfig | None = None, formats=WEIGHT_FORMATS, acts=(No
     activations.
 
     Notice: INT8 costs nothing either way. PTQ at INT4 and NVFP4 loses a little and at INT2
-    (ternary weights) a lot; QAT, with the same training budget, wins much of it back because
-    the master weights move to places that round well.
+    (ternary weights) a lot. QAT, with the same training budget, wins much of the INT2 loss
+    back, because the master weights move to places that round well; at INT4 its gain is the
+    size of a few test images and changes with the seed (:func:`seed_spread`).
     """
     cfg = cfg or DigitsConfig()
     threads = torch.get_num_threads()
@@ -376,12 +377,11 @@ def print_seed_spread(s: SeedSpread) -> None:
           "seeds\n(each seed sets the split, the initialisation and the batch order):")
     print_table(["weights"] + [f"seed {k}" for k in s.seeds] + ["mean"], s.rows)
     g4, g2 = s.gains["INT4"], s.gains["INT2"]
-    print_observations([
-        f"QAT minus PTQ accuracy, in percentage points. INT2: from {min(g2):+.1f} to "
-        f"{max(g2):+.1f} points over {len(s.seeds)} seeds. INT4: from {min(g4):+.1f} to "
+    print(textwrap.fill(
+        f"Across seeds: QAT minus PTQ accuracy, in percentage points. INT2: from {min(g2):+.1f} "
+        f"to {max(g2):+.1f} points over {len(s.seeds)} seeds. INT4: from {min(g4):+.1f} to "
         f"{max(g4):+.1f}, mean {np.mean(g4):+.1f}, positive in {sum(g > 0 for g in g4)} of "
-        f"{len(g4)} runs: small, the size of a few images.",
-    ], title="Across seeds")
+        f"{len(g4)} runs: small, the size of a few images.", 100, break_on_hyphens=False))
 
 
 def print_ptq_vs_qat(r: DigitsResult) -> None:
@@ -389,29 +389,29 @@ def print_ptq_vs_qat(r: DigitsResult) -> None:
     c = r.config
     print(textwrap.fill(f"{r.n_train} training and {r.n_test} test images (one test image: "
           f"{100 / r.n_test:.2f} percentage points). FP32 is trained for {c.epochs} "
-          f"epochs (test accuracy {100 * r.base_accuracy:.1f} %). QAT fine-tunes that model for "
+          f"epochs (test accuracy {100 * r.base_accuracy:.1f}%). QAT fine-tunes that model for "
           f"{c.qat_epochs} epochs with the quantizer in the forward pass; PTQ rounds the FP32 "
           f"model fine-tuned for the same {c.qat_epochs} epochs without it "
-          f"({100 * r.fp32_accuracy:.1f} %). Weight scales: one per tensor (absmax).", 100,
+          f"({100 * r.fp32_accuracy:.1f}%). Weight scales: one per tensor (absmax).", 100,
                         break_on_hyphens=False))
     print_table(["weights", "activations", "PTQ accuracy (%)", "QAT accuracy (%)"], r.rows)
     a = r.accuracy
     print_observations([
-        f"INT8 weights and activations: PTQ {100 * a[('PTQ', 'INT8', 8)]:.1f} % against "
-        f"{100 * r.fp32_accuracy:.1f} % in FP32, "
+        f"INT8 weights and activations: PTQ {100 * a[('PTQ', 'INT8', 8)]:.1f}% against "
+        f"{100 * r.fp32_accuracy:.1f}% in FP32, "
         f"{round(r.n_test * abs(r.fp32_accuracy - a[('PTQ', 'INT8', 8)]))} of {r.n_test} "
         "images apart: "
         "256 levels are plenty for this network.",
-        f"INT4 weights: PTQ {100 * a[('PTQ', 'INT4', None)]:.1f} %, QAT "
-        f"{100 * a[('QAT', 'INT4', None)]:.1f} %: QAT wins back "
+        f"INT4 weights: PTQ {100 * a[('PTQ', 'INT4', None)]:.1f}%, QAT "
+        f"{100 * a[('QAT', 'INT4', None)]:.1f}%: QAT wins back "
         f"{round(r.n_test * (a[('QAT', 'INT4', None)] - a[('PTQ', 'INT4', None)]))} of the "
         f"{r.n_test} test images.",
-        f"INT2 (ternary) weights: PTQ {100 * a[('PTQ', 'INT2', None)]:.1f} %, QAT "
-        f"{100 * a[('QAT', 'INT2', None)]:.1f} % (FP32 {100 * r.fp32_accuracy:.1f} %): with the "
+        f"INT2 (ternary) weights: PTQ {100 * a[('PTQ', 'INT2', None)]:.1f}%, QAT "
+        f"{100 * a[('QAT', 'INT2', None)]:.1f}% (FP32 {100 * r.fp32_accuracy:.1f}%): with the "
         "quantizer in the loop the network learns weights that survive rounding to three "
         f"levels, though {c.hidden} hidden units with three levels each stay well short of FP32.",
         f"NVFP4 weights (E2M1 in blocks of 16 with E4M3 scales): PTQ "
-        f"{100 * a[('PTQ', 'NVFP4', None)]:.1f} %, QAT {100 * a[('QAT', 'NVFP4', None)]:.1f} %: "
+        f"{100 * a[('PTQ', 'NVFP4', None)]:.1f}%, QAT {100 * a[('QAT', 'NVFP4', None)]:.1f}%: "
         "close to INT4, as its 4-bit elements with fine block scales suggest.",
     ])
 

@@ -126,7 +126,8 @@ def demo1_bytes(seed: int = 0) -> BytesResult:
     entries = [
         ("FP16", "2 bytes per weight", fp16_bytes, 0),
         ("FP8 E4M3, Marlin W8A16", "per-channel FP16 scale", fp8.packed.nbytes, fp8.scales.nbytes),
-        ("GPTQ INT4, groups of 128", "FP16 scale + 4-bit zero per group, int32 g_idx per row",
+        ("GPTQ INT4, groups of 128", "FP16 scale + 4-bit zero per group, int32 g_idx per row "
+         "(RTN codes)",
          gptq.qweight.nbytes, gptq.nbytes - gptq.qweight.nbytes),
         ("MXFP4", "E8M0 scale per 32", mxp.elements.nbytes, mxp.nbytes - mxp.elements.nbytes),
         ("NVFP4", "E4M3 scale per 16 + FP32 per tensor", nvp.elements.nbytes,
@@ -178,6 +179,12 @@ def show_demo1(r: BytesResult) -> None:
         f"scale has {FP8_E4M3.man_bits} mantissa bits instead of {E8M0.man_bits}.",
         f"GPTQ also stores g_idx, one int32 per input row: {32 / SHAPE[1]:.4f} bits per weight "
         "here. Without act-order (demo 4) it is just k // 128 and carries no information.",
+        "GPTQ is an algorithm as well as this layout (Frantar et al. 2022): it quantizes one "
+        "input row at a time and moves that row's rounding error onto the rows not yet "
+        "quantized, weighted by the inverse Hessian 2XX^T of the layer's inputs, so the "
+        "output error shrinks while the weight error grows. The GPTQ codes in this lecture come "
+        "from round-to-nearest, RTN (numfmt.packing.gptq says so); the algorithm arrives with "
+        "numfmt.ptq.",
         "Two nibble orders exist. OCP MX and torch's float4_e2m1fn_x2 put element 0 in the low "
         "nibble; bitsandbytes puts it in the high nibble. Reading one with the other's rule "
         "swaps every pair of weights and raises no error.",
@@ -277,11 +284,27 @@ def show_demo2(r: CodebookResult) -> None:
 PARAMS_65B = 65e9          # the largest model QLoRA fine-tuned
 
 
-DQ_SCHEMES = (  # key, center, signed, label
-    ("qlora", True, True, "double quant: mean subtracted, int8 (QLoRA)"),
-    ("signed", False, True, "double quant: no offset, int8"),
-    ("unsigned", False, False, "double quant: no offset, uint8"),
+DQ_SCHEMES = (  # key, center, signed, second-level code, label
+    ("qlora", True, True, "dynamic", "DQ: mean subtracted, 8-bit float map (QLoRA)"),
+    ("int8", True, True, "int8", "DQ: mean subtracted, INT8 (stand-in)"),
+    ("signed", False, True, "int8", "DQ: no offset, INT8"),
+    ("unsigned", False, False, "int8", "DQ: no offset, UINT8"),
 )
+OUTLIER_SCALE = 1e3   # 0.1 % of the weights scaled by this
+HUGE = 1e6            # and one weight in every 97th row set to HUGE * STD
+
+
+def outlier_weights(seed: int = 0) -> np.ndarray:
+    """The Gaussian weights with 0.1 % of them x1000 and a HUGE * STD in every 97th row.
+
+    The stress case of a comparison with bitsandbytes: a few blocks of 256 absmax values
+    then hold one absmax a million times the others.
+    """
+    w = gaussian_weights(seed=seed)
+    rng = np.random.default_rng(seed + 1)
+    w[rng.random(w.shape) < 1e-3] *= OUTLIER_SCALE
+    w[::97, 0] = HUGE * STD
+    return w
 
 
 @dataclass
@@ -297,6 +320,7 @@ class DoubleQuantResult:
     saved_gb_65b: float     # saved_bits for a 65-billion-parameter model, in GB (1e9 bytes)
     absmax: np.ndarray      # the first-level FP32 scales, (16384,)
     absmax_qlora: np.ndarray  # their reconstruction by QLoRA's double quantization
+    outlier_sqnr: dict      # "single" / "qlora" / "int8" -> weight SQNR (dB), outlier weights
 
 
 def demo3_double_quant(seed: int = 0) -> DoubleQuantResult:
@@ -306,7 +330,9 @@ def demo3_double_quant(seed: int = 0) -> DoubleQuantResult:
     Storing them in 8 bits saves about 0.37 bits per weight and moves each weight by less
     than 1 %. The codes do not change, so a weight moves by exactly its scale's relative
     error. Subtracting the mean matters for a signed code: absmax values are all positive,
-    and without the offset half of the signed codes would never be used.
+    and without the offset half of the signed codes would never be used. QLoRA's second level
+    is bitsandbytes' 8-bit float map; an INT8 code does as well on these weights but fails on
+    outlier-heavy ones (:func:`outlier_weights`), where one huge absmax sets the INT8 step.
     """
     w = gaussian_weights(seed=seed)
     single = qlora_quantize(w, double_quant=False)
@@ -317,8 +343,8 @@ def demo3_double_quant(seed: int = 0) -> DoubleQuantResult:
     bits["single"], errors["single"] = single.bits_per_parameter, rel_error(single_deq, w)
     rows = [["NF4, FP32 absmax per 64", f"{bits['single']:.4f}", f"{errors['single'] * 100:.4f}",
              "0"]]
-    for key, center, signed, label in DQ_SCHEMES:
-        t = qlora_quantize(w, center=center, signed=signed)
+    for key, center, signed, code, label in DQ_SCHEMES:
+        t = qlora_quantize(w, center=center, signed=signed, code=code)
         deq = qlora_dequantize(t)
         recon[key] = double_dequantize(t.absmax)
         bits[key], errors[key] = t.bits_per_parameter, rel_error(deq, w)
@@ -330,20 +356,29 @@ def demo3_double_quant(seed: int = 0) -> DoubleQuantResult:
     saved = bits["single"] - bits["qlora"]
     formula = {"single": qlora_bits_per_parameter(BLOCK, double_quant=False),
                "double": qlora_bits_per_parameter(BLOCK)}
+    wo = outlier_weights(seed)
+    outlier = {"single": sqnr_db(qlora_dequantize(qlora_quantize(wo, double_quant=False)), wo),
+               "qlora": sqnr_db(qlora_dequantize(qlora_quantize(wo)), wo),
+               "int8": sqnr_db(qlora_dequantize(qlora_quantize(wo, code="int8")), wo)}
     return DoubleQuantResult(rows, bits, formula, errors, change, scale_err, step, saved,
-                             PARAMS_65B * saved / 8 / 1e9, single.absmax, recon["qlora"])
+                             PARAMS_65B * saved / 8 / 1e9, single.absmax, recon["qlora"], outlier)
 
 
 def show_demo3(r: DoubleQuantResult) -> None:
     print_header("Demo 3: double quantization: the scales, quantized")
-    print("Max change: the largest move of a weight, relative to its single-quantized value.")
+    print("DQ: double quantization. Max change: the largest move of a weight, relative to its "
+          "single-quantized\nvalue.")
     print_table(["scheme", "bits/weight", "rel. error (%)", "max change (%)"], r.rows)
     single, double = r.bits_formula["single"], r.bits_formula["double"]
     print(f"\nPer {BLOCK} weights: {BLOCK * 4} bits of codes + 32 bits of absmax = "
           f"{single * BLOCK:g} bits, {single:g} bits per weight.")
     print(f"Double quantized: {BLOCK * 4} + 8 + 32/256 bits = {double * BLOCK:g} bits, "
           f"{double:.6f} bits per weight\n(plus one FP32 mean per tensor).")
-    q, s, u = "qlora", "signed", "unsigned"
+    o = r.outlier_sqnr
+    print(f"\nOutlier-heavy weights (0.1% of them x{OUTLIER_SCALE:g}, one 10^{np.log10(HUGE):.0f} x std in every "
+          f"97th row), weight SQNR:\n  FP32 absmax {o['single']:.1f} dB, QLoRA's 8-bit float "
+          f"map {o['qlora']:.1f} dB, INT8 stand-in {o['int8']:.1f} dB.")
+    q, s, u, i8 = "qlora", "signed", "unsigned", "int8"
     print_observations([
         f"Double quantization saves {r.saved_bits:.3f} bits per weight: "
         f"{r.bits['single']:.2f} -> {r.bits[q]:.3f}. On a 65-billion-parameter model that is "
@@ -353,10 +388,19 @@ def show_demo3(r: DoubleQuantResult) -> None:
         f"more than {r.max_weight_change[q] * 100:.3f}% of its single-quantized value.",
         f"The absmax values all lie between {r.absmax.min():.4f} and {r.absmax.max():.4f}. "
         f"Without the mean offset a signed code uses only its positive half: its step is "
-        f"{r.mean_step[s] / r.mean_step[q]:.1f}x larger and the worst weight moves by "
+        f"{r.mean_step[s] / r.mean_step[i8]:.1f}x larger and the worst weight moves by "
         f"{r.max_weight_change[s] * 100:.3f}%, over 1%.",
         f"An unsigned code without offset ({r.max_weight_change[u] * 100:.3f}%) does about as well "
-        "as QLoRA's. The offset exists because QLoRA's second level is a signed 8-bit code.",
+        f"as the centered INT8 one ({r.max_weight_change[i8] * 100:.3f}%). The offset exists "
+        "because QLoRA's second level, bitsandbytes' 8-bit float map, is signed: 127 negative "
+        "values, 0 and 128 positive ones, from 10^-6 up to 1 (QLoRA section 3; bitsandbytes "
+        "create_dynamic_map).",
+        f"Why floats and not INT8? On these well-behaved weights INT8 moves a weight by at most "
+        f"{r.max_weight_change[i8] * 100:.3f}% against the float map's "
+        f"{r.max_weight_change[q] * 100:.3f}%. On outlier-heavy weights one huge absmax per 256 "
+        f"sets INT8's step and every ordinary absmax collapses onto the mean: "
+        f"{o['single']:.1f} dB becomes {o['int8']:.1f} dB, while the float map, fine over "
+        f"seven decades, keeps {o['qlora']:.1f} dB.",
     ])
 
 
@@ -391,8 +435,10 @@ class LayoutResult:
 def demo4_layouts(seed: int = 0, group_size: int = 128) -> LayoutResult:
     """Act-order rows, Marlin tiles, and the FP8 scale that is 256 times too large.
 
-    What to notice: act-order quantizes the most important input rows first, so the rows of
-    one group end up scattered over K. A kernel reading 16 rows at a time would then need
+    What to notice: act-order quantizes the input rows with the largest Hessian diagonal
+    (the loudest activations) first, while many rows remain to absorb their rounding error
+    (GPTQ's error feedback; Frantar et al. 2022, section 4); so the rows of one group end up
+    scattered over K. The codes here are round-to-nearest: only the layout is GPTQ's. A kernel reading 16 rows at a time would then need
     several scales per tile; sorting the rows by group once, and permuting the activations
     the same way, gives it one. Marlin then stores each 16 x 64 tile so that every thread
     finds the 8 values it needs in one 32-bit word, in the order the tensor core wants them.
@@ -477,7 +523,11 @@ def show_demo4(r: LayoutResult) -> None:
           f"relative error {r.fp8_error * 100:.2f}%.")
     ratio = ", ".join(f"{v:g}" for v in sorted(r.fp8_ratio))
     print_observations([
-        f"With act-order, a 16-row tile touches {r.groups_per_tile['checkpoint']:.2f} groups on "
+        "Act-order (GPTQ's desc_act) quantizes the input rows in order of falling Hessian "
+        "diagonal, here the activation energy diag(X^T X): the loudest rows go first, while "
+        "many rows are left to absorb their rounding error (Frantar et al. 2022, section 4). "
+        f"Groups still follow the checkpoint's rows, so a 16-row tile touches "
+        f"{r.groups_per_tile['checkpoint']:.2f} groups on "
         f"average and the group changes {r.group_switches['checkpoint']} times down K. After "
         f"sorting, each tile has {r.groups_per_tile['sorted']:.2f} group and the group changes "
         f"{r.group_switches['sorted']} times: once per {r.group_size} rows.",

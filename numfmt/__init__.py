@@ -2,13 +2,16 @@
 
 Floating-point formats (FP16, BF16, FP8 E4M3/E5M2, FP6 E2M3/E3M2, FP4 E2M1, the E8M0 scale),
 integer quantization with scales and zero points, block scaling (MX, NVFP4), and error metrics.
-Every rounding agrees bit for bit with ml_dtypes where ml_dtypes defines the result.
+Every rounding of float32 input agrees bit for bit with ml_dtypes where ml_dtypes defines the
+result; float64 input is rounded once (ml_dtypes and torch go through float32 first).
 """
 
 from numfmt.blocks import (SCALE_BITS, BlockQuantized, block_quantize, mx_quantize, nvfp4_quantize,
                            tensor_scaled)
 from numfmt.formats import (BF16, E8M0, FORMATS, FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E5M2,
                             FP16, FP32, FloatFormat)
+from numfmt.formats import FP8_E4M3FNUZ, FP8_E5M2FNUZ  # AMD MI300's FP8
+from numfmt.blocks import SCALE_RULES, e8m0_exponent
 from numfmt.intquant import (IntQuantized, dequantize_affine, int_range, quantize_affine,
                              quantize_int)
 from numfmt.metrics import rel_error, sqnr_db
@@ -18,5 +21,6 @@ __all__ = [
     "FloatFormat", "SCALE_BITS", "BlockQuantized", "block_quantize", "mx_quantize",
     "nvfp4_quantize", "tensor_scaled", "IntQuantized", "dequantize_affine", "int_range",
     "quantize_affine", "quantize_int", "rel_error", "sqnr_db",
+    "FP8_E4M3FNUZ", "FP8_E5M2FNUZ", "SCALE_RULES", "e8m0_exponent",
 ]
 from numfmt import packing  # noqa: E402,F401  -- storage layouts: nibbles, GPTQ, Marlin, NF4

@@ -40,7 +40,7 @@ class BitFields(NamedTuple):
     mantissa: np.ndarray  #: the fraction (trailing significand) field
 
 
-def bit_fields(fmt: FloatFormat, x) -> BitFields:
+def bit_fields(fmt: FloatFormat, x, saturate: bool = True) -> BitFields:
     """Round ``x`` to ``fmt`` and split each stored code into sign, exponent and mantissa.
 
     Parameters
@@ -48,7 +48,9 @@ def bit_fields(fmt: FloatFormat, x) -> BitFields:
     fmt : FloatFormat
         A format of at most 16 bits (the formats in ``numfmt.FORMATS``).
     x : array_like of real numbers, any shape
-        Rounded with ``fmt.encode`` (round to nearest even, saturating).
+        Rounded with ``fmt.encode`` (round to nearest even).
+    saturate : bool, default True
+        Passed to ``fmt.encode``: ``False`` gives the Inf or NaN code on overflow.
 
     Returns
     -------
@@ -68,19 +70,21 @@ def bit_fields(fmt: FloatFormat, x) -> BitFields:
     IEEE 754-2019 section 3.4: the fields S, E, T of a binary interchange format.
     """
     fmt = _check_format(fmt, small=True)
-    code = fmt.encode(x).astype(np.int64)
+    code = fmt.encode(x, saturate=saturate).astype(np.int64)
     m, e = fmt.man_bits, fmt.exp_bits
     sign = (code >> (e + m)) & 1 if fmt.signed else np.zeros_like(code)
     return BitFields(code, sign, (code >> m) & ((1 << e) - 1), code & ((1 << m) - 1))
 
 
-def bit_string(fmt: FloatFormat, x) -> str:
+def bit_string(fmt: FloatFormat, x, saturate: bool = True) -> str:
     """Return the code of one number as its fields, e.g. ``"0 0111 000"`` for 1.0 in E4M3.
 
     Parameters
     ----------
     fmt : FloatFormat of at most 16 bits
     x : real number (a scalar)
+    saturate : bool, default True
+        As :func:`bit_fields`.
 
     Returns
     -------
@@ -95,7 +99,7 @@ def bit_string(fmt: FloatFormat, x) -> str:
     """
     if np.ndim(x) != 0:
         raise ValueError(f"x must be a single number, got shape {np.shape(x)}")
-    f = bit_fields(fmt, x)
+    f = bit_fields(fmt, x, saturate=saturate)
     parts = [format(int(f.sign), "b")] if fmt.signed else []
     parts.append(format(int(f.exponent), f"0{fmt.exp_bits}b"))
     if fmt.man_bits:
@@ -203,7 +207,8 @@ def special_codes(fmt: FloatFormat) -> tuple[int, int]:
 
     From the encoding rules: ``"ieee"`` reserves the all-ones exponent (mantissa 0 is Inf,
     the other ``2**man_bits - 1`` mantissas NaN, each with either sign); ``"fn"`` keeps only the
-    all-ones exponent *and* mantissa as NaN; ``"none"`` has neither.
+    all-ones exponent *and* mantissa as NaN; ``"fnuz"`` has one NaN, the pattern of -0;
+    ``"none"`` has neither.
 
     Raises
     ------
@@ -216,4 +221,6 @@ def special_codes(fmt: FloatFormat) -> tuple[int, int]:
         return signs, signs * ((1 << fmt.man_bits) - 1)
     if fmt.specials == "fn":
         return 0, signs
+    if fmt.specials == "fnuz":
+        return 0, 1
     return 0, 0

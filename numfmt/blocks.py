@@ -68,6 +68,62 @@ class BlockQuantized(NamedTuple):
     clipped: float           #: fraction of elements whose |x / scale| exceeded elem.max_value
     bits_per_element: float  #: element bits + scale bits / block (tensor scale not counted)
 
+    def __array__(self, dtype=None, copy=None):
+        """``np.asarray(result)`` is ``result.values``: code written for an array still works."""
+        if copy is False:
+            raise ValueError("a BlockQuantized converts to an array only by copying its values")
+        return np.array(self.values, dtype=dtype)
+
+
+#: Rules for the shared E8M0 exponent of :func:`block_quantize` (``scale_format="e8m0"``).
+SCALE_RULES = ("floor", "rceil")
+
+
+def e8m0_exponent(amax, elem: FloatFormat, scale_rule: str = "floor") -> np.ndarray:
+    """Unbiased exponent of the E8M0 block scale for block maxima ``amax`` (all > 0).
+
+    Parameters
+    ----------
+    amax : ndarray of float64, any shape, every entry positive and finite
+    elem : FloatFormat, the element format
+    scale_rule : {"floor", "rceil"}
+        ``"floor"``: ``floor(log2 amax) - elem.emax`` (OCP MX v1.0, section 6.3). The block
+        maximum lands in ``[2^emax, 2^(emax+1))`` after division, so values above
+        ``elem.max_value`` saturate (E4M3: [256, 512) against a max of 448).
+        ``"rceil"``: ``ceil(log2 d)`` with the FP32 product ``d = FP32(FP32(amax) *
+        FP32(1 / elem.max_value))``: the smallest power of two that keeps the block maximum
+        within ``elem.max_value`` (up to that FP32 rounding), so nothing saturates. This is the
+        rule of NVIDIA's MXFP8 recipe and cuBLAS, computed as torchao's RCEIL does.
+
+    Returns
+    -------
+    ndarray of int64, the shape of ``amax``, clamped to E8M0's [-127, 127]
+
+    References
+    ----------
+    OCP Microscaling Formats (MX) Specification v1.0, 2023, section 6.3. Mishra et al.,
+    "Recipes for Pre-training LLMs with MXFP8", arXiv:2506.08027, 2025 (rounding the scale
+    up). cuBLAS documentation, "1D block quantization". torchao
+    ``torchao/prototype/mx_formats/mx_tensor.py``, ``_f32_to_e8m0_rceil`` (git 36027d8).
+    """
+    if scale_rule == "floor":
+        _, k = np.frexp(amax)  # amax = f * 2**k, f in [0.5, 1): floor(log2 amax) = k - 1
+        e = k - 1 - elem.emax
+    elif scale_rule == "rceil":
+        with np.errstate(over="ignore"):  # beyond FP32: Inf, clamped to E8M0's top below
+            d = np.asarray(amax, np.float64).astype(np.float32) * np.float32(1 / elem.max_value)
+        bits = np.where(np.isfinite(d), d, np.float32(np.finfo(np.float32).max)).view(np.int32)
+        biased = (bits >> 23) & 0xFF
+        mantissa = bits & 0x7FFFFF
+        # A normal FP32 d rounds up when any mantissa bit is set. An FP32 subnormal d is below
+        # 2^-126: it becomes 2^-127 (E8M0's smallest) or, above 2^-127, 2^-126.
+        up = np.where(biased == 0, mantissa > 0x400000, mantissa != 0)
+        e = biased.astype(np.int64) + up - 127
+        e = np.where(biased == 0, np.where(up, -126, -127), e)
+    else:
+        raise ValueError(f"scale_rule must be one of {SCALE_RULES}, got {scale_rule!r}")
+    return np.clip(e, E8M0.emin, E8M0.emax)
+
 
 def _check_elem(elem) -> FloatFormat:
     if not isinstance(elem, FloatFormat) or not elem.signed:
@@ -75,7 +131,8 @@ def _check_elem(elem) -> FloatFormat:
     return elem
 
 
-def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0") -> BlockQuantized:
+def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0",
+                   scale_rule: str = "floor") -> BlockQuantized:
     """Quantize ``x`` to ``elem`` with one scale per ``block`` elements along the last axis.
 
     Parameters
@@ -90,6 +147,10 @@ def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0")
         E8M0's [-127, 127] (OCP MX v1.0 section 6.3). ``"e4m3"``: FP32 tensor scale
         ``g = amax_tensor / (elem.max_value * 448)``, block scale ``E4M3(amax / elem.max_value / g)``
         (NVFP4). ``"exact"``: ``amax / elem.max_value`` in float64 (an FP32-stored ideal).
+    scale_rule : {"floor", "rceil"}, default "floor"
+        How ``"e8m0"`` picks its exponent (see :func:`e8m0_exponent`): ``"floor"`` is the OCP
+        rule above, ``"rceil"`` rounds the exponent up so no block maximum saturates (NVIDIA's
+        MXFP8 recipe, cuBLAS, torchao's RCEIL). Only ``"floor"`` applies to other scale formats.
 
     Returns
     -------
@@ -110,8 +171,8 @@ def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0")
     TypeError
         If ``x`` is not real-valued, ``elem`` is not a signed FloatFormat, ``block`` not an int.
     ValueError
-        If ``x`` is empty or non-finite, ``block`` does not divide ``K``, or ``scale_format``
-        is unknown.
+        If ``x`` is empty or non-finite, ``block`` does not divide ``K``, ``scale_format`` or
+        ``scale_rule`` is unknown, or ``scale_rule="rceil"`` is asked of a non-E8M0 scale.
     """
     shape = np.shape(x)
     given = x if isinstance(x, np.ndarray) else None  # float32 input is kept below
@@ -119,6 +180,7 @@ def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0")
     elem = _check_elem(elem)
     if scale_format not in SCALE_BITS:
         raise ValueError(f"scale_format must be one of {tuple(SCALE_BITS)}, got {scale_format!r}")
+    _check_scale_rule(scale_rule, scale_format)
     block = check_block(x.shape[-1], block)
     # float32 input is used as it is where that is exact: |x| and its block maxima always,
     # x / scale when the scale is a power of two (below).
@@ -127,8 +189,7 @@ def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0")
     amax = absmax_rows(src.reshape(-1, block)).astype(np.float64).reshape(xb.shape[:-1])
     tensor_scale = 1.0
     if scale_format == "e8m0":
-        _, k = np.frexp(amax)  # amax = f * 2**k, f in [0.5, 1): floor(log2 amax) = k - 1
-        exponent = np.clip(k - 1 - elem.emax, E8M0.emin, E8M0.emax)
+        exponent = e8m0_exponent(np.where(amax > 0, amax, 1.0), elem, scale_rule)
         scales = np.where(amax > 0, np.ldexp(1.0, exponent), 1.0)
     elif scale_format == "e4m3":
         t_amax = float(amax.max())
@@ -179,16 +240,27 @@ def _scaled_round(xb: np.ndarray, full: np.ndarray, elem: FloatFormat, pow2: boo
     return elements, values, n_clipped / xb.size
 
 
-def mx_quantize(x, elem: FloatFormat, block: int = 32) -> BlockQuantized:
+def mx_quantize(x, elem: FloatFormat, block: int = 32, scale_rule: str = "floor") -> BlockQuantized:
     """OCP MX quantization: ``elem`` elements, one E8M0 power-of-two scale per ``block``.
 
     MXFP8 is ``mx_quantize(x, FP8_E4M3)`` (or FP8_E5M2), MXFP6 uses FP6_E2M3 / FP6_E3M2, MXFP4
-    uses FP4_E2M1; each costs ``elem.bits + 8 / 32`` bits per element. Shapes, errors and
-    return value as :func:`block_quantize` with ``scale_format="e8m0"``.
+    uses FP4_E2M1; each costs ``elem.bits + 8 / 32`` bits per element. ``scale_rule`` is
+    ``"floor"`` (OCP MX v1.0, the default) or ``"rceil"`` (exponent rounded up, NVIDIA's MXFP8
+    recipe; see :func:`e8m0_exponent`). Shapes, errors and return value as
+    :func:`block_quantize` with ``scale_format="e8m0"``.
 
-    References: OCP Microscaling Formats (MX) Specification v1.0, sections 5.3 and 6.3.
+    References: OCP Microscaling Formats (MX) Specification v1.0, sections 5.3 and 6.3;
+    Mishra et al., arXiv:2506.08027, 2025 (RCEIL).
     """
-    return block_quantize(x, elem, block, "e8m0")
+    return block_quantize(x, elem, block, "e8m0", scale_rule)
+
+
+def _check_scale_rule(scale_rule, scale_format: str) -> None:
+    if not isinstance(scale_rule, str) or scale_rule not in SCALE_RULES:
+        raise ValueError(f"scale_rule must be one of {SCALE_RULES}, got {scale_rule!r}")
+    if scale_rule != "floor" and scale_format != "e8m0":
+        raise ValueError(f"scale_rule={scale_rule!r} applies to scale_format='e8m0' only, "
+                         f"got scale_format={scale_format!r}")
 
 
 def nvfp4_quantize(x, block: int = 16) -> BlockQuantized:

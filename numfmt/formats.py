@@ -8,10 +8,18 @@ mantissa bits. Three conventions for the all-ones exponent exist in the formats 
             carries numbers (E4M3: max 1.75 * 2^8 = 448). E8M0 has no mantissa, so its whole top
             code 0xFF is NaN.
 ``"none"``  every code is a number: no Inf, no NaN (the OCP MX element formats E2M3, E3M2, E2M1).
+``"fnuz"``  "finite, unsigned zero": no Inf and no -0; the one NaN is the negative-zero pattern
+            (0x80), so every other code is a number (AMD's E4M3FNUZ, max 240, and E5M2FNUZ,
+            max 57344, with biases 8 and 16; the float8_e4m3fnuz / float8_e5m2fnuz of ml_dtypes).
 
 References: OCP 8-bit Floating Point Specification (OFP8) rev. 1.0, 2023; OCP Microscaling
-Formats (MX) Specification v1.0, 2023, section 5 (element and scale formats); IEEE 754-2019.
-Every rounding here agrees bit for bit with ml_dtypes (tests/test_formats.py shows where).
+Formats (MX) Specification v1.0, 2023, section 5 (element and scale formats); IEEE 754-2019;
+AMD CDNA 3 (MI300) ISA reference guide, FP8/BF8 formats; Graphcore/AMD/Qualcomm, "8-bit
+Numerical Formats for Deep Neural Networks", arXiv:2206.02915 (the FNUZ encodings).
+Every rounding of float32 (and narrower) input agrees bit for bit with ml_dtypes
+(tests/test_formats.py shows where). float64 input is rounded once, directly; ml_dtypes and
+torch convert float64 to float32 first and then round again, so on rare float64 inputs near a
+midpoint they differ from numfmt, and numfmt's result is the nearer one.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ import numpy as np
 from numfmt._chunks import CHUNK as _CHUNK
 from numfmt._validate import as_integer_array, as_real_array, check_bool
 
-_SPECIALS = ("ieee", "fn", "none")
+_SPECIALS = ("ieee", "fn", "none", "fnuz")
 _MODES = ("nearest", "stochastic")
 _U64 = np.uint64
 _U32 = np.uint32
@@ -56,7 +64,7 @@ class FloatFormat:
         Widths of the exponent and mantissa (fraction) fields.
     bias : int
         Exponent bias: a normal code with exponent field ``E`` means ``1.m * 2**(E - bias)``.
-    specials : {"ieee", "fn", "none"}
+    specials : {"ieee", "fn", "none", "fnuz"}
         Which special values the all-ones exponent encodes (see the module docstring).
     signed : bool
         Whether there is a sign bit. Only the E8M0 scale format is unsigned.
@@ -209,8 +217,14 @@ class FloatFormat:
 
         Notes
         -----
-        Agrees bit for bit with ``x.astype(ml_dtypes.<format>)`` in every case ml_dtypes defines,
-        with ``saturate=False`` for E4M3, E5M2, FP16, BF16 and E8M0. ml_dtypes converts NaN
+        For float32, float16 and integer input, agrees bit for bit with
+        ``x.astype(ml_dtypes.<format>)`` in every case ml_dtypes defines, with
+        ``saturate=False`` for E4M3, E5M2, E4M3FNUZ, E5M2FNUZ, FP16, BF16 and E8M0. For float64
+        input it may not: ml_dtypes (and torch's casts) round float64 to float32 first and then
+        to the format, which moves a value just off a midpoint onto it (1 + 2^-4 + 2^-30 to
+        E4M3: here 1.125, the nearest; ml_dtypes and torch 1.0). Here float64 is rounded once,
+        to the truly nearest value. The FNUZ formats have no -0: a negative value that rounds
+        to zero gives +0. ml_dtypes converts NaN
         into E2M1/E2M3/E3M2 as -0 (they have no NaN); here NaN stays NaN. E8M0 rounds ties
         upward (1.5 -> 2, 3 -> 4), as ml_dtypes does; inside E8M0's lowest binade
         (2^-127, 2^-126) the nearest power of two wins as everywhere else (1.2 * 2^-127 ->
@@ -249,6 +263,8 @@ class FloatFormat:
         if self.signed:
             with np.errstate(invalid="ignore"):  # a float32 signalling NaN widening in x
                 np.copysign(r, x, out=r)
+            if self.specials == "fnuz":
+                r += 0.0  # no -0 in FNUZ formats: -0.0 + 0.0 is +0.0, everything else unchanged
         else:
             not_positive = x > 0  # False for NaN too
             np.logical_not(not_positive, out=not_positive)
@@ -305,7 +321,9 @@ class FloatFormat:
         """
         if not self._standard_flags:
             return None
-        if not (self.signed and self.subnormals and self.specials in _SPECIALS
+        # The conventions this fast path was written for ("fnuz" has no -0 and one NaN: the
+        # general path handles it).
+        if not (self.signed and self.subnormals and self.specials in ("ieee", "fn", "none")
                 and self.man_bits < 23):
             return None
         if self.emin == -126 and self.emax <= 127:
@@ -423,6 +441,8 @@ class FloatFormat:
             field = np.where(nan[special], (top_exp << m) | nan_mant, top_exp << m)
             if self.signed:
                 field |= np.signbit(r[special]).astype(np.int64) << (self.bits - 1)
+            if self.specials == "fnuz":  # no Inf; the one NaN is the negative-zero pattern
+                field = np.full(field.shape, 1 << (self.bits - 1))
             code[special] = field
         return code.astype(self.code_dtype)
 
@@ -455,7 +475,8 @@ class FloatFormat:
         ndarray of uint8 (formats of 8 bits or fewer) or uint16, the shape of ``x``
             The codes, right-aligned (a 4-bit code uses the low nibble). Equal to ml_dtypes'
             bit patterns for every representable value; NaN gives the pattern ml_dtypes uses
-            (0x7F for E4M3, 0x7E for E5M2, 0xFF for E8M0, sign bit from the input).
+            (0x7F for E4M3, 0x7E for E5M2, 0xFF for E8M0, sign bit from the input; 0x80 for
+            the FNUZ formats).
 
         Raises
         ------
@@ -558,6 +579,8 @@ class FloatFormat:
             val = np.where(top & (mant == (1 << m) - 1), np.nan, val)
         if self.signed:
             val = np.where((c >> (self.bits - 1)) & 1, -val, val)
+        if self.specials == "fnuz":
+            val = np.where(c == 1 << (self.bits - 1), np.nan, val)
         return val
 
     def values(self) -> np.ndarray:
@@ -601,7 +624,10 @@ FP6_E2M3 = FloatFormat("E2M3", 2, 3, 1, "none")
 FP6_E3M2 = FloatFormat("E3M2", 3, 2, 3, "none")
 FP4_E2M1 = FloatFormat("E2M1", 2, 1, 1, "none")
 E8M0 = FloatFormat("E8M0", 8, 0, 127, "fn", signed=False, subnormals=False)
+FP8_E4M3FNUZ = FloatFormat("E4M3FNUZ", 4, 3, 8, "fnuz")  # AMD MI300: max 240, NaN 0x80
+FP8_E5M2FNUZ = FloatFormat("E5M2FNUZ", 5, 2, 16, "fnuz")  # AMD MI300: max 57344, NaN 0x80
 
 #: Every format of at most 16 bits by its standard name (FP32 is kept apart: it has too many
 #: codes for a value table).
-FORMATS = {f.name: f for f in (FP16, BF16, FP8_E4M3, FP8_E5M2, FP6_E2M3, FP6_E3M2, FP4_E2M1, E8M0)}
+FORMATS = {f.name: f for f in (FP16, BF16, FP8_E4M3, FP8_E5M2, FP6_E2M3, FP6_E3M2, FP4_E2M1, E8M0,
+                               FP8_E4M3FNUZ, FP8_E5M2FNUZ)}

@@ -84,7 +84,8 @@ def round_to_format(x, fmt: FloatFormat, mode: str = "nearest_even", rng=None) -
     with np.errstate(over="ignore"):  # a carry past float64's max is inf and saturates below
         r = np.where(finite, low * quantum, a)  # a carry into the next binade stays on the grid
     r = np.minimum(r, fmt.max_value)        # NaN passes through np.minimum
-    return np.copysign(r, x)
+    r = np.copysign(r, x)
+    return r + 0.0 if fmt.specials == "fnuz" else r  # FNUZ formats have no -0
 
 
 def sum_in_format(x, fmt: FloatFormat, method: str = "sequential") -> np.ndarray:
@@ -216,4 +217,6 @@ def _scalar_nearest(fmt: FloatFormat):
         r = round(a / q) * q
         return math.copysign(over if r > top else r, v)
 
+    if fmt.specials == "fnuz":  # no -0: -0.0 + 0.0 is +0.0, every other value unchanged
+        return lambda v: fl(v) + 0.0
     return fl

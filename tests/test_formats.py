@@ -6,14 +6,15 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from numfmt import (BF16, E8M0, FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E5M2, FP16,
-                    FloatFormat)
+from numfmt import (BF16, E8M0, FORMATS, FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E4M3FNUZ,
+                    FP8_E5M2, FP8_E5M2FNUZ, FP16, FloatFormat)
 
 ORACLE = {
     FP16: np.float16, BF16: ml_dtypes.bfloat16, FP8_E4M3: ml_dtypes.float8_e4m3fn,
     FP8_E5M2: ml_dtypes.float8_e5m2, FP6_E2M3: ml_dtypes.float6_e2m3fn,
     FP6_E3M2: ml_dtypes.float6_e3m2fn, FP4_E2M1: ml_dtypes.float4_e2m1fn,
-    E8M0: ml_dtypes.float8_e8m0fnu,
+    E8M0: ml_dtypes.float8_e8m0fnu, FP8_E4M3FNUZ: ml_dtypes.float8_e4m3fnuz,
+    FP8_E5M2FNUZ: ml_dtypes.float8_e5m2fnuz,
 }
 ALL = list(ORACLE)
 SMALL = [f for f in ALL if f.bits <= 8]
@@ -22,7 +23,8 @@ NO_NAN = [FP6_E2M3, FP6_E3M2, FP4_E2M1]
 
 
 def ml_codes(fmt, values):
-    """Bit patterns ml_dtypes gives ``values`` (float64 converted directly)."""
+    """Bit patterns ml_dtypes gives ``values`` (ml_dtypes converts float64 through float32,
+    so callers pass values that float32 holds exactly)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         arr = np.asarray(values, dtype=np.float64).astype(ORACLE[fmt])
@@ -86,10 +88,13 @@ def test_e2m1_values_are_the_ocp_list():
 
 @pytest.mark.parametrize("fmt", ALL, ids=str)
 def test_values_count(fmt):
-    # Finite codes minus the duplicate zero: ieee loses a whole binade to Inf/NaN.
+    # Finite codes minus the duplicate zero: ieee loses a whole binade to Inf/NaN; fnuz has a
+    # single zero, and its one NaN is the code -0 would have had.
     n = 1 << fmt.bits
-    specials = {"ieee": 2 * (1 << fmt.man_bits), "fn": 2 if fmt.signed else 1, "none": 0}
-    expected = n - specials[fmt.specials] - (1 if fmt.signed else 0)
+    specials = {"ieee": 2 * (1 << fmt.man_bits), "fn": 2 if fmt.signed else 1, "none": 0,
+                "fnuz": 1}
+    duplicate_zero = fmt.signed and fmt.specials != "fnuz"
+    expected = n - specials[fmt.specials] - (1 if duplicate_zero else 0)
     assert len(fmt.values()) == expected
 
 
@@ -243,7 +248,7 @@ def test_encoding_nan_without_a_nan_pattern_raises(fmt):
 
 
 def test_signed_zero_survives():
-    for fmt in SIGNED:
+    for fmt in [f for f in SIGNED if f.specials != "fnuz"]:
         r = fmt.round([-0.0, -1e-300, 0.0])
         assert np.signbit(r).tolist() == [True, True, False]
         assert fmt.encode([-0.0])[0] == 1 << (fmt.bits - 1)
@@ -392,3 +397,33 @@ def test_round_rejects_a_non_bool_saturate(bad):
     # "no" is truthy: it would silently have meant saturate=True.
     with pytest.raises(TypeError, match="saturate"):
         FP8_E4M3.round([500.0], saturate=bad)
+
+
+# --------------------------------------------------------------------------- AMD's FNUZ FP8
+@pytest.mark.parametrize("fmt,mx,mn,ms", [
+    # Published for MI300 (AMD CDNA 3 ISA guide) and in arXiv:2206.02915: bias 8 and 16.
+    (FP8_E4M3FNUZ, 240.0, 2.0**-7, 2.0**-10), (FP8_E5M2FNUZ, 57344.0, 2.0**-15, 2.0**-17)],
+    ids=str)
+def test_fnuz_constants(fmt, mx, mn, ms):
+    assert (fmt.max_value, fmt.min_normal, fmt.min_subnormal) == (mx, mn, ms)
+    assert not fmt.has_inf and fmt.has_nan and fmt.bits == 8
+    assert float(ml_dtypes.finfo(ORACLE[fmt]).max) == mx
+
+
+@pytest.mark.parametrize("fmt", [FP8_E4M3FNUZ, FP8_E5M2FNUZ], ids=str)
+def test_fnuz_one_nan_no_negative_zero(fmt):
+    v = fmt.decode(np.arange(256))
+    assert np.flatnonzero(np.isnan(v)).tolist() == [0x80]
+    assert np.flatnonzero(v == 0).tolist() == [0x00] and not np.signbit(v[0])
+    r = fmt.round([-0.0, -1e-30, np.nan, np.inf, -1e9], saturate=False)
+    assert not np.signbit(r[:2]).any() and r[0] == r[1] == 0
+    assert np.isnan(r[2:]).all()  # no Inf: overflow is NaN, as ml_dtypes gives
+    assert fmt.encode([-0.0, np.nan, -np.nan, np.inf], saturate=False).tolist() == [0, 0x80,
+                                                                                   0x80, 0x80]
+    assert fmt.round([1e9, -np.inf]).tolist() == [fmt.max_value, -fmt.max_value]
+
+
+def test_formats_table_lists_every_named_constant():
+    import numfmt
+    named = {v for k, v in vars(numfmt).items() if isinstance(v, FloatFormat) and v.bits <= 16}
+    assert named == set(FORMATS.values())

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from console import display_width
+import numfmt
 from numfmt import FP8_E4M3, FP16
 
 L = importlib.import_module("lectures.01_number_formats")
@@ -19,12 +20,13 @@ ROOT = Path(__file__).resolve().parents[1]
 ML = {"FP32": np.float32, "BF16": ml_dtypes.bfloat16, "FP16": np.float16,
       "E4M3": ml_dtypes.float8_e4m3fn, "E5M2": ml_dtypes.float8_e5m2,
       "E2M3": ml_dtypes.float6_e2m3fn, "E3M2": ml_dtypes.float6_e3m2fn,
-      "E2M1": ml_dtypes.float4_e2m1fn, "E8M0": ml_dtypes.float8_e8m0fnu}
+      "E2M1": ml_dtypes.float4_e2m1fn, "E8M0": ml_dtypes.float8_e8m0fnu,
+      "E4M3FNUZ": ml_dtypes.float8_e4m3fnuz, "E5M2FNUZ": ml_dtypes.float8_e5m2fnuz}
 # Exponent biases as published: IEEE 754-2019 table 3.5 (FP32, FP16), bfloat16 (FP32's),
 # OCP OFP8 rev 1.0 table 1 (E4M3 7, E5M2 15), OCP MX v1.0 tables 2-4 (E2M3 1, E3M2 3, E2M1 1,
-# E8M0 127).
+# E8M0 127), arXiv:2206.02915 / AMD CDNA 3 ISA (E4M3FNUZ 8, E5M2FNUZ 16).
 BIAS = {"FP32": 127, "BF16": 127, "FP16": 15, "E4M3": 7, "E5M2": 15, "E2M3": 1, "E3M2": 3,
-        "E2M1": 1, "E8M0": 127}
+        "E2M1": 1, "E8M0": 127, "E4M3FNUZ": 8, "E5M2FNUZ": 16}
 
 
 def finfo(name):
@@ -49,7 +51,9 @@ def d5():
 
 
 def test_format_table_matches_ml_dtypes_and_published_biases(d1):
-    assert [r["name"] for r in d1.rows] == list(ML)
+    # The catalogue is FP32 plus every format numfmt names (numfmt.FORMATS), each checked below.
+    assert sorted(r["name"] for r in d1.rows) == sorted(["FP32", *numfmt.FORMATS])
+    assert set(ML) == {r["name"] for r in d1.rows}
     for r in d1.rows:
         fi = finfo(r["name"])
         assert r["bias"] == BIAS[r["name"]]
@@ -107,7 +111,17 @@ def test_example_bits_match_ml_dtypes_codes(d1):
 
 def test_anatomy_of_flags():
     a = L.anatomy_of(FP8_E4M3, 1000.0)
-    assert a.saturated and a.stored == 448.0 and a.upper == np.inf
+    assert a.saturated and a.overflow and a.stored == 448.0 and a.upper == np.inf
+    # 460 < 464, the midpoint above 448: ordinary rounding, not overflow.
+    n = L.anatomy_of(FP8_E4M3, 460.0)
+    assert n.stored == 448.0 and not n.saturated and not n.overflow
+    # Without saturation the format decides: FP16 overflows to Inf from 65520, E4M3 to NaN.
+    f = L.anatomy_of(FP16, 1e6, saturate=False)
+    assert f.stored == np.inf and f.overflow and not f.saturated and f.bits == "0 11111 0000000000"
+    e = L.anatomy_of(FP8_E4M3, 1e40, saturate=False)
+    assert np.isnan(e.stored) and e.bits == "0 1111 111"
+    with np.errstate(over="ignore"):
+        assert np.float32(1e6).astype(np.float16) == np.inf  # the independent oracle agrees
     b = L.anatomy_of(FP8_E4M3, 0.01)  # below 2^-6: stored as a subnormal k * 2^-9
     assert b.subnormal and b.exponent == 0 and b.stored == 5 * 2.0**-9
     c = L.anatomy_of(FP16, -2.0)
@@ -255,3 +269,22 @@ def test_script_runs_and_is_deterministic():
     assert runs[0].startswith("#") and "Lecture 01:" in runs[0].splitlines()[1]
     # every line fits a 100-column terminal
     assert max(display_width(line) for line in runs[0].splitlines()) <= 100
+
+
+def test_int32_bound_text_names_both_code_ranges(capsys):
+    # Full-range codes: floor((2^31 - 1) / 16384) = 131,071 (lecture 04 shows the wrap at
+    # K = 131,072); restricted codes: floor((2^31 - 1) / 16129) = 133,144.
+    L.show_demo5(L.demo5_integer_accumulators())
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"up to {(2**31 - 1) // 16384:,} with full-range int8 codes" in text
+    assert f"({(2**31 - 1) // 16129:,} if the codes are restricted to [-127, 127])" in text
+    assert "|error|" not in text
+
+
+def test_fnuz_observation_uses_the_table(capsys):
+    r = L.demo1_format_table()
+    L.show_demo1(r)
+    text = " ".join(capsys.readouterr().out.split())
+    fi = ml_dtypes.finfo(ml_dtypes.float8_e4m3fnuz)
+    assert f"E4M3FNUZ tops out at {float(fi.max):g} instead of 448" in text
+    assert np.isnan(np.array([0x80], np.uint8).view(ml_dtypes.float8_e4m3fnuz)[0])

@@ -133,6 +133,10 @@ def test_vanishing_update_claims(d4):
         < d["BF16, stochastic"]["rms_error"]
     h = d4.history
     assert h["BF16, nearest"].max() == 0.0 and h["FP32"][-1] == d["FP32"]["mean_change"]
+    # "rounding moved the mean by less than half an ulp": the copy's weights lie in [0.6, 1.1),
+    # where a BF16 ulp is at most 2^-7 (in [1, 2)), so half an ulp is at most 2^-8.
+    shift = d["FP32 master, BF16 copy"]["mean_change"] - d["FP32"]["mean_change"]
+    assert 0 < shift < 2.0**-8 and d["FP32 master, BF16 copy"]["applied"] > 1
 
 
 def test_script_runs_and_is_deterministic():

@@ -103,6 +103,8 @@ def test_printing(ste, master, digits, spread, capsys):
     out = capsys.readouterr().out
     assert "What to notice" in out and "{" not in out
     assert max(len(line) for line in out.splitlines()) <= 100
+    assert " %" not in out                      # "96.7%", as every other lecture writes it
+    assert "Across seeds: QAT minus PTQ" in out and "1. QAT minus PTQ" not in out
 
 
 def test_main_opens_with_the_title_and_labels_every_demo(ste, master, digits, spread, capsys,

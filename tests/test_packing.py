@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from numfmt import FP4_E2M1, mx_quantize, nvfp4_quantize, tensor_scaled
+from numfmt import FP4_E2M1, mx_quantize, nvfp4_quantize, sqnr_db, tensor_scaled
 from numfmt.packing import (
     AbsmaxQuantized, DoubleQuantizedScales, Fp8MarlinWeight, GPTQWeight, PackedFP4, QLoRATensor,
     absmax_dequantize, absmax_quantize, act_order_permutation, double_dequantize, double_quantize,
@@ -23,7 +23,7 @@ from numfmt.packing import (
     marlin_fp8_shape_supported, marlin_fp8_unpack, marlin_int4_location, marlin_pack_int4,
     marlin_permute_scales, marlin_unpack_int4, marlin_unpermute_scales, nf4_levels, pack_block_fp4,
     pack_fp4, pack_int4, pack_nibbles, pack_uint4, permute_qweight_rows, qlora_bits_per_parameter,
-    qlora_dequantize, qlora_quantize, unpack_block_fp4, unpack_fp4, unpack_int4, unpack_nibbles,
+    dynamic_map, qlora_dequantize, qlora_quantize, unpack_block_fp4, unpack_fp4, unpack_int4, unpack_nibbles,
     unpack_uint4,
 )
 
@@ -536,7 +536,7 @@ def test_double_quant_error_bounds(center, signed):
     rng = np.random.default_rng(10)
     x = rng.standard_normal(64 * 1024) * 0.02
     q = absmax_quantize(x, nf4_levels(), 64)
-    dq = double_quantize(q.absmax, 256, center=center, signed=signed)
+    dq = double_quantize(q.absmax, 256, center=center, signed=signed, code="int8")
     assert dq.codes.dtype == (np.int8 if signed else np.uint8)
     assert dq.super_scales.shape == (4,) and dq.super_scales.dtype == np.float32
     assert (dq.offset != 0) == center
@@ -558,16 +558,16 @@ def test_double_quant_steps_by_hand():
     x = np.random.default_rng(11).standard_normal(64 * 256)
     a = absmax_quantize(x, nf4_levels(), 64).absmax
     a64 = a.astype(np.float64)
-    centered = double_quantize(a).super_scales[0]
-    signed = double_quantize(a, center=False).super_scales[0]
-    unsigned = double_quantize(a, center=False, signed=False).super_scales[0]
+    centered = double_quantize(a, code="int8").super_scales[0]
+    signed = double_quantize(a, center=False, code="int8").super_scales[0]
+    unsigned = double_quantize(a, center=False, signed=False, code="int8").super_scales[0]
     assert centered == np.float32(np.abs(a64 - np.float32(a64.mean())).max() / 127)
     assert signed == np.float32(a64.max() / 127) and unsigned == np.float32(a64.max() / 255)
     assert 2 * centered < signed
 
 
 def test_double_quant_small_input_one_block():
-    dq = double_quantize(np.array([1.0, 2.0, 3.0, 4.0], np.float32))
+    dq = double_quantize(np.array([1.0, 2.0, 3.0, 4.0], np.float32), code="int8")
     assert dq.super_scales.shape == (1,) and dq.offset == np.float32(2.5)
     # centered values -1.5 -0.5 0.5 1.5, step 1.5 / 127: codes -127, round(-42.33), 42, 127
     assert dq.codes.tolist() == [-127, -42, 42, 127]
@@ -599,6 +599,7 @@ def test_qlora_round_trip_equals_components():
     (lambda: double_quantize(np.array([1.0, np.inf])), ValueError, "non-finite"),
     (lambda: double_quantize(np.ones(4), center=True, signed=False), ValueError, "signed"),
     (lambda: double_dequantize(np.ones(3)), TypeError, "DoubleQuantizedScales"),
+    (lambda: double_quantize(np.ones(4), code="fp8"), ValueError, "code"),
     (lambda: qlora_quantize(np.array([np.inf])), ValueError, "non-finite"),
     (lambda: qlora_dequantize(np.ones(3)), TypeError, "QLoRATensor"),
     (lambda: qlora_bits_per_parameter(block=0), ValueError, "block"),
@@ -616,3 +617,91 @@ def test_result_types_are_exported():
     assert isinstance(gptq_quantize(np.ones((64, 8)), 64), GPTQWeight)
     assert isinstance(marlin_fp8_pack(np.ones((64, 128))), Fp8MarlinWeight)
     assert isinstance(pack_block_fp4(mx_quantize(np.ones((1, 32)), FP4_E2M1), "mxfp4"), PackedFP4)
+
+
+# ------------------------------------------------------------------ QLoRA's dynamic 8-bit map
+def bnb_create_dynamic_map(signed=True, max_exponent_bits=7, total_bits=8):
+    """bitsandbytes ``functional.create_dynamic_map`` (git HEAD), transcribed as written:
+    float32 torch.linspace, float32 means, a Python float times a float32 tensor."""
+    torch = pytest.importorskip("torch", reason="the bitsandbytes transcription uses torch")
+    data = []
+    non_sign_bits = total_bits - 1
+    additional_items = 2 ** (non_sign_bits - max_exponent_bits) - 1
+    for i in range(max_exponent_bits):
+        fraction_items = int(2 ** (i + non_sign_bits - max_exponent_bits) + 1 if signed
+                             else 2 ** (i + non_sign_bits - max_exponent_bits + 1) + 1)
+        boundaries = torch.linspace(0.1, 1, fraction_items, dtype=torch.float32)
+        means = (boundaries[:-1] + boundaries[1:]) / 2.0
+        data += ((10 ** (-(max_exponent_bits - 1) + i)) * means).tolist()
+        if signed:
+            data += (-(10 ** (-(max_exponent_bits - 1) + i)) * means).tolist()
+    assert additional_items == 0  # the defaults; that branch is not transcribed
+    data += [0, 1.0]
+    data += [0] * (256 - len(data))
+    data.sort()
+    return torch.tensor(data, dtype=torch.float32).numpy()
+
+
+@pytest.mark.parametrize("signed", [True, False])
+def test_dynamic_map_is_bitsandbytes_definition(signed):
+    ref = bnb_create_dynamic_map(signed)
+    got = dynamic_map(signed)
+    assert got.dtype == np.float32 and got.shape == (256,)
+    # bitsandbytes rounds to float32 up to four times (linspace base + step * i, the mean,
+    # the product with 10^k), at most half an ulp each: 2 ulps; here float64, rounded once.
+    ulps = np.abs(got.astype(np.float64) - ref) / np.spacing(np.abs(ref)).astype(np.float64)
+    assert ulps.max() <= 2
+    assert got[-1] == 1.0 and 0.0 in got
+    assert np.all(np.diff(got) > 0)  # 256 distinct values, ascending
+    if signed:  # 2 * (1 + 2 + ... + 64) values, symmetric, plus 0 and 1
+        assert np.array_equal(got[:127], -got[128:255][::-1]) and got[127] == 0.0
+        assert np.isclose(got[128], 1e-6 * 0.55)  # smallest: 10^-6 x midpoint of [0.1, 1]
+
+
+def test_dynamic_double_quant_is_nearest_map_value():
+    rng = np.random.default_rng(21)
+    a = np.abs(rng.standard_t(3, 4096)).astype(np.float32) + np.float32(0.01)
+    dq = double_quantize(a, 256)
+    assert dq.codes.dtype == np.uint8 and dq.code_map is not None
+    v = a.astype(np.float64) - np.float64(dq.offset)
+    amax = np.abs(v.reshape(16, 256)).max(axis=1).astype(np.float32)
+    assert np.array_equal(dq.super_scales, amax)
+    norm = (v.reshape(16, 256) / amax[:, None].astype(np.float64)).ravel()
+    # bitsandbytes' reference path: argmin |v / absmax - code| (the first, lower, on ties)
+    ref = np.argmin(np.abs(norm[:, None] - dynamic_map().astype(np.float64)[None, :]), axis=1)
+    assert np.array_equal(dq.codes, ref)
+    recon = double_dequantize(dq)
+    assert np.allclose(recon, dynamic_map()[ref] * np.repeat(amax, 256) + dq.offset, rtol=0,
+                       atol=1e-6)
+
+
+def outlier_heavy_weight():
+    """The peer review's outlier set: normal, 0.1 % of values x 1e3, a 1e6 in every 97th row."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4096, 256))
+    x[rng.random(x.shape) < 1e-3] *= 1e3
+    x[::97, 0] = 1e6
+    return x
+
+
+def test_int8_second_level_fails_on_outliers_dynamic_map_does_not():
+    x = outlier_heavy_weight()
+    single = sqnr_db(qlora_dequantize(qlora_quantize(x, double_quant=False)), x)
+    dyn = sqnr_db(qlora_dequantize(qlora_quantize(x)), x)
+    int8 = sqnr_db(qlora_dequantize(qlora_quantize(x, code="int8")), x)
+    # Measured 76.0 / 37.4 / 17.7 dB: the INT8 step max|v|/127 of a block that holds a 1e6
+    # absmax is ~8000, so every ordinary absmax (~3) collapses onto the mean.
+    assert single > 70 and 35 < dyn < 40 and int8 < 20 and dyn - int8 > 15
+    # On well-behaved weights both second levels cost under 0.01 dB against FP32 scales.
+    w = np.random.default_rng(1).standard_normal(2**18) * 0.02
+    ref = sqnr_db(qlora_dequantize(qlora_quantize(w, double_quant=False)), w)
+    for code in ("dynamic", "int8"):
+        assert abs(sqnr_db(qlora_dequantize(qlora_quantize(w, code=code)), w) - ref) < 0.01
+
+
+def test_qlora_pads_an_odd_count_with_the_code_of_zero():
+    # bitsandbytes pads the normalized data with 0.0, i.e. NF4 code 7 (peer review R17).
+    t = qlora_quantize(np.array([1.0, -1.0, 0.5]), double_quant=False)
+    assert t.data.tolist() == [0xF0, 0xC7]
+    assert nf4_levels()[7] == 0.0
+    assert qlora_dequantize(t).tolist() == [1.0, -1.0, float(nf4_levels()[12])]

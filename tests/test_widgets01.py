@@ -48,9 +48,23 @@ def test_explorer_callback_follows_the_controls():
 
 
 def test_explorer_saturation_and_nan_cases():
-    e = W.format_explorer("FP16", 70000.0)
+    # By default the format decides, as lecture 01 demo 4 says: FP16 overflows to +Inf (numpy's
+    # own float16 is the oracle), E4M3 has no Inf and gives NaN, and 460 < 464 is not overflow.
+    e = W.format_explorer("FP16", 1e6)
+    with np.errstate(over="ignore"):
+        assert e.state["anatomy"].stored == float(np.float16(1e6)) == np.inf
+    assert "overflows to +inf" in e.state["summary"]
+    e.controls["saturate"].value = True
     assert e.state["anatomy"].saturated and e.state["anatomy"].stored == 65504.0
-    assert "(saturated)" in e.state["summary"]
+    assert "(overflow, saturated)" in e.state["summary"]
+    e.controls["saturate"].value = False
+    e.controls["fmt"].value = "E4M3"
+    e.controls["value"].value = 460.0
+    assert e.state["anatomy"].stored == 448.0 and "saturated" not in e.state["summary"]
+    assert "none above" in e.state["summary"] and "inf" not in e.state["summary"]
+    e.controls["value"].value = 1e40
+    assert np.isnan(e.state["anatomy"].stored) and "overflows to NaN" in e.state["summary"]
+    assert "inf" not in e.state["summary"]
     e.controls["fmt"].value = "E8M0"
     e.controls["value"].value = -1.0   # E8M0 has no sign: NaN
     assert np.isnan(e.state["anatomy"].stored) and "NaN" in e.state["summary"]

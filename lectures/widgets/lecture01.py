@@ -74,11 +74,14 @@ def plot_relative_spacing(r) -> Figure:
     return fig
 
 
-def format_explorer(fmt: str = "E4M3", value: float = 0.3) -> Explorer:
+def format_explorer(fmt: str = "E4M3", value: float = 0.3, saturate: bool = False) -> Explorer:
     """Pick a format and a number: its bits, neighbours, rounding error, and the grid around it.
 
-    ``state`` holds ``fmt`` (name), ``value``, ``anatomy`` (``L.Anatomy``), ``grid`` (every
-    finite value, ascending) and ``window`` (the grid points drawn in the zoomed panel).
+    ``saturate`` (a checkbox) is the reader's choice: off, a value past the overflow midpoint
+    becomes what the format makes of it (FP16 +Inf, E4M3 NaN), as in lecture 01 demo 4; on, it
+    is clamped to the largest finite value. ``state`` holds ``fmt`` (name), ``value``,
+    ``saturate``, ``anatomy`` (``L.Anatomy``), ``grid`` (every finite value, ascending) and
+    ``window`` (the grid points drawn in the zoomed panel).
 
     Raises
     ------
@@ -88,16 +91,17 @@ def format_explorer(fmt: str = "E4M3", value: float = 0.3) -> Explorer:
     if fmt not in FORMATS:
         raise ValueError(f"fmt must be one of {sorted(FORMATS)}, got {fmt!r}")
     controls = {"fmt": widgets.Dropdown(options=list(FORMATS), value=fmt, description="format"),
-                "value": widgets.FloatText(value=value, description="number")}
+                "value": widgets.FloatText(value=value, description="number"),
+                "saturate": widgets.Checkbox(value=saturate, description="saturate")}
 
-    def compute(fmt, value):
+    def compute(fmt, value, saturate):
         f = FORMATS[fmt]
         grid = f.values()
-        a = L.anatomy_of(f, value)
+        a = L.anatomy_of(f, value, saturate=saturate)
         i = int(np.searchsorted(grid, value))
         window = grid[max(0, i - ZOOM):i + ZOOM]
-        return dict(fmt=fmt, value=float(value), anatomy=a, grid=grid, window=window,
-                    summary=explorer_summary(a))
+        return dict(fmt=fmt, value=float(value), saturate=bool(saturate), anatomy=a, grid=grid,
+                    window=window, summary=explorer_summary(a))
 
     return Explorer("Format explorer: bits, neighbours and rounding error", controls, compute,
                     _draw_explorer)
@@ -105,13 +109,20 @@ def format_explorer(fmt: str = "E4M3", value: float = 0.3) -> Explorer:
 
 def explorer_summary(a) -> str:
     """Two lines describing an ``L.Anatomy``: the fields, then stored value and error."""
+    lower = f"{a.lower:.6g}" if np.isfinite(a.lower) else "none below"
+    upper = f"{a.upper:.6g}" if np.isfinite(a.upper) else "none above"
     if np.isnan(a.stored):
-        return f"{a.fmt}: bits {a.bits}  (NaN: {a.x:g} has no value in {a.fmt})\n"
+        why = "overflows to NaN (no Inf; tick saturate to clamp)" if a.overflow else "NaN"
+        return (f"{a.fmt}: bits {a.bits}  ({a.x:g} {why})\n"
+                f"finite neighbours {lower} … {upper}")
+    if np.isinf(a.stored):
+        return (f"{a.fmt}: bits {a.bits}  ({a.x:g} overflows to {a.stored:+g}; tick saturate "
+                f"to clamp)\nfinite neighbours {lower} … {upper}")
     e = f"{a.rel_error * 100:.3g}%" if np.isfinite(a.rel_error) else "n/a"
-    note = " (saturated)" if a.saturated else " (subnormal)" if a.subnormal else ""
+    note = " (overflow, saturated)" if a.saturated else " (subnormal)" if a.subnormal else ""
     return (f"{a.fmt}: bits {a.bits} = sign {a.sign}, exponent field {a.exponent}, "
             f"mantissa field {a.mantissa}{note}\n"
-            f"{a.x:g} is stored as {a.stored:.8g}; neighbours {a.lower:.6g} … {a.upper:.6g}; "
+            f"{a.x:g} is stored as {a.stored:.8g}; neighbours {lower} … {upper}; "
             f"error {a.abs_error:+.3g} ({e})")
 
 

@@ -29,7 +29,11 @@ from numfmt import FORMATS, int_range, quantize_int, rel_error
 
 L = importlib.import_module("lectures.05_quantization_basics")
 
-SAMPLE = 1 << 16                              #: values per widget sample
+SAMPLE = 1 << 16                              #: values per widget sample (dB-per-bit explorer)
+CLIP_SAMPLE = 1 << 18                         #: demo 2's sample size: the clip explorer's default
+BLOCK_SAMPLE = 1 << 20                        #: demo 4's sample size: the block explorer's default
+DEMO2_NU = 5.0                                #: demo 2's Student-t degrees of freedom
+DEMO2_NAMES = {"Gaussian": "Gaussian", "Laplace": "Laplace", "Student-t": "Student-t (ν = 5)"}
 CLIP_GRID = tuple(np.geomspace(0.005, 1.0, 32))  #: clip ratios of the explorer's U-curve
 GROUP_SIZES = (8, 16, 32, 64, 128, 256, 512)
 BLOCK_SIZES = (8, 16, 32, 64, 128, 256)
@@ -183,12 +187,17 @@ def plot_clipping(r) -> Figure:
     return fig
 
 
-def clip_explorer(n: int = SAMPLE, seed: int = 0) -> Explorer:
+def clip_explorer(n: int = CLIP_SAMPLE, seed: int = 0) -> Explorer:
     """Bits, clip ratio and distribution: the grid over a histogram, and the U-curve.
 
-    ``state`` holds ``z`` (the sample, float64 (n,)), ``point`` (``L.ClipPoint`` at the chosen
-    bits and clip), ``clips`` and ``curve`` (relative error per clip ratio of CLIP_GRID at the
-    chosen bits) and ``best_clip``, ``best_error`` (the curve's minimum).
+    With the defaults the data are demo 2's own (``L.clip_data(n, seed)``: the same values as
+    the table above it) whenever the distribution is one of demo 2's (Gaussian, Laplace,
+    Student-t with ν = 5); another ν draws ``L.sample_distribution(..., n, nu, seed)``. On a
+    heavy tail the sample maximum, and with it the best clip, depends on the sample, so a
+    fresh draw differs from the table. ``state`` holds ``z`` (the sample, float64 (n,)),
+    ``source`` ("demo 2" or "fresh draw"), ``point`` (``L.ClipPoint`` at the chosen bits and
+    clip), ``clips`` and ``curve`` (relative error per clip ratio of CLIP_GRID at the chosen
+    bits) and ``best_clip``, ``best_error`` (the curve's minimum).
 
     Raises
     ------
@@ -201,11 +210,25 @@ def clip_explorer(n: int = SAMPLE, seed: int = 0) -> Explorer:
     controls["clip"] = widgets.FloatSlider(value=1.0, min=0.01, max=1.0, step=0.01,
                                            description="clip ratio c")
 
+    demo = L.clip_data(n, seed)
+    curves = {}  # (distribution, nu, bits) -> (z, source, curve): moving c alone is quick
+
     def compute(distribution, nu, bits, clip):
-        z = L.sample_distribution(distribution, n, nu, seed)
-        curve = L.clip_curve(z, bits, CLIP_GRID)
+        key = (distribution, nu if distribution == "Student-t" else None, bits)
+        if key not in curves:
+            if distribution != "Student-t" or nu == DEMO2_NU:
+                z, source = demo[DEMO2_NAMES[distribution]], "demo 2"
+            else:
+                z, source = L.sample_distribution(distribution, n, nu, seed), "fresh draw"
+            if len(curves) > 16:
+                curves.clear()
+            amax = float(np.abs(z).max())
+            hist = np.histogram(z, bins=241, range=(-amax, amax), density=True)
+            curves[key] = (z, source, L.clip_curve(z, bits, CLIP_GRID), hist)
+        z, source, curve, hist = curves[key]
         i = int(np.argmin(curve))
-        return dict(distribution=distribution, nu=nu, bits=bits, clip=clip, z=z,
+        return dict(distribution=distribution, nu=nu, bits=bits, clip=clip, z=z, source=source,
+                    hist=hist,
                     point=L.clip_point(z, bits, clip), clips=CLIP_GRID, curve=curve,
                     best_clip=CLIP_GRID[i], best_error=curve[i])
 
@@ -222,16 +245,16 @@ def _draw_clip(s: dict) -> Figure:
     amax = float(np.abs(z).max())
     fig = Figure(figsize=(11, 4), layout="constrained")
     ax1, ax2 = fig.subplots(1, 2, width_ratios=(3, 2))
-    ax1.hist(z, bins=241, range=(-amax, amax), density=True, histtype="stepfilled", color="0.6",
-             label="data")
+    counts, edges = s["hist"]  # np.histogram of z, 241 bins on [-amax, amax], density
+    ax1.stairs(counts, edges, fill=True, color="0.6", label="data")
     ax1.vlines(p.levels, 0, 1, transform=ax1.get_xaxis_transform(), colors="C0", lw=0.5,
                alpha=0.7, label=f"grid: {len(p.levels)} levels ({len(p.levels) // 2} per side)")
     for lo, hi in ((-amax, -p.threshold), (p.threshold, amax)):
         ax1.axvspan(lo, hi, color="C3", alpha=0.15, lw=0,
                     label=f"clipped: {p.clipped * 100:.3f}% of values" if lo < 0 else None)
     ax1.set_yscale("log")
-    ax1.set(title=f"{_dist_label(s)}, INT{s['bits']}, clip at {s['clip']:.2f} · max|x|: "
-                  f"error {p.error * 100:.2f}%",
+    ax1.set(title=f"{_dist_label(s)} ({s['source']}), INT{s['bits']}, clip at "
+                  f"{s['clip']:.2f} · max: error {p.error * 100:.2f}%",
             xlabel="value (units of the distribution's scale)", ylabel="density (log scale)")
     ax1.legend(fontsize=8, loc="upper right")
     ax2.plot(s["clips"], np.array(s["curve"]) * 100, "-", color="C0", label=f"INT{s['bits']}")
@@ -418,13 +441,15 @@ def plot_block_formats(r) -> Figure:
     return fig
 
 
-def block_explorer(n: int = SAMPLE, seed: int = 0) -> Explorer:
-    """Element format, block size and scale format: your format among demo 4's, on the front.
+def block_explorer(n: int = BLOCK_SAMPLE, seed: int = 0) -> Explorer:
+    """Element format, block size, scale format and rule: your format among demo 4's.
 
-    The data are ``L.student_t_weights(n, seed)``; demo 4's formats are computed once on the
-    same sample. ``state`` holds ``bits`` (per element), ``error`` (fraction), ``clipped``
-    (fraction of elements saturated), and ``ref_labels``, ``ref_bits``, ``ref_errors``,
-    ``front`` for the reference formats.
+    The data are ``L.student_t_weights(n, seed)``, by default demo 4's own 2^20 values, so the
+    reference formats are the table's (a smaller sample has a smaller maximum, which flatters
+    one-scale-per-tensor formats such as INT8). ``rule`` is the E8M0 exponent rule ("floor",
+    OCP; "rceil", rounded up) and applies to the E8M0 scale only. ``state`` holds ``bits`` (per
+    element), ``error`` (fraction), ``clipped`` (fraction of elements saturated), and
+    ``ref_labels``, ``ref_bits``, ``ref_errors``, ``front`` for the reference formats.
 
     Raises
     ------
@@ -442,18 +467,23 @@ def block_explorer(n: int = SAMPLE, seed: int = 0) -> Explorer:
         "element": widgets.Dropdown(options=ELEMENTS, value="E2M1", description="element"),
         "block": widgets.Dropdown(options=BLOCK_SIZES, value=32, description="block size"),
         "scale": widgets.ToggleButtons(options=SCALES, value="e8m0", description="scale"),
+        "rule": widgets.ToggleButtons(options=(("floor (OCP)", "floor"), ("RCEIL", "rceil")),
+                                      value="floor", description="E8M0 rule"),
     }
+    controls["scale"].observe(lambda ch: setattr(controls["rule"], "disabled", ch["new"] != "e8m0"),
+                              names="value")
 
-    def compute(element, block, scale):
-        bits, err, clipped = L.block_format_point(x, FORMATS[element], block, scale)
+    def compute(element, block, scale, rule):
+        rule = rule if scale == "e8m0" else "floor"
+        bits, err, clipped = L.block_format_point(x, FORMATS[element], block, scale, rule)
         # Yours first: on a tie with a reference format, pareto_front keeps yours.
         front = pareto_front([(bits, err)] + list(zip(ref_bits, ref_errors)))
-        return dict(element=element, block=block, scale=scale, bits=bits, error=err,
+        return dict(element=element, block=block, scale=scale, rule=rule, bits=bits, error=err,
                     clipped=clipped, on_front=0 in front, ref_labels=ref_labels,
                     ref_bits=ref_bits, ref_errors=ref_errors, front=front)
 
     return Explorer("Block-scaled formats: element, block size, scale format", controls,
-                    compute, _draw_block, rows=[["element", "block"], ["scale"]])
+                    compute, _draw_block, rows=[["element", "block"], ["scale"], ["rule"]])
 
 
 def _draw_block(s: dict) -> Figure:
@@ -463,7 +493,8 @@ def _draw_block(s: dict) -> Figure:
                 [s["error"]] + s["ref_errors"], s["front"])
     on = "on" if s["on_front"] else "off"
     ax.plot(s["bits"], s["error"] * 100, "*", color="C3", ms=18, mec="k",
-            label=f"yours: {s['element']}, blocks of {s['block']}, {s['scale']} scale: "
+            label=f"yours: {s['element']}, blocks of {s['block']}, {s['scale']} scale"
+                  + (f" ({s['rule']})" if s["scale"] == "e8m0" else "") + ": "
                   f"{s['bits']:g} bits, {s['error'] * 100:.2f}%, clipped {s['clipped'] * 100:.2f}%")
     ax.set_title(f"Student-t(5) weights: your format is {on} the Pareto front")
     ax.legend(fontsize=8, loc="upper right")

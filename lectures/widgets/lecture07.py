@@ -140,7 +140,7 @@ def plot_double_quant(r) -> Figure:
     ax.set_title("The scales sit in a narrow band far from 0")
     ax.legend(fontsize=8)
     keys = [k for k, *_ in L.DQ_SCHEMES]
-    labels = [label.replace("double quant: ", "") for _, _, _, label in L.DQ_SCHEMES]
+    labels = [label.replace("DQ: ", "").replace(", ", ",\n") for *_, label in L.DQ_SCHEMES]
     ax2.bar(labels, [r.max_weight_change[k] * 100 for k in keys],
             color=["C2" if r.max_weight_change[k] < 0.01 else "C3" for k in keys],
             label="worst weight change")

@@ -12,16 +12,22 @@ quantization stores the FP32 absmax values themselves in 8 bits, in blocks of
 256 with one FP32 scale each, after subtracting their mean (one FP32 for the
 tensor): 4 + 8/64 + 32/(64 * 256) = 4.127 bits per parameter.
 
-The QLoRA paper stores the second level as 8-bit floats (bitsandbytes' dynamic
-map). Here the second level is a plain symmetric INT8 code, which is easier to
-read and has a simple error bound (half a step); ``center=False`` and
-``signed=False`` give the variants without the mean offset, for comparison.
+The QLoRA paper stores the second level as 8-bit floats: bitsandbytes'
+*dynamic map* (:func:`dynamic_map`, 256 values spread over seven decades), the
+default here (``code="dynamic"``). ``code="int8"`` is a plain symmetric INT8
+code instead, easier to read and with a simple error bound (half a step), kept
+for comparison: it is ~1.5x more accurate on well-behaved scales but fails on
+outlier-heavy tensors, where one huge absmax per 256 sets a step that flattens
+every small absmax onto the mean (lecture 07 measures it). ``center=False`` and
+``signed=False`` give the variants without the mean offset.
 
 References
 ----------
 Dettmers, Pagnoni, Holtzman, Zettlemoyer, "QLoRA: Efficient Finetuning of
 Quantized LLMs" (2023), section 3 and appendix E (NF4 levels); bitsandbytes
-``create_normal_map`` and ``quantize_4bit`` (element 2i in the high nibble).
+``create_normal_map``, ``create_dynamic_map``, ``quantize_blockwise`` and
+``quantize_4bit`` (element 2i in the high nibble); Dettmers, "8-Bit Approximations
+for Parallelism in Deep Learning", arXiv:1511.04561 (the dynamic data type).
 """
 
 from dataclasses import dataclass
@@ -36,7 +42,7 @@ from ._checks import as_float_array, check_ndim
 from .nibbles import pack_nibbles, unpack_nibbles
 
 __all__ = [
-    "NF4_OFFSET", "nf4_levels", "int4_levels", "fp4_levels",
+    "NF4_OFFSET", "nf4_levels", "int4_levels", "fp4_levels", "dynamic_map", "SCALE_CODES",
     "AbsmaxQuantized", "absmax_quantize", "absmax_dequantize",
     "DoubleQuantizedScales", "double_quantize", "double_dequantize",
     "QLoRATensor", "qlora_quantize", "qlora_dequantize", "qlora_bits_per_parameter",
@@ -70,6 +76,56 @@ def nf4_levels():
     negative = [-quantile(p) for p in np.linspace(NF4_OFFSET, 0.5, 8)[:-1]]
     levels = np.sort(np.array(positive + negative + [0.0]))
     return levels / levels[-1]
+
+
+#: Second-level codes of :func:`double_quantize`.
+SCALE_CODES = ("dynamic", "int8")
+
+
+def dynamic_map(signed=True, max_exponent_bits=7, total_bits=8):
+    """bitsandbytes' dynamic 8-bit map: 256 values in [-1, 1], dense near 0, ascending.
+
+    For decade ``i = 0 .. max_exponent_bits - 1`` the values are ``10^(i - max_exponent_bits
+    + 1)`` times the midpoints of ``linspace(0.1, 1, 2^(i + total_bits - 1 -
+    max_exponent_bits) + 1)`` (twice as many, positive only, if unsigned), each with both
+    signs if ``signed``; then 0 and 1. With the defaults: 2 * (1 + 2 + ... + 64) = 254
+    values from 10^-6 up, plus 0 and 1.0.
+
+    Returns
+    -------
+    numpy.ndarray of float32, shape (2**total_bits,)
+        Computed in float64 and rounded once to float32. bitsandbytes builds the same table
+        with float32 ``torch.linspace``, whose rounding depends on the CPU's vector width:
+        the two agree within one float32 ulp per entry (tests/test_packing.py).
+
+    Raises
+    ------
+    ValueError
+        If the parameters do not give exactly ``2**total_bits`` values.
+
+    References
+    ----------
+    bitsandbytes ``functional.create_dynamic_map`` (the definition followed line by line);
+    Dettmers, arXiv:1511.04561, section 3.
+    """
+    non_sign_bits = total_bits - 1
+    additional = 2 ** (non_sign_bits - max_exponent_bits) - 1
+    data = []
+    i = max_exponent_bits - 1
+    for i in range(max_exponent_bits):
+        n = 2 ** (i + non_sign_bits - max_exponent_bits + (0 if signed else 1)) + 1
+        edges = np.linspace(0.1, 1.0, n)
+        data.append(10.0 ** (i - max_exponent_bits + 1) * (edges[:-1] + edges[1:]) / 2)
+    if additional > 0:  # as bitsandbytes: the last decade's scale again
+        edges = np.linspace(0.1, 1.0, additional + 1)
+        data.append(10.0 ** (i - max_exponent_bits + 1) * (edges[:-1] + edges[1:]) / 2)
+    v = np.concatenate(data)
+    v = np.concatenate([v, -v] if signed else [v])
+    v = np.concatenate([v, [0.0, 1.0]])
+    if v.size > 2 ** total_bits:
+        raise ValueError(f"the dynamic map has {v.size} values, more than 2**{total_bits}")
+    v = np.concatenate([v, np.zeros(2 ** total_bits - v.size)])  # bitsandbytes pads with 0
+    return np.sort(v).astype(np.float32)
 
 
 def int4_levels():
@@ -221,30 +277,37 @@ class DoubleQuantizedScales:
 
     Attributes
     ----------
-    codes : int8 (n,) if signed, else uint8 (n,)
+    codes : int8 (n,) if signed, else uint8 (n,); uint8 indices into ``code_map`` if it is set
     super_scales : float32 (ceil(n / block),)
-        Step size of each block of ``block`` codes.
+        Step size of each block of ``block`` codes (INT8), or its absmax (dynamic map).
     offset : float32
         Mean subtracted before quantizing (0 when not centered), one per tensor.
     block : int
+    code_map : float32 (256,) or None
+        The dynamic map (:func:`dynamic_map`) the codes index; None for INT8 codes.
     """
 
     codes: np.ndarray
     super_scales: np.ndarray
     offset: np.float32
     block: int
+    code_map: np.ndarray = None
 
 
-def double_quantize(scales, block=256, center=True, signed=True):
+def double_quantize(scales, block=256, center=True, signed=True, code="dynamic"):
     """Quantize positive FP32 block scales to 8 bits, blockwise (QLoRA double quantization).
 
     Per block of ``block`` values v (v = c - mean(c) if ``center``, else v = c):
 
-    * signed (int8): step = max |v| / 127, code = round(v / step) in [-127, 127];
-    * unsigned (uint8, only without centering): step = max v / 255, code in [0, 255].
+    * ``code="dynamic"`` (QLoRA, bitsandbytes): a = max |v| (FP32), code = index of the
+      value of ``dynamic_map(signed)`` nearest to v / a (ties to the lower index, as the
+      argmin of bitsandbytes' reference path); the value is ``map[code] * a``;
+    * ``code="int8"``, signed: step = max |v| / 127, code = round(v / step) in [-127, 127];
+    * ``code="int8"``, unsigned (only without centering): step = max v / 255, code in [0, 255].
 
-    The reconstruction ``code * step + mean`` is off by at most half a step. A
-    signed code without centering wastes its negative half on positive scales,
+    The INT8 reconstruction ``code * step + mean`` is off by at most half a step; the
+    dynamic map's relative resolution is nearly constant over seven decades, so a block
+    with one huge value still keeps its small ones. A signed code without centering wastes its negative half on positive scales,
     which doubles the step; subtracting the mean is what makes a symmetric code
     pay off.
 
@@ -256,11 +319,13 @@ def double_quantize(scales, block=256, center=True, signed=True):
     center : bool, default True
         Subtract the mean (one FP32 per tensor) first, as QLoRA does.
     signed : bool, default True
+    code : {"dynamic", "int8"}, default "dynamic"
+        The second-level code: QLoRA's 8-bit float map, or symmetric INT8 (the comparison).
 
     Returns
     -------
     DoubleQuantizedScales
-        Steps and offset are FP32.
+        Steps (absmax for the dynamic map) and offset are FP32.
 
     Raises
     ------
@@ -268,15 +333,19 @@ def double_quantize(scales, block=256, center=True, signed=True):
         If ``scales`` is not a real array.
     ValueError
         If ``scales`` is not a non-empty 1-D array of finite non-negative values,
-        ``block`` is not a positive integer, or ``center`` is asked of an unsigned code; or a
-        scale or a block's FP32 step does not fit FP32 (it would be Inf, or flush to 0).
+        ``block`` is not a positive integer, ``center`` is asked of an unsigned code, or
+        ``code`` is unknown; or a scale or a block's FP32 step does not fit FP32 (it would be
+        Inf, or flush to 0).
 
     References
     ----------
-    QLoRA (2023), section 3 "Double Quantization" (blocks of 256, mean subtracted
-    "to center the values around zero and make use of symmetric quantization").
+    QLoRA (2023), section 3 "Double Quantization" (8-bit floats, blocks of 256, mean
+    subtracted "to center the values around zero and make use of symmetric quantization");
+    bitsandbytes ``quantize_4bit(compress_statistics=True)`` and ``quantize_blockwise``.
     """
     center, signed = check_bool(center, "center"), check_bool(signed, "signed")
+    if code not in SCALE_CODES:
+        raise ValueError(f"code must be one of {SCALE_CODES}, got {code!r}")
     c = as_float_array(scales, "scales")
     check_ndim(c, 1, "scales")
     if c.size == 0 or np.any(c < 0):
@@ -293,6 +362,17 @@ def double_quantize(scales, block=256, center=True, signed=True):
     padded = np.zeros(n_blocks * block)
     padded[:c.size] = centered
     blocks = padded.reshape(n_blocks, block)
+    if code == "dynamic":
+        table = dynamic_map(signed)
+        ideal = np.abs(blocks).max(axis=1)
+        check_fits_storage(ideal, np.float32, "the FP32 absmax max|scale - mean| of a block =",
+                           "the scales are too close to their mean for an FP32 absmax")
+        amax = ideal.astype(np.float32)
+        safe = np.where(amax > 0, amax.astype(np.float64), 1.0)
+        t64 = table.astype(np.float64)
+        idx = np.searchsorted((t64[1:] + t64[:-1]) / 2, blocks / safe[:, None], side="left")
+        return DoubleQuantizedScales(idx.ravel()[:c.size].astype(np.uint8), amax, offset,
+                                     block, table)
     qmax = 127 if signed else 255
     ideal = np.abs(blocks).max(axis=1) / qmax
     check_fits_storage(ideal, np.float32, "the FP32 step max|scale| / qmax =",
@@ -315,8 +395,11 @@ def double_dequantize(dq):
     if not isinstance(dq, DoubleQuantizedScales):
         raise TypeError(f"expected a DoubleQuantizedScales, got {type(dq).__name__}")
     block_of = np.arange(dq.codes.size) // dq.block
-    return dq.codes.astype(np.float64) * dq.super_scales.astype(np.float64)[block_of] \
-        + np.float64(dq.offset)
+    if dq.code_map is not None:
+        values = dq.code_map.astype(np.float64)[dq.codes]
+    else:
+        values = dq.codes.astype(np.float64)
+    return values * dq.super_scales.astype(np.float64)[block_of] + np.float64(dq.offset)
 
 
 @dataclass(frozen=True)
@@ -360,7 +443,7 @@ class QLoRATensor:
 
 
 def qlora_quantize(x, levels=None, block=64, double_quant=True, scale_block=256, center=True,
-                   signed=True):
+                   signed=True, code="dynamic"):
     """Quantize a tensor the QLoRA way: NF4 codes in blocks of 64, scales optionally in 8 bits.
 
     Parameters
@@ -370,12 +453,15 @@ def qlora_quantize(x, levels=None, block=64, double_quant=True, scale_block=256,
         Codebook; defaults to :func:`nf4_levels`.
     block : int, default 64
     double_quant : bool, default True
-    scale_block, center, signed
-        Passed to :func:`double_quantize`.
+    scale_block, center, signed, code
+        Passed to :func:`double_quantize`; the defaults are QLoRA's (mean subtracted,
+        bitsandbytes' dynamic 8-bit map, blocks of 256).
 
     Returns
     -------
     QLoRATensor
+        An odd element count is padded with the code of 0.0 (NF4 code 7), as bitsandbytes
+        pads its normalized data with 0.
 
     Raises
     ------
@@ -389,8 +475,12 @@ def qlora_quantize(x, levels=None, block=64, double_quant=True, scale_block=256,
     check_bool(double_quant, "double_quant")
     lv = nf4_levels() if levels is None else levels
     q = absmax_quantize(x, lv, block)
-    data = pack_nibbles(q.codes, pad=q.codes.size % 2 == 1, order="high_first")
-    absmax = double_quantize(q.absmax, scale_block, center, signed) if double_quant else q.absmax
+    codes = q.codes
+    if codes.size % 2:  # the pad nibble is the code nearest 0.0, as bitsandbytes writes it
+        codes = np.append(codes, np.uint8(np.argmin(np.abs(q.levels))))
+    data = pack_nibbles(codes, order="high_first")
+    absmax = (double_quantize(q.absmax, scale_block, center, signed, code) if double_quant
+              else q.absmax)
     return QLoRATensor(data, absmax, q.levels, q.shape, q.block)
 
 

@@ -12,7 +12,8 @@ import numpy as np
 import torch
 
 from numfmt._validate import check_block
-from numfmt.blocks import CLIP_TOLERANCE, SCALE_BITS, _check_elem, fp32_tensor_scale
+from numfmt.blocks import (CLIP_TOLERANCE, SCALE_BITS, _check_elem, _check_scale_rule,
+                           fp32_tensor_scale)
 from numfmt.formats import E8M0, FP4_E2M1, FP8_E4M3, FloatFormat
 from numfmt.torch._core import as_calibration_tensor, floor_log2, pow2
 from numfmt.torch.formats import CHUNK
@@ -41,9 +42,22 @@ class BlockQuantized(NamedTuple):
     bits_per_element: float  #: element bits + scale bits / block (tensor scale not counted)
 
 
+def _rceil_exponent(amax: torch.Tensor, elem: FloatFormat) -> torch.Tensor:
+    """Twin of :func:`numfmt.blocks.e8m0_exponent` with ``scale_rule="rceil"`` (int64)."""
+    f32 = torch.finfo(torch.float32)
+    d = amax.to(torch.float32) * torch.tensor(1 / elem.max_value, dtype=torch.float32,
+                                              device=amax.device)
+    # Beyond FP32 (float64 input only): the top binade, clamped to E8M0's top below.
+    bits = torch.where(torch.isfinite(d), d, f32.max).view(torch.int32).to(torch.int64)
+    biased = (bits >> 23) & 0xFF
+    mantissa = bits & 0x7FFFFF
+    up = torch.where(biased == 0, mantissa > 0x400000, mantissa != 0)
+    e = torch.where(biased == 0, torch.where(up, -126, -127), biased + up.to(torch.int64) - 127)
+    return torch.clamp(e, E8M0.emin, E8M0.emax)
+
 
 def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0",
-                   device=None) -> BlockQuantized:
+                   device=None, scale_rule: str = "floor") -> BlockQuantized:
     """Quantize ``x`` to ``elem`` with one scale per ``block`` elements along the last axis.
 
     The torch twin of :func:`numfmt.block_quantize`: same parameters (plus ``device``), same
@@ -56,6 +70,8 @@ def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0",
     block : int dividing K
     scale_format : {"e8m0", "e4m3", "exact"}
     device : optional; default the device of ``x`` (a tensor) or the default device
+    scale_rule : {"floor", "rceil"}, default "floor"
+        As :func:`numfmt.block_quantize` (after ``device`` here, so old calls keep working).
 
     Returns
     -------
@@ -69,8 +85,9 @@ def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0",
     TypeError
         If ``x`` is not real-valued, ``elem`` is not a signed FloatFormat, ``block`` not an int.
     ValueError
-        If ``x`` is empty or non-finite, ``block`` does not divide K, ``scale_format`` is
-        unknown, ``x`` is a meta tensor, or ``device`` is CUDA without CUDA.
+        If ``x`` is empty or non-finite, ``block`` does not divide K, ``scale_format`` or
+        ``scale_rule`` is unknown (or "rceil" with a non-E8M0 scale), ``x`` is a meta
+        tensor, or ``device`` is CUDA without CUDA.
 
     Notes
     -----
@@ -84,6 +101,7 @@ def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0",
     elem = _check_elem(elem)
     if scale_format not in SCALE_BITS:
         raise ValueError(f"scale_format must be one of {tuple(SCALE_BITS)}, got {scale_format!r}")
+    _check_scale_rule(scale_rule, scale_format)
     block = check_block(x.shape[-1], block)
     # float32 input is used as it is where that is exact, as numfmt.blocks does.
     src = (given.to(x.device).reshape(x.shape) if isinstance(given, torch.Tensor)
@@ -91,7 +109,10 @@ def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0",
     xb = src.reshape(x.shape[:-1] + (x.shape[-1] // block, block))  # (..., n_blocks, block)
     amax = xb.abs().amax(dim=-1).to(torch.float64)                  # (..., n_blocks)
     tensor_scale = 1.0
-    if scale_format == "e8m0":
+    if scale_format == "e8m0" and scale_rule == "rceil":
+        exponent = _rceil_exponent(torch.where(amax > 0, amax, 1.0), elem)
+        scales = torch.where(amax > 0, pow2(exponent), 1.0)
+    elif scale_format == "e8m0":
         exponent = torch.clamp(floor_log2(amax) - elem.emax, E8M0.emin, E8M0.emax)
         scales = torch.where(amax > 0, pow2(exponent), 1.0)
     elif scale_format == "e4m3":
@@ -143,12 +164,14 @@ def _shape_of(x) -> tuple:
     return tuple(x.shape) if isinstance(x, torch.Tensor) else np.shape(x)
 
 
-def mx_quantize(x, elem: FloatFormat, block: int = 32, device=None) -> BlockQuantized:
+def mx_quantize(x, elem: FloatFormat, block: int = 32, device=None,
+                scale_rule: str = "floor") -> BlockQuantized:
     """OCP MX quantization (E8M0 scale per ``block``); the twin of :func:`numfmt.mx_quantize`.
 
-    References: OCP Microscaling Formats (MX) Specification v1.0, sections 5.3 and 6.3.
+    References: OCP Microscaling Formats (MX) Specification v1.0, sections 5.3 and 6.3;
+    Mishra et al., arXiv:2506.08027, 2025 (``scale_rule="rceil"``).
     """
-    return block_quantize(x, elem, block, "e8m0", device=device)
+    return block_quantize(x, elem, block, "e8m0", device=device, scale_rule=scale_rule)
 
 
 def nvfp4_quantize(x, block: int = 16, device=None) -> BlockQuantized:

@@ -24,6 +24,9 @@ _I64 = torch.int64
 #: torch's native dtypes for the formats that have one (float8_e8m0fnu since torch 2.7).
 NATIVE_DTYPES = {"E4M3": torch.float8_e4m3fn, "E5M2": torch.float8_e5m2,
                  "FP16": torch.float16, "BF16": torch.bfloat16}
+if hasattr(torch, "float8_e4m3fnuz"):
+    NATIVE_DTYPES["E4M3FNUZ"] = torch.float8_e4m3fnuz
+    NATIVE_DTYPES["E5M2FNUZ"] = torch.float8_e5m2fnuz
 if hasattr(torch, "float8_e8m0fnu"):
     NATIVE_DTYPES["E8M0"] = torch.float8_e8m0fnu
 
@@ -117,6 +120,8 @@ def round(x, fmt: FloatFormat, saturate: bool = True, mode: str = "nearest",  # 
         r = torch.where(overflow, r.new_tensor(np.inf if fmt.has_inf else np.nan), r)
     if fmt.signed:
         r = torch.copysign(r, x)
+        if fmt.specials == "fnuz":
+            r = r + 0.0  # no -0 in FNUZ formats
     else:
         r = torch.where((x <= 0) | torch.isnan(x), r.new_tensor(np.nan), r)
     return r.reshape(shape)
@@ -133,7 +138,8 @@ def _round_flat(x: torch.Tensor, fmt: FloatFormat, saturate: bool) -> torch.Tens
     else:
         r = torch.where(r > fmt.max_value, r.new_tensor(np.inf if fmt.has_inf else np.nan), r)
     if fmt.signed:
-        return torch.copysign(r, x)
+        r = torch.copysign(r, x)
+        return r + 0.0 if fmt.specials == "fnuz" else r  # no -0 in FNUZ formats
     return torch.where((x <= 0) | torch.isnan(x), r.new_tensor(np.nan), r)
 
 
@@ -330,6 +336,8 @@ def _codes_of(r: torch.Tensor, fmt: FloatFormat) -> torch.Tensor:
     code = (exp_field << m) | mant
     if fmt.signed:
         code = code | (torch.signbit(r).to(_I64) << (fmt.exp_bits + m))
+    if fmt.specials == "fnuz":
+        code = torch.where(nan, 1 << (fmt.bits - 1), code)  # the negative-zero pattern
     return code.to(_code_dtype(fmt))
 
 
@@ -388,6 +396,8 @@ def decode(codes, fmt: FloatFormat, device=None) -> torch.Tensor:
         val = torch.where(top & (mant == (1 << m) - 1), nan, val)
     if fmt.signed:
         val = torch.where(((c >> (fmt.bits - 1)) & 1) == 1, -val, val)
+    if fmt.specials == "fnuz":
+        val = torch.where(c == 1 << (fmt.bits - 1), nan, val)
     return val
 
 

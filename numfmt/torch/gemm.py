@@ -424,9 +424,11 @@ def fp8_kernel_available(device=None) -> bool:
 
 
 def native_block_scaled_available(device=None) -> bool:
-    """Whether torch can run MXFP8/MXFP4/NVFP4 GEMMs natively here (CUDA compute capability 10.x,
-    i.e. Blackwell B200/GB200; the scales must then be laid out in cuBLAS's swizzled tiles)."""
+    """Whether torch can run MXFP8/MXFP4/NVFP4 GEMMs natively here: CUDA compute capability 10.0
+    or later, every Blackwell GPU (B200/GB200 are sm_100, RTX 50 and DGX Spark sm_120/121; all
+    have block-scaled MMA), the test torch itself uses (``PLATFORM_SUPPORTS_MX_GEMM`` in
+    ``torch.testing._internal.common_cuda``). The scales must be in cuBLAS's swizzled tiles."""
     dev = torch.device(device) if device is not None else None
     if not torch.cuda.is_available() or (dev is not None and dev.type != "cuda"):
         return False
-    return torch.cuda.get_device_capability(dev)[0] == 10
+    return torch.cuda.get_device_capability(dev) >= (10, 0)
