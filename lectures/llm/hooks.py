@@ -189,12 +189,24 @@ def swapped_weights(model, weights: dict):
 
 
 def quantized_weight_tensors(model, quantize: Callable, names=None) -> dict:
-    """``{name: quantize(weight, name)}`` for the chosen linears (weights as float32 tensors).
+    """``{name: quantize(weight, name)}`` for the chosen linears, cast to the weight's dtype.
 
-    ``quantize`` returns the dequantized weight (any real dtype; :func:`swapped_weights` casts
-    it to float32). Names default to every decoder linear.
+    ``quantize`` gets the float32 weight (out, in) and returns the dequantized weight in any
+    real dtype (numfmt's is float64); the result is rounded to float32 here, as the model will
+    hold it. Names default to every decoder linear. The linears are quantized in
+    ``torch.get_num_threads()`` threads (numfmt's numpy work releases the GIL; every tensor is
+    independent, so the result does not depend on the thread count).
     """
-    return {n: quantize(m.weight.data, n) for n, m in _select(model, names).items()}
+    import torch
+    from concurrent.futures import ThreadPoolExecutor
+
+    chosen = _select(model, names)
+
+    def one(item):
+        n, m = item
+        return n, quantize(m.weight.data, n).to(m.weight.dtype)
+    with ThreadPoolExecutor(max_workers=max(1, torch.get_num_threads())) as pool:
+        return dict(pool.map(one, chosen.items()))
 
 
 @contextlib.contextmanager
