@@ -1,0 +1,113 @@
+"""Time the real-model harness (lectures 08-09) and lecture 08 end to end.
+
+What is timed, each against a reference measured in the same run:
+  - loading SmolLM2-135M: from the GGUF file (cold: an empty cache directory) against the
+    safetensors cache (warm);
+  - one perplexity (the lecture's 4 windows of 512 tokens) against one float32 matmul of the
+    same size as the model's linears for those tokens (2 * 2048 * 106M flops: the floor);
+  - quantizing every decoder linear (INT4, groups of 32) with numfmt on numpy against its
+    torch twin numfmt.torch on the same CPU (the harness picks numpy on a CPU);
+  - with --lecture: lecture 08 as a subprocess, --quick and full, warm cache.
+The load average of the machine is printed before and after: on a shared machine the absolute
+times are inflated, the ratios much less so.
+
+Run:  python benchmarks/bench_real_model.py [--repeat 3] [--lecture]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from console import print_header, print_table
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def seconds(fn, repeat: int) -> float:
+    """Median wall time of ``repeat`` calls (after one warm-up call when repeat > 1)."""
+    if repeat > 1:
+        fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def load_avg() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load average {one:.1f} (1 min), {five:.1f} (5 min) on {os.cpu_count()} CPUs"
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--lecture", action="store_true", help="also time lecture 08")
+    args = parser.parse_args(argv)
+
+    import torch
+    import numfmt
+    import numfmt.torch as nt
+    from lectures import llm
+
+    print(f"Before: {load_avg()}; torch threads {torch.get_num_threads()}")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ[llm.checkpoint.CACHE_ENV] = tmp
+        cold = seconds(lambda: llm.load_checkpoint(device="cpu"), 1)
+        warm = seconds(lambda: llm.load_checkpoint(device="cpu"), args.repeat)
+        ck = llm.load_checkpoint(device="cpu")
+    del os.environ[llm.checkpoint.CACHE_ENV]
+    rows.append(["load: GGUF (cold) / safetensors cache (warm)", f"{cold:.1f} s",
+                 f"{warm:.1f} s", f"{cold / warm:.1f}x"])
+
+    windows = llm.eval_windows(llm.corpus_tokens(ck.tokenizer), 4, 512)
+    ppl = seconds(lambda: llm.perplexity(ck.model, windows), args.repeat)
+    n_weights = sum(m.weight.numel() for m in llm.decoder_linears(ck.model).values())
+    x = torch.randn(windows.size, 576)
+    w = torch.randn(n_weights // 576, 576)
+    floor = seconds(lambda: x @ w.T, args.repeat)
+    rows.append([f"perplexity of {windows.size} tokens / one matmul of the linears' flops",
+                 f"{ppl:.1f} s", f"{floor:.1f} s", f"{ppl / floor:.1f}x"])
+
+    lin = list(llm.decoder_linears(ck.model).values())
+    weights = [m.weight.detach() for m in lin]
+    np_time = seconds(lambda: [numfmt.quantize_int(t.numpy(), 4, True, "group", 32)
+                               for t in weights], args.repeat)
+    t_time = seconds(lambda: [nt.quantize_int(t, 4, True, "group", 32) for t in weights[:21]],
+                     1) * len(weights) / 21
+    rows.append([f"INT4 g32 on all {len(weights)} linears: numfmt.torch (CPU, 1/10 of them "
+                 "timed) / numfmt", f"{t_time:.1f} s", f"{np_time:.1f} s",
+                 f"{t_time / np_time:.1f}x"])
+
+    if args.lecture:
+        script = str(ROOT / "lectures" / "08_real_model.py")
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+
+        def run(*a):
+            subprocess.run([sys.executable, script, *a], check=True, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        quick = seconds(lambda: run("--quick"), 1)
+        full = seconds(lambda: run(), 1)
+        rows.append(["lecture 08: full / --quick (warm cache)", f"{full:.0f} s", f"{quick:.0f} s",
+                     f"{full / quick:.1f}x"])
+        rows.append(["lecture 08 full / one perplexity", f"{full:.0f} s", f"{ppl:.1f} s",
+                     f"{full / ppl:.0f}x"])
+
+    print_header("Real-model harness timings (median of runs; wall clock)")
+    print_table(["what", "time", "reference", "ratio"], rows)
+    print(f"After: {load_avg()}")
+
+
+if __name__ == "__main__":
+    main()

