@@ -17,7 +17,7 @@ from numfmt.packing import (GPTQWeight, gptq_dequantize, gptq_pack_qweight, gptq
                             gptq_unpack_qweight, gptq_unpack_qzeros)
 from numfmt.ptq import (awq_search, calibrate_kl, calibrate_mse, calibrate_percentile,
                         fuse_rotation, gptq, hadamard, hadamard_orders, hessian, llm_int8_matmul,
-                        random_rotation, smoothquant_scales)
+                        random_rotation, rtn, smoothquant_scales)
 
 
 # ------------------------------------------------------------------------------ problems
@@ -86,6 +86,37 @@ def test_gptq_equals_column_at_a_time_obs(seed, bits, group, symmetric, act_orde
     for block_size in (1, 5, 128):  # 5 splits groups across lazy batches
         got = gptq(w, h, bits, group, symmetric, act_order, 0.01, block_size)
         np.testing.assert_allclose(got.weight, expect, rtol=1e-9, atol=1e-15)
+
+
+@pytest.mark.parametrize("symmetric,act_order", [(True, False), (False, True)])
+def test_gptq_partial_last_group(symmetric, act_order):
+    # 32 columns in groups of 12: 12, 12 and a last group of 8 (in quantization order)
+    w, x = correlated_problem(6)
+    h = hessian(x)
+    got = gptq(w, h, 3, 12, symmetric, act_order, partial_last_group=True, block_size=5)
+    np.testing.assert_allclose(got.weight, reference_gptq(w, h, 3, 12, symmetric, act_order,
+                                                          0.01), rtol=1e-9, atol=1e-15)
+    assert got.scales.shape == (8, 3)
+    np.testing.assert_array_equal(np.bincount(got.g_idx), [12, 12, 8])
+    with pytest.raises(ValueError, match="does not divide"):
+        gptq(w, h, 3, 12)
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("group", [None, 16, 24])
+def test_rtn_is_gptq_with_a_diagonal_hessian(symmetric, group):
+    rng = np.random.default_rng(7)
+    w = rng.standard_t(5, (8, 64)) * 0.02
+    partial = group is not None and 64 % group != 0
+    a = rtn(w, 4, group, symmetric, partial_last_group=partial)
+    b = gptq(w, np.diag(rng.uniform(0.5, 2.0, 64)), 4, group, symmetric,
+             partial_last_group=partial)
+    for field in ("weight", "codes", "scales", "zeros", "perm", "g_idx"):
+        np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
+    if group is not None and not partial:
+        np.testing.assert_array_equal(a.weight, quantize_int(w, 4, symmetric, "group", group).values)
+    with pytest.raises(ValueError, match="does not divide"):
+        rtn(w, 4, 24)
 
 
 def test_gptq_dead_inputs_get_zero_weights():
@@ -299,8 +330,8 @@ def test_awq_bad_input():
         awq_search(w, x, int4_g16, grid=0)
     with pytest.raises(ValueError, match="shape"):
         awq_search(w, x, lambda v: v[:, :2])
-    with pytest.raises(ValueError, match="does not divide"):
-        awq_search(w, x, int4_g16, clip_search=True, group_size=3)
+    with pytest.raises(ValueError, match="group_size must be positive"):
+        awq_search(w, x, int4_g16, clip_search=True, group_size=0)
 
 
 # ------------------------------------------------------------------------------ rotations

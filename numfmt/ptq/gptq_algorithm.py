@@ -35,7 +35,7 @@ from numfmt.packing.gptq import act_order_permutation, group_index
 
 from ._checks import as_matrix, check_bool, check_positive_int
 
-__all__ = ["GPTQResult", "gptq", "hessian"]
+__all__ = ["GPTQResult", "gptq", "hessian", "rtn"]
 
 #: Relative asymmetry |H - H^T| / max|H| accepted as float rounding of a symmetric matrix.
 SYMMETRY_RTOL = 1e-8
@@ -131,8 +131,28 @@ def _inv_lower(lower: np.ndarray) -> np.ndarray:
     return out
 
 
+def _check_group(cols: int, group_size, partial_last_group) -> int:
+    """Columns per group: ``cols`` without groups; else a positive int dividing ``cols``, or
+    any positive int with ``partial_last_group`` (the last group then holds the remainder)."""
+    if group_size is None:
+        return cols
+    if check_bool(partial_last_group, "partial_last_group"):
+        return check_positive_int(group_size, "group_size")
+    return check_block(cols, group_size, "group")
+
+
+def _group_index(perm: np.ndarray, group: int) -> np.ndarray:
+    """``g_idx[perm[i]] = i // group`` (numfmt.packing.group_index, which needs group | K)."""
+    if len(perm) % group == 0:
+        return group_index(perm, group)
+    g_idx = np.empty(len(perm), np.int32)
+    g_idx[perm] = np.arange(len(perm)) // group
+    return g_idx
+
+
 def gptq(weight, hessian, bits: int = 4, group_size: int | None = None, symmetric: bool = True,
-         act_order: bool = False, damp: float = 0.01, block_size: int = 128) -> GPTQResult:
+         act_order: bool = False, damp: float = 0.01, block_size: int = 128,
+         partial_last_group: bool = False) -> GPTQResult:
     """Quantize a linear layer's weights with GPTQ (Frantar et al. 2023, Algorithm 1).
 
     Parameters
@@ -161,13 +181,18 @@ def gptq(weight, hessian, bits: int = 4, group_size: int | None = None, symmetri
     block_size : int > 0, default 128
         Columns per lazy batch. Any value gives the column-at-a-time result up to float
         rounding; it changes only the speed.
+    partial_last_group : bool, default False
+        Accept a ``group_size`` that does not divide ``in``: the last group (in quantization
+        order) holds the ``in % group_size`` remaining columns, as in the reference
+        implementation (``g_idx = i // group_size``); e.g. 576 inputs in groups of 128 are
+        four groups of 128 and one of 64. Without it such a group size is an error.
 
     Returns
     -------
     GPTQResult
         ``weight`` float64 (out, in) dequantized, equal to ``(codes - zeros[:, g_idx]) *
         scales[:, g_idx]`` elementwise; ``codes`` int64 (out, in); ``scales`` float64 and
-        ``zeros`` int64 (out, G) with ``G = in // group_size`` (1 without groups); ``perm``
+        ``zeros`` int64 (out, G) with ``G = ceil(in / group_size)`` (1 without groups); ``perm``
         int64 (in,), the quantization order; ``g_idx`` int32 (in,), ``g_idx[perm[i]] = i //
         group_size``. For bits=4, asymmetric, ``codes.T``, ``scales.T``, ``zeros.T`` and
         ``g_idx`` are :class:`numfmt.packing.GPTQWeight`'s (K, N)-oriented fields unchanged
@@ -182,7 +207,7 @@ def gptq(weight, hessian, bits: int = 4, group_size: int | None = None, symmetri
     ValueError
         If ``weight`` is not 2-D, empty or non-finite; ``hessian`` is not (in, in), not
         symmetric, non-finite or has a negative diagonal; ``bits`` is outside [2, 16];
-        ``group_size`` does not divide ``in``; ``damp`` is negative or not finite;
+        ``group_size`` does not divide ``in`` (without ``partial_last_group``); ``damp`` is negative or not finite;
         ``block_size`` is not positive; or the dampened Hessian is not positive definite.
 
     Notes
@@ -198,7 +223,7 @@ def gptq(weight, hessian, bits: int = 4, group_size: int | None = None, symmetri
     h = _check_hessian(hessian, cols)
     qmin, qmax = int_range(bits, symmetric=check_bool(symmetric, "symmetric"))
     act_order = check_bool(act_order, "act_order")
-    group = cols if group_size is None else check_block(cols, group_size, "group")
+    group = _check_group(cols, group_size, partial_last_group)
     damp = check_real_scalar(damp, "damp")
     if not (np.isfinite(damp) and damp >= 0):
         raise ValueError(f"damp must be a finite number >= 0, got {damp!r}")
@@ -216,7 +241,7 @@ def gptq(weight, hessian, bits: int = 4, group_size: int | None = None, symmetri
     h[np.diag_indices(cols)] += damp * np.mean(np.diag(h))
     u = _inverse_cholesky_upper(h)                         # (in, in) upper
 
-    n_groups = cols // group
+    n_groups = -(-cols // group)
     scales = np.empty((rows, n_groups))
     zeros = np.empty((rows, n_groups), np.int64)
     codes = np.empty((rows, cols), np.int64)
@@ -250,8 +275,59 @@ def gptq(weight, hessian, bits: int = 4, group_size: int | None = None, symmetri
         w[:, i2:] -= err1 @ u[i1:i2, i2:]
 
     inv = np.argsort(perm)
-    g_idx = group_index(perm, group)
-    return GPTQResult(deq[:, inv], codes[:, inv], scales, zeros, perm.astype(np.int64), g_idx)
+    return GPTQResult(deq[:, inv], codes[:, inv], scales, zeros, perm.astype(np.int64),
+                      _group_index(perm, group))
+
+
+def rtn(weight, bits: int = 4, group_size: int | None = None, symmetric: bool = True,
+        partial_last_group: bool = False) -> GPTQResult:
+    """Round-to-nearest on GPTQ's grid and grouping: the baseline GPTQ is measured against.
+
+    Exactly :func:`numfmt.quantize_int` per row (``group_size=None``) or per group of
+    consecutive columns, each group as ``quantize_int(..., granularity="channel")`` on its
+    columns, so that a last group of fewer columns (``partial_last_group``) is allowed. Equal
+    to :func:`gptq` with a diagonal Hessian and no act-order, bit for bit.
+
+    Parameters
+    ----------
+    weight : array_like of float, shape (out, in), finite
+    bits, group_size, symmetric, partial_last_group
+        As :func:`gptq`.
+
+    Returns
+    -------
+    GPTQResult
+        As :func:`gptq`, with ``perm = arange(in)``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`gptq` for these arguments.
+    """
+    w = as_matrix(weight, "weight")
+    rows, cols = w.shape
+    int_range(bits, symmetric=check_bool(symmetric, "symmetric"))
+    group = _check_group(cols, group_size, partial_last_group)
+    deq, codes = np.empty_like(w), np.empty(w.shape, np.int64)
+    scales, zeros = [], []
+    if group_size is None:
+        deq, codes, s, z = quantize_int(w, bits, symmetric, "channel")
+        scales, zeros = [s], [z]
+    else:
+        full = cols // group * group
+        if full:
+            q = quantize_int(w[:, :full], bits, symmetric, "group", group)
+            deq[:, :full], codes[:, :full] = q.values, q.codes
+            scales.append(q.scale[..., 0])
+            zeros.append(q.zero_point[..., 0])
+        if full < cols:
+            q = quantize_int(w[:, full:], bits, symmetric, "channel")
+            deq[:, full:], codes[:, full:] = q.values, q.codes
+            scales.append(q.scale)
+            zeros.append(q.zero_point)
+    perm = np.arange(cols)
+    return GPTQResult(deq, codes, np.concatenate(scales, axis=1),
+                      np.concatenate(zeros, axis=1), perm, _group_index(perm, group))
 
 
 def _group_params(w, w1, err1, u, i1, i2, i, group, bits, symmetric):

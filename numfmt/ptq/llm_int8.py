@@ -52,7 +52,7 @@ def llm_int8_matmul(x, w, threshold: float = 6.0) -> LLMInt8Result:
         ``output`` float64 (..., out) and ``outliers`` bool (in,). The INT8 part is
         ``(qx @ qw.T) * s_x * s_w.T`` with ``qx, s_x = quantize_int(x_rest, 8, granularity=
         "channel")`` (per token) and likewise per output row of ``w_rest``; the integer product
-        is exact (int64).
+        is exact (computed in float64, exact for ``in < 2^53 / 127^2``, about 5.6e11).
 
     Raises
     ------
@@ -74,5 +74,7 @@ def llm_int8_matmul(x, w, threshold: float = 6.0) -> LLMInt8Result:
     if rest.any():
         _, qx, sx, _ = quantize_int(xs[:, rest], 8, granularity="channel")   # sx (n, 1)
         _, qw, sw, _ = quantize_int(w[:, rest], 8, granularity="channel")    # sw (out, 1)
-        y = y + (qx @ qw.T) * sx * sw.T
+        # codes are integers of magnitude <= 127, so every partial sum of the product is an
+        # integer below 127^2 * in < 2^53: the float64 BLAS product is the exact integer one
+        y = y + (qx.astype(np.float64) @ qw.T.astype(np.float64)) * sx * sw.T
     return LLMInt8Result(y.reshape(lead + (w.shape[0],)), outliers)

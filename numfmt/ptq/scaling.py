@@ -22,7 +22,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from numfmt._validate import as_calibration_array, check_block
+from numfmt._validate import as_calibration_array
 
 from ._checks import as_inputs, as_matrix, check_bool, check_fraction, check_positive_int
 
@@ -115,14 +115,15 @@ def awq_search(weight, x, quantize: Callable[[np.ndarray], np.ndarray], grid: in
     grid : int > 0, default 20 (the reference's ``n_grid``)
     clip_search : bool, default False
     group_size : int or None
-        Columns per clip group for the clip search (the quantizer's group); None: whole rows.
+        Columns per clip group for the clip search (the quantizer's group; consecutive
+        columns, the last group may be shorter); None: whole rows.
     max_shrink : float in [0, 1), default 0.5 (the reference's)
 
     Returns
     -------
     AWQResult
         ``weight`` (out, in) float64, ``scales`` (in,), ``alpha``, ``errors`` (grid,) and
-        ``clip`` ((out, in // group_size) or (out, 1), or None without the clip search).
+        ``clip`` ((out, ceil(in / group_size)) or (out, 1), or None without the clip search).
 
     Raises
     ------
@@ -131,7 +132,7 @@ def awq_search(weight, x, quantize: Callable[[np.ndarray], np.ndarray], grid: in
         not an integer or ``clip_search`` is not a bool.
     ValueError
         If the shapes do not match, an input is empty or non-finite, ``grid`` is not
-        positive, ``group_size`` does not divide ``in``, ``max_shrink`` is outside [0, 1), or
+        positive, ``group_size`` is not positive, ``max_shrink`` is outside [0, 1), or
         ``quantize`` returns an array of another shape or with non-finite values.
 
     References
@@ -144,7 +145,7 @@ def awq_search(weight, x, quantize: Callable[[np.ndarray], np.ndarray], grid: in
         raise TypeError(f"quantize must be a callable w -> w_hat, got {quantize!r}")
     grid = check_positive_int(grid, "grid")
     clip_search = check_bool(clip_search, "clip_search")
-    group = w.shape[1] if group_size is None else check_block(w.shape[1], group_size, "group")
+    group = w.shape[1] if group_size is None else check_positive_int(group_size, "group_size")
     max_shrink = check_fraction(max_shrink, "max_shrink")
     if max_shrink >= 1.0:
         raise ValueError(f"max_shrink must be below 1 (a zero range), got {max_shrink!r}")
@@ -178,26 +179,26 @@ def _checked(quantize, w: np.ndarray) -> np.ndarray:
 
 
 def _clip_search(ws, xs, quantize, group, grid, max_shrink):
-    """AWQ's clip search on the scaled weight ``ws`` (out, in): per row and group, the range
-    ratio with the smallest error of that group's partial output ``x_g @ w_g``."""
+    """AWQ's clip search on the scaled weight ``ws`` (out, in) with inputs ``xs`` (n, in) of
+    the scaled layer: per row and group of ``group`` consecutive columns (the last may be
+    shorter), the range ratio with the smallest error of that group's partial output."""
     out, cols = ws.shape
-    n_groups = cols // group
-    wg = ws.reshape(out, n_groups, group)                 # (out, G, g)
-    xg = xs.reshape(-1, n_groups, group)                  # (n, G, g)
-    gram = np.einsum("ngi,ngj->gij", xg, xg) / xs.shape[0]  # (G, g, g)
-    amax = np.abs(wg).max(axis=2, keepdims=True)          # (out, G, 1)
-    best_err = np.full((out, n_groups), np.inf)
-    best_ratio = np.ones((out, n_groups))
-    best_q = None
+    bounds = [(a, min(a + group, cols)) for a in range(0, cols, group)]
+    grams = [xs[:, a:b].T @ xs[:, a:b] / xs.shape[0] for a, b in bounds]   # (g, g) each
+    amax = np.stack([np.abs(ws[:, a:b]).max(axis=1) for a, b in bounds], axis=1)  # (out, G)
+    best_err = np.full((out, len(bounds)), np.inf)
+    best_ratio = np.ones((out, len(bounds)))
+    best_q = np.empty_like(ws)
     for k in range(max(1, int(max_shrink * grid))):
         ratio = 1.0 - k / grid
-        lim = amax * ratio
-        q = _checked(quantize, np.clip(wg, -lim, lim).reshape(out, cols)).reshape(wg.shape)
-        e = q - wg
-        err = np.einsum("ogi,gij,ogj->og", e, gram, e, optimize=True)  # (out, G)
-        better = err < best_err
-        best_err[better] = err[better]
-        best_ratio[better] = ratio
-        best_q = q.copy() if best_q is None else best_q
-        best_q[better] = q[better]
-    return best_q.reshape(out, cols), best_ratio
+        lim = np.concatenate([np.repeat(amax[:, [gi]], b - a, axis=1)
+                              for gi, (a, b) in enumerate(bounds)], axis=1) * ratio
+        q = _checked(quantize, np.clip(ws, -lim, lim))
+        e = q - ws
+        for gi, (a, b) in enumerate(bounds):
+            err = np.einsum("oi,ij,oj->o", e[:, a:b], grams[gi], e[:, a:b], optimize=True)
+            better = err < best_err[:, gi]
+            best_err[better, gi] = err[better]
+            best_ratio[better, gi] = ratio
+            best_q[better, a:b] = q[better, a:b]
+    return best_q, best_ratio
