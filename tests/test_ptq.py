@@ -114,7 +114,8 @@ def test_rtn_is_gptq_with_a_diagonal_hessian(symmetric, group):
     for field in ("weight", "codes", "scales", "zeros", "perm", "g_idx"):
         np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
     if group is not None and not partial:
-        np.testing.assert_array_equal(a.weight, quantize_int(w, 4, symmetric, "group", group).values)
+        np.testing.assert_array_equal(a.weight,
+                                      quantize_int(w, 4, symmetric, "group", group).values)
     with pytest.raises(ValueError, match="does not divide"):
         rtn(w, 4, 24)
 

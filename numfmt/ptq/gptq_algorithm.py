@@ -207,8 +207,9 @@ def gptq(weight, hessian, bits: int = 4, group_size: int | None = None, symmetri
     ValueError
         If ``weight`` is not 2-D, empty or non-finite; ``hessian`` is not (in, in), not
         symmetric, non-finite or has a negative diagonal; ``bits`` is outside [2, 16];
-        ``group_size`` does not divide ``in`` (without ``partial_last_group``); ``damp`` is negative or not finite;
-        ``block_size`` is not positive; or the dampened Hessian is not positive definite.
+        ``group_size`` does not divide ``in`` (without ``partial_last_group``); ``damp`` is
+        negative or not finite; ``block_size`` is not positive; or the dampened Hessian is not
+        positive definite.
 
     Notes
     -----
@@ -244,36 +245,41 @@ def gptq(weight, hessian, bits: int = 4, group_size: int | None = None, symmetri
     n_groups = -(-cols // group)
     scales = np.empty((rows, n_groups))
     zeros = np.empty((rows, n_groups), np.int64)
-    codes = np.empty((rows, cols), np.int64)
-    deq = np.empty((rows, cols))
+    # Work on W^T (in, out): a column of W is then a contiguous row, and the rank-1 updates
+    # run over contiguous memory.
+    wt = np.ascontiguousarray(w.T)                         # (in, out)
+    codes = np.empty((cols, rows))
+    deq = np.empty((cols, rows))
+    err = np.empty((cols, rows))
     for i1 in range(0, cols, block_size):
         i2 = min(i1 + block_size, cols)
-        w1 = w[:, i1:i2].copy()                            # (out, B): current block
-        err1 = np.zeros_like(w1)
+        w1 = wt[i1:i2]                                     # (B, out) view: the current block
         u1 = u[i1:i2, i1:i2]
         for i in range(i2 - i1):
             j = i1 + i
             if j % group == 0:
                 if group_size is None:
-                    s, z = row_scale, row_zero
+                    s, z = row_scale[:, 0], row_zero[:, 0]
                 else:
-                    s, z = _group_params(w, w1, err1, u, i1, i2, i, group, bits, symmetric)
-                scales[:, j // group], zeros[:, j // group] = s[:, 0], z[:, 0]
-                s, z = s[:, 0], z[:, 0]
+                    s, z = _group_params(wt, err, u, i1, i2, j, group, bits, symmetric)
+                scales[:, j // group], zeros[:, j // group] = s, z
             # numfmt.quantize_int's steps, in its order, so a diagonal H reproduces RTN bits
-            q = w1[:, i] / s
+            q = codes[j]
+            np.divide(w1[i], s, out=q)
             np.rint(q, out=q)
             q += z
             np.clip(q, qmin, qmax, out=q)
-            codes[:, j] = q
-            q -= z
-            q *= s
-            deq[:, j] = q
-            e = (w1[:, i] - q) / u1[i, i]
-            w1[:, i + 1:] -= np.outer(e, u1[i, i + 1:])
-            err1[:, i] = e
-        w[:, i2:] -= err1 @ u[i1:i2, i2:]
-
+            d = deq[j]
+            np.subtract(q, z, out=d)
+            d *= s
+            e = err[j]
+            np.subtract(w1[i], d, out=e)
+            e /= u1[i, i]
+            if i + 1 < i2 - i1:
+                w1[i + 1:] -= u1[i, i + 1:, None] * e[None, :]
+        if i2 < cols:
+            wt[i2:] -= u[i1:i2, i2:].T @ err[i1:i2]
+    codes, deq = codes.T.astype(np.int64), deq.T
     inv = np.argsort(perm)
     return GPTQResult(deq[:, inv], codes[:, inv], scales, zeros, perm.astype(np.int64),
                       _group_index(perm, group))
@@ -330,14 +336,13 @@ def rtn(weight, bits: int = 4, group_size: int | None = None, symmetric: bool = 
                       np.concatenate(zeros, axis=1), perm, _group_index(perm, group))
 
 
-def _group_params(w, w1, err1, u, i1, i2, i, group, bits, symmetric):
-    """Scale and zero point (out, 1) of the group starting at block column i, from the weights
-    as a column-at-a-time GPTQ would hold them now: the block's part is current in ``w1``; the
-    part beyond the block still owes the block's errors so far."""
-    j = i1 + i
-    inside = w1[:, i:min(i + group, i2 - i1)]
-    if j + group > i2:
-        outside = w[:, i2:j + group] - err1[:, :i] @ u[i1:i1 + i, i2:j + group]
-        inside = np.concatenate([inside, outside], axis=1)
-    _, _, s, z = quantize_int(inside, bits, symmetric, "channel")
-    return s, z
+def _group_params(wt, err, u, i1, i2, j, group, bits, symmetric):
+    """Scale and zero point (out,) of the group starting at column j of block [i1, i2), from
+    the weights as a column-at-a-time GPTQ would hold them now: the block's rows of ``wt``
+    (in, out) are current; the rows beyond the block still owe the block's errors so far."""
+    cur = wt[j:min(j + group, i2)]
+    if j + group > i2 and i2 < wt.shape[0]:
+        rest = wt[i2:j + group] - u[i1:j, i2:j + group].T @ err[i1:j]
+        cur = np.concatenate([cur, rest])
+    _, _, s, z = quantize_int(cur.T, bits, symmetric, "channel")
+    return s[:, 0], z[:, 0]
