@@ -204,10 +204,11 @@ def harness():
     return llm
 
 
-def load_model() -> Model:
-    """Load SmolLM2-135M through the harness, with its evaluation and calibration windows."""
+def load_model(ck=None) -> Model:
+    """SmolLM2-135M through the harness (``ck``: an already loaded lectures.llm.Checkpoint),
+    with its evaluation and calibration windows and its reference perplexity."""
     llm = harness()
-    ck = llm.load_checkpoint()
+    ck = llm.load_checkpoint() if ck is None else ck
     tokens = llm.corpus_tokens(ck.tokenizer)
     ev, cal = llm.eval_windows(tokens, N_EVAL), llm.calibration_windows(tokens, N_CALIB)
     return Model(ck, ev, cal, llm.perplexity(ck.model, ev))

@@ -121,16 +121,10 @@ def test_hadamard_factors_are_the_kronecker_form():
 
 
 # ------------------------------------------------------------------------ the real model
-@pytest.fixture(scope="session")
-def model():
-    try:
-        llm = importlib.import_module("lectures.llm")
-    except ImportError as e:
-        pytest.skip(f"lectures.llm (lecture 08's harness) is not available: {e}")
-    try:
-        return L.load_model()
-    except llm.ModelUnavailableError as e:
-        pytest.skip(f"the model is not installed: {e}")
+@pytest.fixture(scope="module")
+def model(checkpoint):
+    """Lecture 09's model bundle around conftest's once-per-session checkpoint (or its skip)."""
+    return L.load_model(checkpoint)
 
 
 @pytest.fixture(scope="module")
