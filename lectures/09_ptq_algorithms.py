@@ -358,6 +358,7 @@ class GPTQRealResult:
     reference: float
     rows: list        # [setting, bits per weight, RTN ppl, GPTQ ppl, GPTQ act-order ppl]
     ppl: dict         # (method, bits, group) -> perplexity; method in RTN, GPTQ, GPTQ-act
+    tokens: tuple     # (calibration tokens, evaluation tokens)
     weights: dict = field(default_factory=dict, repr=False)  # (method, bits, group) -> weights
 
 
@@ -382,30 +383,44 @@ def demo2_gptq(m: Model, settings=GPTQ_SETTINGS) -> GPTQRealResult:
         rows.append([f"INT{bits} g{group}", bits_per_weight(m, bits, group),
                      out[("RTN", bits, group)],
                      out[("GPTQ", bits, group)], out[("GPTQ-act", bits, group)]])
-    return GPTQRealResult(m.reference_ppl, rows, out, weights)
+    return GPTQRealResult(m.reference_ppl, rows, out, (m.calib_windows.size, m.eval_windows.size),
+                          weights)
 
 
 def show_demo2(r: GPTQRealResult) -> None:
     print_header("Demo 2: GPTQ on SmolLM2-135M (every decoder linear, asymmetric)")
-    print(f"Reference (float32) perplexity: {r.reference:.2f}. Calibration: {N_CALIB * 512} "
-          f"tokens, layer by layer; evaluation: {N_EVAL * 512} other tokens.")
+    print(f"Reference (float32) perplexity: {r.reference:.2f}. Calibration: {r.tokens[0]} "
+          f"tokens, layer by layer;\nevaluation: {r.tokens[1]} other tokens.")
     print_table(["weights", "bits/weight", "RTN", "GPTQ", "GPTQ act-order"],
                 [[s, f"{b:.3f}", f"{a:.2f}", f"{g:.2f}", f"{ga:.2f}"] for s, b, a, g, ga in r.rows])
-    gains = [(row[0], row[2], min(row[3], row[4])) for row in r.rows]
+    c = gptq_counts(r)
+    gain = {row[0]: row[2] - row[4] for row in r.rows}
+    top = max(gain, key=gain.get)
     print_observations([
-        "GPTQ lowers the perplexity in every setting: " + "; ".join(
-            f"{s} {a:.1f} -> {g:.1f}" for s, a, g in gains) + f" (float: {r.reference:.2f}).",
-        "The gain grows as the grid gets coarser: at 3 bits each rounding error is larger, and "
-        "GPTQ has more to cancel. Act-order rounds the columns with the largest Hessian "
-        "diagonal (the most active inputs) first, while many columns can still absorb their "
-        "error (Frantar et al. 2023, section 4).",
+        f"GPTQ beats RTN in {c['plain']} of {c['n']} settings, with act-order in {c['act']} of "
+        f"{c['n']}; act-order is the better GPTQ in {c['act_better']} of {c['n']} (float: "
+        f"{r.reference:.2f}).",
+        f"The gain is largest at {top} ({r.rows[[row[0] for row in r.rows].index(top)][2]:.1f} -> "
+        f"{r.rows[[row[0] for row in r.rows].index(top)][4]:.1f}): the coarser the grid, the "
+        "larger each rounding error and the more GPTQ has to cancel. Act-order rounds the columns "
+        "with the largest Hessian diagonal (the most active inputs) first, while many columns "
+        "can still absorb their error (Frantar et al. 2023, section 4).",
     ])
+
+
+def gptq_counts(r: GPTQRealResult) -> dict:
+    """How many settings GPTQ (plain, act-order) beats RTN in, and act-order beats plain."""
+    rows = r.rows
+    return {"n": len(rows), "plain": sum(row[3] < row[2] for row in rows),
+            "act": sum(row[4] < row[2] for row in rows),
+            "act_better": sum(row[4] < row[3] for row in rows)}
 
 
 # ---------------------------------------------------------------------------------------------
 # Demo 3: AWQ
 # ---------------------------------------------------------------------------------------------
-AWQ_TOKENS = 512             # tokens per layer group for AWQ's search (the reference: 128 x 512)
+AWQ_TOKENS = 256             # tokens per layer group for AWQ's search (the reference: 128 x 512)
+AWQ_GRID = 10                # alpha = 0, 0.1, ..., 0.9 (the reference: a grid of 20)
 
 
 @dataclass
@@ -417,7 +432,7 @@ class AWQRealResult:
 
 def demo3_awq(m: Model, gptq_result: GPTQRealResult | None = None,
               settings=GPTQ_SETTINGS) -> AWQRealResult:
-    """AWQ: per-input-channel scales s = mean|x|^α, α on a grid of 20, folded into the layer
+    """AWQ: per-input-channel scales s = mean|x|^α, α on a grid of 10, folded into the layer
     (the weight becomes Q(W·s)/s), then its clip search; calibrated on the float model's
     inputs (AWQ is not sequential). Notice how much a search over scales alone recovers."""
     out, alphas, rows = {}, {}, []
@@ -428,7 +443,8 @@ def demo3_awq(m: Model, gptq_result: GPTQRealResult | None = None,
         chosen = []
 
         def q(w, x, group=group, chosen=chosen, quant=quant):
-            r = awq_search(w, x[:AWQ_TOKENS], quant, clip_search=True, group_size=group)
+            r = awq_search(w, x[:AWQ_TOKENS], quant, grid=AWQ_GRID, clip_search=True,
+                           group_size=group)
             chosen.append(r.alpha)
             return r.weight
 
@@ -451,7 +467,8 @@ def show_demo3(r: AWQRealResult) -> None:
     key = next(iter(r.alphas))
     al = np.array(r.alphas[key])
     print_observations([
-        f"AWQ beats RTN in every setting; the α it picks ({key[0]} INT{key[1]} g{key[2]}) spans "
+        f"AWQ beats RTN in {sum(row[2] < row[1] for row in r.rows)} of {len(r.rows)} settings; "
+        f"the α it picks ({key[0]} INT{key[1]} g{key[2]}) spans "
         f"{al.min():.2f} to {al.max():.2f} over the {len(al)} layer groups, median "
         f"{np.median(al):.2f}: the channels that see large activations get larger weights, so "
         "their rounding error shrinks relative to them (Lin et al. 2024, section 3.2).",
@@ -628,8 +645,8 @@ def show_demo4(r: ActivationResult) -> None:
                 [[n, f"{f * 100:.2f}%", f"{a * 100:.3f}%", f"{b * 100:.3f}%"]
                  for n, f, a, b in r.int8_rows])
     print_observations([
-        f"Per-tensor INT8 activations cost perplexity ({r.smooth_ppl[None]:.2f} without "
-        f"smoothing); SmoothQuant moves part of each outlier channel's range into the weights, "
+        f"W8A8 with per-tensor activation scales gives {r.smooth_ppl[None]:.2f} without "
+        f"smoothing; SmoothQuant moves part of each outlier channel's range into the weights, "
         f"best here at α = {best[1]:.2f} ({best[0]:.2f}) (Xiao et al. 2023, section 4).",
         f"{o['name']}: its input's largest channel absmax is {o['before_max']:.0f} against a "
         f"median channel of {o['before_median']:.1f}; after the Hadamard rotation "
@@ -637,8 +654,9 @@ def show_demo4(r: ActivationResult) -> None:
         f"W4A4 goes from {r.rotation_ppl[False]:.1f} to {r.rotation_ppl[True]:.1f} (QuaRot, "
         "Ashkboos et al. 2024).",
         f"LLM.int8() keeps {r.int8_float_share * 100:.2f}% of all decoder input channels in "
-        "float (|x| > 6 somewhere in the calibration tokens), and its error on those layers is "
-        "below plain per-token INT8's (Dettmers et al. 2022, section 3).",
+        "float (|x| > 6 somewhere in the calibration tokens); on the layers above its error is "
+        f"below plain per-token INT8's in {sum(a < b for _, _, a, b in r.int8_rows)} of "
+        f"{len(r.int8_rows)} (Dettmers et al. 2022, section 3).",
     ])
 
 
@@ -701,10 +719,11 @@ def show_demo5(r: CalibrationResult) -> None:
                 [[k, f"{r.clip_ratio[k]:.3f}" if k in r.clip_ratio else "—", f"{v:.2f}"]
                  for k, v in r.rows])
     static = {k: r.ppl[k] for k in CALIBRATORS}
-    best = min(static, key=static.get)
+    best, worst = min(static, key=static.get), max(static, key=static.get)
     print_observations([
-        f"Among static scales {best} does best ({static[best]:.2f}) and min-max worst "
-        f"({static['min-max']:.2f}): one outlier token must not set the step for all.",
+        f"Among static scales {best} does best ({static[best]:.2f}) and {worst} worst "
+        f"({static[worst]:.2f}); min-max gives {static['min-max']:.2f}: a clip range set by one "
+        "outlier token leaves a coarse step for all the others.",
         f"Dynamic scales need no calibration: per tensor {r.ppl['dynamic per-tensor']:.2f}, "
         f"per token {r.ppl['dynamic per-token']:.2f}, at the cost of an absmax over every "
         "activation tensor at run time.",
@@ -716,9 +735,11 @@ def show_demo5(r: CalibrationResult) -> None:
 # ---------------------------------------------------------------------------------------------
 def demo6_summary(m: Model, g: GPTQRealResult, a: AWQRealResult) -> list:
     """Method × bits -> perplexity, bits per weight and what calibration costs."""
-    cost = {"RTN": "none", "AWQ": f"{AWQ_TOKENS} tokens, α grid of 20 + clip grid of 10",
-            "GPTQ": f"{N_CALIB * 512} tokens, Hessian + Cholesky per group, sequential",
-            "GPTQ-act": f"{N_CALIB * 512} tokens, as GPTQ, columns sorted by diag H"}
+    n = m.calib_windows.size
+    cost = {"RTN": "none",
+            "AWQ": f"{AWQ_TOKENS} tokens, α grid of {AWQ_GRID} + clip grid of {AWQ_GRID // 2}",
+            "GPTQ": f"{n} tokens, Hessian + Cholesky per group, sequential",
+            "GPTQ-act": f"{n} tokens, as GPTQ, columns sorted by diag H"}
     rows = [["float32 (reference)", "32", f"{m.reference_ppl:.2f}", "—"]]
     for bits, group in GPTQ_SETTINGS:
         for method in ("RTN", "AWQ", "GPTQ", "GPTQ-act"):
