@@ -222,8 +222,10 @@ def test_demo4_claims(model, d4):
 @pytest.mark.slow
 def test_demo5_claims(d5):
     static = {k: d5.ppl[k] for k in L.CALIBRATORS}
-    # clipping the tail must help a per-tensor static scale (Wu et al. 2020, table 3)
-    assert min(static, key=static.get) != "min-max"
+    # printed: the calibrator that clips hardest is the worst (massive activations are signal)
+    hardest = min(d5.clip_ratio, key=d5.clip_ratio.get)
+    assert max(static, key=static.get) == hardest
+    assert d5.tokens == 512
     assert d5.clip_ratio["min-max"] == 1.0
     assert all(0.0 < r <= 1.0 for r in d5.clip_ratio.values())
     assert_fits(printed(L.show_demo5, d5))
