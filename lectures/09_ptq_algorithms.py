@@ -777,8 +777,14 @@ def show_demo6(rows: list) -> None:
 # ---------------------------------------------------------------------------------------------
 def real_model_demos() -> None:
     try:
+        llm = harness()
+    except ImportError as e:
+        print_header("Demos 2-6: the real model")
+        print(f'Skipped: {e}. Install the libraries with: pip install -e ".[model]"')
+        return
+    try:
         m = load_model()
-    except Exception as e:   # lectures.llm.ModelUnavailableError names the install command
+    except llm.ModelUnavailableError as e:   # its message names the install command
         print_header("Demos 2-6: the real model")
         print(f"Skipped: {e}")
         return
