@@ -22,8 +22,10 @@ Zero points are stored as they are. Original GPTQ ("v1") checkpoints store
 + 1 = 16 unless the reader masks it; storing the zero point itself avoids that
 trap (it is what the "gptq_v2" checkpoint format does).
 
-This module rounds to nearest (RTN) within each group. The GPTQ algorithm's
-error-compensating update is not implemented: this is about storage.
+This module rounds to nearest (RTN) within each group: it is about storage. The GPTQ
+algorithm itself (error-compensating updates with the inverse Hessian) is
+:func:`numfmt.ptq.gptq`; its 4-bit asymmetric ``codes.T``, ``scales.T``,
+``zeros.T`` and ``g_idx`` fill this layout unchanged (tests/test_ptq.py).
 """
 
 from dataclasses import dataclass

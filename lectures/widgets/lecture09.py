@@ -1,0 +1,116 @@
+"""Plots and widgets for notebook 09 (post-training quantization algorithms).
+
+A thin layer over lecture 09's demo functions:
+
+- ``plot_output_error(result)`` draws what ``L.demo1_output_error()`` returned;
+  ``plot_perplexity(rows)`` the summary table of ``L.demo6_summary``. Nothing is recomputed.
+- ``gptq_explorer()`` builds an :class:`Explorer` whose callback quantizes a small synthetic
+  layer (lecture 09's recipe, smaller) with RTN and GPTQ at the chosen bits, group, act-order
+  and input correlation, and keeps the errors in ``explorer.state``.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import ipywidgets as widgets
+import numpy as np
+from matplotlib.figure import Figure
+
+from lectures.widgets.explorer import Explorer, check_result
+from numfmt import rel_error
+from numfmt.ptq import gptq, hessian, rtn
+
+L = importlib.import_module("lectures.09_ptq_algorithms")
+
+EXPLORER_SHAPE = (64, 256)     #: (out, in) of the explorer's layer: fast enough for a slider
+GROUPS = ("per row", 32, 64, 128)
+
+
+def plot_output_error(r) -> Figure:
+    """Weight error against held-out output error of each method (demo 1), two input kinds."""
+    check_result(r, L.OutputErrorResult, "demo1_output_error")
+    fig = Figure(figsize=(10, 4))
+    axes = fig.subplots(1, 2, sharey=True)
+    for ax, rows, title in ((axes[0], r.rows, "correlated inputs, 8 outlier channels"),
+                            (axes[1], r.iid_rows, "i.i.d. inputs, 8 outlier channels")):
+        names = [row[0] for row in rows]
+        x = np.arange(len(rows))
+        ax.bar(x - 0.2, [row[1] * 100 for row in rows], 0.4, label="weight error")
+        ax.bar(x + 0.2, [row[3] * 100 for row in rows], 0.4, label="output error (held out)")
+        ax.set_xticks(x, [n.replace(", ", ",\n") for n in names], fontsize=8)
+        ax.set_title(title)
+        ax.set_xlabel("method")
+        ax.legend(fontsize=8)
+    axes[0].set_ylabel("relative error (%)")
+    fig.suptitle("Round to nearest minimises the weight error; GPTQ the output error")
+    fig.tight_layout()
+    return fig
+
+
+def explorer_point(bits: int, group, act_order: bool, correlated: bool, seed: int = 0) -> dict:
+    """RTN and GPTQ on a (64, 256) layer of lecture 09's recipe: errors as fractions."""
+    d = L.synthetic_layer(seed, correlated)
+    out, cols = EXPLORER_SHAPE
+    w, xc, xe = d["w"][:out, :cols], d["x_calib"][:, :cols], d["x_eval"][:, :cols]
+    g = None if group == "per row" else int(group)
+    r = rtn(w, bits, g).weight
+    q = gptq(w, hessian(xc), bits, g, act_order=act_order).weight
+    return {"bits": bits, "group": group, "act_order": act_order, "correlated": correlated,
+            "rtn": (rel_error(r, w), L.output_error(r, w, xe)),
+            "gptq": (rel_error(q, w), L.output_error(q, w, xe))}
+
+
+def gptq_explorer(seed: int = 0) -> Explorer:
+    """Bits, group size, act-order and correlation -> RTN and GPTQ weight and output errors."""
+    controls = {
+        "bits": widgets.IntSlider(value=4, min=2, max=8, description="bits"),
+        "group": widgets.Dropdown(options=GROUPS, value="per row", description="group"),
+        "act_order": widgets.Checkbox(value=False, description="act-order"),
+        "correlated": widgets.Checkbox(value=True, description="correlated inputs"),
+    }
+
+    def compute(bits, group, act_order, correlated):
+        return explorer_point(bits, group, act_order, correlated, seed)
+
+    return Explorer("RTN against GPTQ on a synthetic layer", controls, compute, _draw_point)
+
+
+def _draw_point(s: dict) -> Figure:
+    fig = Figure(figsize=(6, 3.5))
+    ax = fig.add_subplot()
+    x = np.arange(2)
+    ax.bar(x - 0.2, [s["rtn"][0] * 100, s["gptq"][0] * 100], 0.4, label="weight error")
+    ax.bar(x + 0.2, [s["rtn"][1] * 100, s["gptq"][1] * 100], 0.4,
+           label="output error (held out)")
+    ax.set_xticks(x, ["RTN", "GPTQ" + (" act-order" if s["act_order"] else "")])
+    ax.set_xlabel("method")
+    ax.set_ylabel("relative error (%)")
+    ax.set_title(f"INT{s['bits']}, group {s['group']}, "
+                 + ("correlated" if s["correlated"] else "i.i.d.") + " inputs")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_perplexity(rows: list) -> Figure:
+    """Perplexity against bits per weight for each method (demo 6's rows)."""
+    if not isinstance(rows, list) or not rows or len(rows[0]) != 4:
+        raise TypeError("expected the rows that L.demo6_summary() returns")
+    fig = Figure(figsize=(7, 4))
+    ax = fig.add_subplot()
+    ref = float(rows[0][2])
+    methods = {}
+    for label, bpw, p, _ in rows[1:]:
+        methods.setdefault(label.split(" ")[0], []).append((float(bpw), float(p)))
+    for name, pts in methods.items():
+        pts.sort()
+        ax.plot([b for b, _ in pts], [p for _, p in pts], "o-", label=name)
+    ax.axhline(ref, color="k", ls="--", lw=0.8, label=f"float32 ({ref:.2f})")
+    ax.set_yscale("log")
+    ax.set_xlabel("storage (bits per weight)")
+    ax.set_ylabel("perplexity (log scale)")
+    ax.set_title("SmolLM2-135M: weight-only PTQ methods")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

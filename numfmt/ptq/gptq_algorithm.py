@@ -1,0 +1,348 @@
+"""GPTQ: round a layer's weights one input column at a time, pushing each column's error onto
+the columns not yet rounded, so that the layer's *output* error stays small.
+
+For a linear layer ``y = x @ W.T`` with weights W (out, in) and inputs x of covariance-like
+Hessian ``H = 2 X^T X / n``, the output error of quantized weights ``Q`` on the calibration
+inputs is ``||X (Q - W)^T||^2 / n = tr(E H E^T) / 2`` with ``E = Q - W``: an error in an input
+channel where the activations are large costs the most, and errors in correlated channels can
+cancel. GPTQ rounds column j, then moves the not-yet-rounded columns F to the least-squares
+optimum given the rounded ones (the Optimal Brain Surgeon update)::
+
+    err = (w_j - q_j) / [H_F^-1]_jj ;      W_F <- W_F - err [H_F^-1]_{j, F}
+
+With U the upper Cholesky factor of H^-1 (``H^-1 = U^T U``), row j of U holds exactly
+``[H_F^-1]_{j, F} / sqrt([H_F^-1]_jj)`` for the remaining set F, so no inverse is recomputed.
+Lazy batches apply the updates inside a block of ``block_size`` columns at once and push the
+block's errors to the later columns in one matrix product.
+
+References
+----------
+Frantar, Ashkboos, Hoefler and Alistarh, "GPTQ: Accurate Post-Training Quantization for
+Generative Pre-trained Transformers", ICLR 2023 (arXiv 2210.17323), Algorithm 1; the authors'
+reference implementation, github.com/IST-DASLab/gptq, ``gptq.py`` (``GPTQ.fasterquant``).
+Hassibi and Stork, "Second order derivatives for network pruning: Optimal Brain Surgeon", 1993.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from numfmt._validate import as_calibration_array, check_block, check_real_scalar
+from numfmt.intquant import int_range, quantize_int
+from numfmt.packing.gptq import act_order_permutation, group_index
+
+from ._checks import as_matrix, check_bool, check_positive_int
+
+__all__ = ["GPTQResult", "gptq", "hessian", "rtn"]
+
+#: Relative asymmetry |H - H^T| / max|H| accepted as float rounding of a symmetric matrix.
+SYMMETRY_RTOL = 1e-8
+
+
+class GPTQResult(NamedTuple):
+    """Result of :func:`gptq`. Every array is in the weight's original column order."""
+
+    weight: np.ndarray  #: float64 (out, in): the dequantized weights
+    codes: np.ndarray   #: int64 (out, in): integer codes on numfmt's grid (see int_range)
+    scales: np.ndarray  #: float64 (out, G): one per row and group (G = 1 without groups)
+    zeros: np.ndarray   #: int64 (out, G): zero points (0 when symmetric)
+    perm: np.ndarray    #: int64 (in,): the order columns were quantized in
+    g_idx: np.ndarray   #: int32 (in,): the group of each input column
+
+
+def hessian(x) -> np.ndarray:
+    """The GPTQ Hessian ``H = 2 X^T X / n`` of a linear layer's inputs, in float64.
+
+    Parameters
+    ----------
+    x : array_like of real numbers, shape (..., in)
+        Calibration inputs of the layer; every leading axis counts as samples (tokens), so
+        ``n = x.size // in``. Accumulated in float64 whatever the input dtype.
+
+    Returns
+    -------
+    ndarray of float64, shape (in, in), symmetric positive semi-definite.
+
+    Raises
+    ------
+    TypeError
+        If ``x`` is not real-valued.
+    ValueError
+        If ``x`` is empty, 0-d or contains NaN or +-Inf.
+
+    References
+    ----------
+    Frantar et al. 2023, section 3 (``H = 2 X X^T`` with X as (in, n)); the reference
+    implementation's ``add_batch`` averages it over samples, as here.
+    """
+    arr = np.asarray(x)
+    if arr.ndim == 0:
+        raise ValueError("x must have at least one axis (the input features)")
+    xs = as_calibration_array(arr, "x").reshape(-1, arr.shape[-1])  # (n, in)
+    h = xs.T @ xs
+    h *= 2.0 / xs.shape[0]
+    return h
+
+
+def _check_hessian(h, k: int) -> np.ndarray:
+    h = as_matrix(h, "hessian")
+    if h.shape != (k, k):
+        raise ValueError(f"hessian must be (in, in) = ({k}, {k}) for a weight with {k} input "
+                         f"columns, got shape {h.shape}")
+    asym = np.abs(h - h.T).max()
+    if asym > SYMMETRY_RTOL * np.abs(h).max():
+        raise ValueError(f"hessian must be symmetric; max |H - H^T| = {asym:.3g} against "
+                         f"max |H| = {np.abs(h).max():.3g}")
+    if (np.diag(h) < 0).any():
+        raise ValueError("hessian has a negative diagonal entry: it is not 2 X^T X / n")
+    return h.copy()
+
+
+def _inverse_cholesky_upper(h: np.ndarray) -> np.ndarray:
+    """Upper U with ``H^-1 = U^T U``, the factor the reference gets from cholesky,
+    cholesky_inverse and an upper cholesky, here with one Cholesky and one inverse.
+
+    With J the order-reversing permutation and ``J H J = L L^T``, ``H^-1 = J L^-T L^-1 J =
+    U^T U`` for ``U = J L^-1 J``, which is upper triangular because L^-1 is lower.
+    """
+    try:
+        lower = np.linalg.cholesky(h[::-1, ::-1])          # J H J = L L^T
+    except np.linalg.LinAlgError:
+        raise ValueError("the dampened hessian is not positive definite; increase damp "
+                         "or calibrate on more tokens") from None
+    return np.ascontiguousarray(_inv_lower(lower)[::-1, ::-1])
+
+
+def _inv_lower(lower: np.ndarray) -> np.ndarray:
+    """Inverse of a lower-triangular matrix by halves, ``[[A, 0], [C, D]]^-1 = [[A^-1, 0],
+    [-D^-1 C A^-1, D^-1]]``: a third of a general inverse's work, all in matrix products."""
+    n = lower.shape[0]
+    if n <= 128:
+        return np.tril(np.linalg.inv(lower))
+    m = n // 2
+    a_inv = _inv_lower(lower[:m, :m])
+    d_inv = _inv_lower(lower[m:, m:])
+    out = np.zeros_like(lower)
+    out[:m, :m] = a_inv
+    out[m:, m:] = d_inv
+    out[m:, :m] = -(d_inv @ (lower[m:, :m] @ a_inv))
+    return out
+
+
+def _check_group(cols: int, group_size, partial_last_group) -> int:
+    """Columns per group: ``cols`` without groups; else a positive int dividing ``cols``, or
+    any positive int with ``partial_last_group`` (the last group then holds the remainder)."""
+    if group_size is None:
+        return cols
+    if check_bool(partial_last_group, "partial_last_group"):
+        return check_positive_int(group_size, "group_size")
+    return check_block(cols, group_size, "group")
+
+
+def _group_index(perm: np.ndarray, group: int) -> np.ndarray:
+    """``g_idx[perm[i]] = i // group`` (numfmt.packing.group_index, which needs group | K)."""
+    if len(perm) % group == 0:
+        return group_index(perm, group)
+    g_idx = np.empty(len(perm), np.int32)
+    g_idx[perm] = np.arange(len(perm)) // group
+    return g_idx
+
+
+def gptq(weight, hessian, bits: int = 4, group_size: int | None = None, symmetric: bool = True,
+         act_order: bool = False, damp: float = 0.01, block_size: int = 128,
+         partial_last_group: bool = False) -> GPTQResult:
+    """Quantize a linear layer's weights with GPTQ (Frantar et al. 2023, Algorithm 1).
+
+    Parameters
+    ----------
+    weight : array_like of real numbers, shape (out, in)
+        As ``torch.nn.Linear.weight``: the layer computes ``x @ weight.T``. Finite.
+    hessian : array_like of real numbers, shape (in, in)
+        ``H = 2 X^T X / n`` over calibration inputs X (n, in), e.g. from :func:`hessian`.
+        Symmetric (to a relative 1e-8) with a non-negative diagonal.
+    bits : int in [2, 16]
+    group_size : int or None
+        None: one scale (and zero point) per output row, from the whole original row. An int
+        dividing ``in``: one per row and group of ``group_size`` consecutive columns *in the
+        order they are quantized*, computed from the weights as they stand (already updated)
+        when the group's first column is reached.
+    symmetric : bool, default True
+        numfmt's integer grid (:func:`numfmt.quantize_int`): True is the signed restricted
+        range ``[-(2^(b-1)-1), 2^(b-1)-1]`` with ``scale = amax / qmax`` and zero point 0;
+        False is ``[0, 2^b - 1]`` over ``[min(w, 0), max(w, 0)]`` with an integer zero point.
+        So with a diagonal Hessian GPTQ returns exactly numfmt's round-to-nearest.
+    act_order : bool, default False
+        Quantize the columns in order of decreasing ``diag(H)`` (``desc_act``), so that the
+        columns whose error costs most are rounded while many others can still absorb it.
+    damp : float >= 0, default 0.01
+        Adds ``damp * mean(diag(H))`` to the diagonal (the reference's ``percdamp``).
+    block_size : int > 0, default 128
+        Columns per lazy batch. Any value gives the column-at-a-time result up to float
+        rounding; it changes only the speed.
+    partial_last_group : bool, default False
+        Accept a ``group_size`` that does not divide ``in``: the last group (in quantization
+        order) holds the ``in % group_size`` remaining columns, as in the reference
+        implementation (``g_idx = i // group_size``); e.g. 576 inputs in groups of 128 are
+        four groups of 128 and one of 64. Without it such a group size is an error.
+
+    Returns
+    -------
+    GPTQResult
+        ``weight`` float64 (out, in) dequantized, equal to ``(codes - zeros[:, g_idx]) *
+        scales[:, g_idx]`` elementwise; ``codes`` int64 (out, in); ``scales`` float64 and
+        ``zeros`` int64 (out, G) with ``G = ceil(in / group_size)`` (1 without groups); ``perm``
+        int64 (in,), the quantization order; ``g_idx`` int32 (in,), ``g_idx[perm[i]] = i //
+        group_size``. For bits=4, asymmetric, ``codes.T``, ``scales.T``, ``zeros.T`` and
+        ``g_idx`` are :class:`numfmt.packing.GPTQWeight`'s (K, N)-oriented fields unchanged
+        (scales stored in float16 there). Symmetric codes are signed; the unsigned layout
+        holds them as ``codes + 2^(b-1)`` with zero point ``2^(b-1)``.
+
+    Raises
+    ------
+    TypeError
+        If an array is not real-valued, an integer argument is not an integer, or
+        ``symmetric``/``act_order`` is not a bool.
+    ValueError
+        If ``weight`` is not 2-D, empty or non-finite; ``hessian`` is not (in, in), not
+        symmetric, non-finite or has a negative diagonal; ``bits`` is outside [2, 16];
+        ``group_size`` does not divide ``in`` (without ``partial_last_group``); ``damp`` is
+        negative or not finite; ``block_size`` is not positive; or the dampened Hessian is not
+        positive definite.
+
+    Notes
+    -----
+    As the reference implementation: inputs with ``H_ii = 0`` (never active) get ``H_ii = 1``
+    and a zero weight column; the per-row scales without groups are computed before that.
+    Unlike the reference, a group that starts inside a lazy batch takes its scale from the
+    fully updated weights (the reference reads them before the batch's own updates), so that
+    every ``block_size`` gives the same result.
+    """
+    w = as_matrix(weight, "weight").copy()                 # (out, in)
+    rows, cols = w.shape
+    h = _check_hessian(hessian, cols)
+    qmin, qmax = int_range(bits, symmetric=check_bool(symmetric, "symmetric"))
+    act_order = check_bool(act_order, "act_order")
+    group = _check_group(cols, group_size, partial_last_group)
+    damp = check_real_scalar(damp, "damp")
+    if not (np.isfinite(damp) and damp >= 0):
+        raise ValueError(f"damp must be a finite number >= 0, got {damp!r}")
+    block_size = check_positive_int(block_size, "block_size")
+
+    if group_size is None:                                 # scales from the original rows
+        _, _, row_scale, row_zero = quantize_int(w, bits, symmetric, "channel")
+
+    dead = np.diag(h) == 0
+    h[dead, dead] = 1.0
+    w[:, dead] = 0.0
+    perm = act_order_permutation(np.diag(h)) if act_order else np.arange(cols)
+    w = w[:, perm]
+    h = h[np.ix_(perm, perm)]
+    h[np.diag_indices(cols)] += damp * np.mean(np.diag(h))
+    u = _inverse_cholesky_upper(h)                         # (in, in) upper
+
+    n_groups = -(-cols // group)
+    scales = np.empty((rows, n_groups))
+    zeros = np.empty((rows, n_groups), np.int64)
+    # Work on W^T (in, out): a column of W is then a contiguous row, and the rank-1 updates
+    # run over contiguous memory.
+    wt = np.ascontiguousarray(w.T)                         # (in, out)
+    codes = np.empty((cols, rows))
+    deq = np.empty((cols, rows))
+    err = np.empty((cols, rows))
+    for i1 in range(0, cols, block_size):
+        i2 = min(i1 + block_size, cols)
+        w1 = wt[i1:i2]                                     # (B, out) view: the current block
+        u1 = u[i1:i2, i1:i2]
+        for i in range(i2 - i1):
+            j = i1 + i
+            if j % group == 0:
+                if group_size is None:
+                    s, z = row_scale[:, 0], row_zero[:, 0]
+                else:
+                    s, z = _group_params(wt, err, u, i1, i2, j, group, bits, symmetric)
+                scales[:, j // group], zeros[:, j // group] = s, z
+            # numfmt.quantize_int's steps, in its order, so a diagonal H reproduces RTN bits
+            q = codes[j]
+            np.divide(w1[i], s, out=q)
+            np.rint(q, out=q)
+            q += z
+            np.clip(q, qmin, qmax, out=q)
+            d = deq[j]
+            np.subtract(q, z, out=d)
+            d *= s
+            e = err[j]
+            np.subtract(w1[i], d, out=e)
+            e /= u1[i, i]
+            if i + 1 < i2 - i1:
+                w1[i + 1:] -= u1[i, i + 1:, None] * e[None, :]
+        if i2 < cols:
+            wt[i2:] -= u[i1:i2, i2:].T @ err[i1:i2]
+    codes, deq = codes.T.astype(np.int64), deq.T
+    inv = np.argsort(perm)
+    return GPTQResult(deq[:, inv], codes[:, inv], scales, zeros, perm.astype(np.int64),
+                      _group_index(perm, group))
+
+
+def rtn(weight, bits: int = 4, group_size: int | None = None, symmetric: bool = True,
+        partial_last_group: bool = False) -> GPTQResult:
+    """Round-to-nearest on GPTQ's grid and grouping: the baseline GPTQ is measured against.
+
+    Exactly :func:`numfmt.quantize_int` per row (``group_size=None``) or per group of
+    consecutive columns, each group as ``quantize_int(..., granularity="channel")`` on its
+    columns, so that a last group of fewer columns (``partial_last_group``) is allowed. Equal
+    to :func:`gptq` with a diagonal Hessian and no act-order, bit for bit.
+
+    Parameters
+    ----------
+    weight : array_like of float, shape (out, in), finite
+    bits, group_size, symmetric, partial_last_group
+        As :func:`gptq`.
+
+    Returns
+    -------
+    GPTQResult
+        As :func:`gptq`, with ``perm = arange(in)``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`gptq` for these arguments.
+    """
+    w = as_matrix(weight, "weight")
+    rows, cols = w.shape
+    int_range(bits, symmetric=check_bool(symmetric, "symmetric"))
+    group = _check_group(cols, group_size, partial_last_group)
+    deq, codes = np.empty_like(w), np.empty(w.shape, np.int64)
+    scales, zeros = [], []
+    if group_size is None:
+        deq, codes, s, z = quantize_int(w, bits, symmetric, "channel")
+        scales, zeros = [s], [z]
+    else:
+        full = cols // group * group
+        if full:
+            q = quantize_int(w[:, :full], bits, symmetric, "group", group)
+            deq[:, :full], codes[:, :full] = q.values, q.codes
+            scales.append(q.scale[..., 0])
+            zeros.append(q.zero_point[..., 0])
+        if full < cols:
+            q = quantize_int(w[:, full:], bits, symmetric, "channel")
+            deq[:, full:], codes[:, full:] = q.values, q.codes
+            scales.append(q.scale)
+            zeros.append(q.zero_point)
+    perm = np.arange(cols)
+    return GPTQResult(deq, codes, np.concatenate(scales, axis=1),
+                      np.concatenate(zeros, axis=1), perm, _group_index(perm, group))
+
+
+def _group_params(wt, err, u, i1, i2, j, group, bits, symmetric):
+    """Scale and zero point (out,) of the group starting at column j of block [i1, i2), from
+    the weights as a column-at-a-time GPTQ would hold them now: the block's rows of ``wt``
+    (in, out) are current; the rows beyond the block still owe the block's errors so far."""
+    cur = wt[j:min(j + group, i2)]
+    if j + group > i2 and i2 < wt.shape[0]:
+        rest = wt[i2:j + group] - u[i1:j, i2:j + group].T @ err[i1:j]
+        cur = np.concatenate([cur, rest])
+    _, _, s, z = quantize_int(cur.T, bits, symmetric, "channel")
+    return s[:, 0], z[:, 0]

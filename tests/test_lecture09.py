@@ -1,0 +1,241 @@
+"""Every quantitative claim lecture 09 prints, computed by its own demo functions and asserted.
+
+Demo 1's errors are recomputed here by hand (INT4 per row, symmetric, from intquant's
+definition) and its per-channel error shares through a second formula; the real-model demos
+(marked slow; they need the model package) are checked against the orderings the lecture
+states, and GPTQ's first layer against numfmt.ptq.gptq fed with the harness's own Hessian.
+"""
+
+import contextlib
+import importlib
+import io
+
+import numpy as np
+import pytest
+
+from console import display_width
+from numfmt.ptq import gptq, hessian
+
+L = importlib.import_module("lectures.09_ptq_algorithms")
+
+
+def printed(show, *args) -> str:
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        show(*args)
+    return buf.getvalue()
+
+
+def assert_fits(text: str) -> None:
+    assert all(display_width(line) <= 100 for line in text.splitlines())
+
+
+# ------------------------------------------------------------------------------- demo 1
+@pytest.fixture(scope="module")
+def d1():
+    return L.demo1_output_error()
+
+
+def int4_per_row(w):
+    s = np.abs(w).max(axis=1, keepdims=True) / 7
+    return np.clip(np.rint(w / s), -7, 7) * s
+
+
+def test_demo1_rtn_errors_by_hand(d1):
+    d = L.synthetic_layer(0)
+    w, xe, xc = d["w"], d["x_eval"], d["x_calib"]
+    q = int4_per_row(w)
+    name, werr, ocal, oev = d1.rows[0]
+    assert name.startswith("RTN")
+    np.testing.assert_allclose(werr, np.linalg.norm(q - w) / np.linalg.norm(w), rtol=1e-12)
+    np.testing.assert_allclose(oev, np.linalg.norm(xe @ (q - w).T) / np.linalg.norm(xe @ w.T),
+                               rtol=1e-12)
+    np.testing.assert_allclose(ocal, np.linalg.norm(xc @ (q - w).T) / np.linalg.norm(xc @ w.T),
+                               rtol=1e-12)
+
+
+def test_demo1_trace_identity(d1):
+    # both sides sum the same ~3e5 products in another order: float64 agrees to ~n * 2^-53
+    assert d1.identity["rel_diff"] < 1e-10
+    d = L.synthetic_layer(0)
+    e = int4_per_row(d["w"]) - d["w"]
+    np.testing.assert_allclose(d1.identity["direct"],
+                               np.linalg.norm(d["x_eval"] @ e.T) ** 2 / len(d["x_eval"]),
+                               rtol=1e-12)
+
+
+def test_demo1_outlier_share_second_formula(d1):
+    d = L.synthetic_layer(0)
+    x, e = d["x_eval"], int4_per_row(d["w"]) - d["w"]
+    # channel j's share of mean ||E x||^2 = mean_t x_tj * (E^T E x_t)_j
+    per = np.mean(x * ((x @ e.T) @ e), axis=0)
+    np.testing.assert_allclose(d1.outlier_share, per[d["outliers"]].sum() / per.sum(), rtol=1e-10)
+    assert d1.outlier_share > 0.5            # printed: the 8 channels carry most of the error
+    assert d1.outlier_count == 8
+
+
+def test_demo1_gptq_cuts_output_error_while_weight_error_rises(d1):
+    rtn_w, rtn_o = d1.errors["RTN (round to nearest)"]
+    for method in ("GPTQ", "GPTQ, act-order"):
+        g_w, g_o = d1.errors[method]
+        assert g_o < 0.5 * rtn_o and g_w > rtn_w
+    # the issue's hand measurement on such a layer: ~27 % -> ~10 %
+    assert 0.25 < rtn_o < 0.30 and 0.08 < d1.errors["GPTQ"][1] < 0.12
+
+
+def test_demo1_iid_inputs(d1):
+    rtn, g1k, g8k = d1.iid_rows
+    assert g1k[2] < rtn[2]                   # fits its calibration tokens
+    assert g1k[3] > rtn[3] and g8k[3] > rtn[3]   # but not the held-out ones
+    assert g8k[3] < g1k[3]                   # more tokens, less overfitting
+
+
+def test_demo1_gptq_row_is_numfmt_gptq(d1):
+    d = L.synthetic_layer(0)
+    g = gptq(d["w"], hessian(d["x_calib"]), 4).weight
+    assert d1.rows[1][3] == L.output_error(g, d["w"], d["x_eval"])
+
+
+def test_synthetic_lecture_output_is_deterministic_and_fits():
+    outs = []
+    for _ in range(2):
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            L.main(["--synthetic"])
+        outs.append(buf.getvalue())
+    assert outs[0] == outs[1]
+    assert_fits(outs[0])
+    assert "Demo 1" in outs[0] and "Demo 2" not in outs[0]
+
+
+def test_hadamard_factors_are_the_kronecker_form():
+    from numfmt.ptq import hadamard
+    torch = pytest.importorskip("torch")
+    for n, (p, q) in L.HADAMARD_FACTORS.items():
+        np.testing.assert_array_equal(hadamard(n, False),
+                                      np.kron(hadamard(p, False), hadamard(q, False)))
+        x = torch.randn(3, n, dtype=torch.float64)
+        np.testing.assert_allclose(L.rotate(x, n).numpy(), x.numpy() @ hadamard(n), atol=1e-12)
+        np.testing.assert_allclose(L.rotate(x, n, transpose=True).numpy(),
+                                   x.numpy() @ hadamard(n).T, atol=1e-12)
+
+
+# ------------------------------------------------------------------------ the real model
+@pytest.fixture(scope="module")
+def model(checkpoint):
+    """Lecture 09's model bundle around conftest's once-per-session checkpoint (or its skip)."""
+    return L.load_model(checkpoint)
+
+
+@pytest.fixture(scope="module")
+def d2(model):
+    return L.demo2_gptq(model)
+
+
+@pytest.fixture(scope="module")
+def d3(model, d2):
+    return L.demo3_awq(model, d2)
+
+
+@pytest.fixture(scope="module")
+def d4(model):
+    return L.demo4_activations(model)
+
+
+@pytest.fixture(scope="module")
+def d5(model):
+    return L.demo5_calibration(model)
+
+
+@pytest.mark.slow
+def test_demo2_gptq_beats_rtn_more_at_three_bits(d2):
+    gains = {}
+    for bits, group in L.GPTQ_SETTINGS:
+        rtn = d2.ppl[("RTN", bits, group)]
+        # the issue's probe (act-order, float-model Hessians): 20.3 -> 17.4, 78.1 -> 42.8,
+        # 31.7 -> 24.1; sequential calibration must not lose that
+        assert d2.ppl[("GPTQ-act", bits, group)] < rtn
+        gains[(bits, group)] = rtn - d2.ppl[("GPTQ-act", bits, group)]
+    assert gains[(3, 128)] > gains[(4, 128)]       # printed: the gain is largest at 3 bits
+    assert max(gains, key=gains.get)[0] == 3
+    c = L.gptq_counts(d2)
+    assert c["act"] == len(L.GPTQ_SETTINGS)
+    assert c["plain"] == sum(d2.ppl[("GPTQ", b, g)] < d2.ppl[("RTN", b, g)]
+                             for b, g in L.GPTQ_SETTINGS)
+    assert all(d2.ppl[k] > d2.reference for k in d2.ppl)
+    assert_fits(printed(L.show_demo2, d2))
+
+
+@pytest.mark.slow
+def test_demo2_first_layer_is_gptq_on_the_harness_hessian(model, d2):
+    # Layer 0 sees the float model's inputs in any calibration, so its GPTQ weights must be
+    # numfmt.ptq.gptq on the Hessian the harness accumulates (2 * sum x x^T / n): equal but
+    # for rounding flips where the two float64 sums of 2048 terms differ in the last bits.
+    llm = importlib.import_module("lectures.llm")
+    names = ["model.layers.0.self_attn.q_proj", "model.layers.0.mlp.down_proj"]
+    caps = llm.capture_linear_inputs(model.ck.model, model.calib_windows, names, hessian=True)
+    w = L.float_weights(model)
+    for n in names:
+        h = 2 * caps[n].hessian / caps[n].n_tokens
+        if n.endswith("q_proj"):   # q, k, v were quantized as one stacked matrix
+            stacked = np.concatenate([w[n.replace("q_proj", k)] for k in ("q_proj", "k_proj",
+                                                                           "v_proj")])
+            expect = gptq(stacked, h, 4, 128, False, True, partial_last_group=True).weight
+            expect = expect[:w[n].shape[0]]
+        else:
+            expect = gptq(w[n], h, 4, 128, False, True, partial_last_group=True).weight
+        got = d2.weights[("GPTQ-act", 4, 128)][n]
+        assert np.mean(np.isclose(got, expect, rtol=1e-9, atol=0)) > 0.999
+
+
+@pytest.mark.slow
+def test_demo3_awq_beats_rtn(d3):
+    for s, rtn, awq, _ in d3.rows:
+        assert awq < rtn, s
+    for al in d3.alphas.values():
+        assert all(0.0 <= a < 1.0 for a in al) and len(al) == 4 * 30
+    assert_fits(printed(L.show_demo3, d3))
+
+
+@pytest.mark.slow
+def test_demo4_claims(model, d4):
+    assert min(v for a, v in d4.smooth_ppl.items() if a is not None) < d4.smooth_ppl[None]
+    assert d4.rotation_ppl[True] < d4.rotation_ppl[False]
+    o = d4.outlier
+    assert o["after_max"] < o["before_max"]
+    assert o["after_max"] / o["after_median"] < o["before_max"] / o["before_median"]
+    for name, share, err, plain in d4.int8_rows:
+        if share > 0:
+            assert err < plain, name           # printed as "n of n"
+        else:                                  # no float channel: plain INT8 exactly
+            assert err == plain, name
+        assert 0.0 <= share < 0.5              # measured: at most 23% (layer 29 down_proj)
+    # the share of float channels, recomputed from the harness's own absmax
+    llm = importlib.import_module("lectures.llm")
+    caps = llm.capture_linear_inputs(model.ck.model, model.calib_windows)
+    over = sum(int((c.absmax > 6.0).sum()) for c in caps.values())
+    total = sum(c.absmax.size for c in caps.values())
+    assert d4.int8_float_share == over / total
+    assert_fits(printed(L.show_demo4, d4))
+
+
+@pytest.mark.slow
+def test_demo5_claims(d5):
+    static = {k: d5.ppl[k] for k in L.CALIBRATORS}
+    # printed: the calibrator that clips hardest is the worst (massive activations are signal)
+    hardest = min(d5.clip_ratio, key=d5.clip_ratio.get)
+    assert max(static, key=static.get) == hardest
+    assert d5.tokens == 512
+    assert d5.clip_ratio["min-max"] == 1.0
+    assert all(0.0 < r <= 1.0 for r in d5.clip_ratio.values())
+    assert_fits(printed(L.show_demo5, d5))
+
+
+@pytest.mark.slow
+def test_demo6_summary(model, d2, d3):
+    rows = L.demo6_summary(model, d2, d3)
+    assert len(rows) == 1 + 4 * len(L.GPTQ_SETTINGS)
+    # bits per weight by hand: 4 + 20 / 128 on 1536-input linears, 4 groups + 1 of 64 on 576
+    bpw = float(next(r for r in rows if r[0] == "RTN INT4 g128")[1])
+    assert 4 + 20 / 128 < bpw < 4 + 5 * 20 / 576
+    assert_fits(printed(L.show_demo6, rows))
