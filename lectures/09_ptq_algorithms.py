@@ -751,9 +751,9 @@ def demo6_summary(m: Model, g: GPTQRealResult, a: AWQRealResult) -> list:
     """Method × bits -> perplexity, bits per weight and what calibration costs."""
     n = m.calib_windows.size
     cost = {"RTN": "none",
-            "AWQ": f"{AWQ_TOKENS} tokens, α grid of {AWQ_GRID} + clip grid of {AWQ_GRID // 2}",
-            "GPTQ": f"{n} tokens, Hessian + Cholesky per group, sequential",
-            "GPTQ-act": f"{n} tokens, as GPTQ, columns sorted by diag H"}
+            "AWQ": f"{AWQ_TOKENS} tokens, {AWQ_GRID} α × {AWQ_GRID // 2} clips",
+            "GPTQ": f"{n} tokens, Hessians, sequential",
+            "GPTQ-act": f"{n} tokens, as GPTQ, by diag H"}
     rows = [["float32 (reference)", "32", f"{m.reference_ppl:.2f}", "—"]]
     for bits, group in GPTQ_SETTINGS:
         for method in ("RTN", "AWQ", "GPTQ", "GPTQ-act"):
