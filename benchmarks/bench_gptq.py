@@ -13,14 +13,13 @@ Run:  python benchmarks/bench_gptq.py [--repeat 5]
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
 from console import print_header, print_table
 from numfmt.ptq import gptq, hessian, rtn
+from timing import median_seconds  # noqa: E402
 
 SHAPE = (576, 1536)
 
@@ -32,13 +31,6 @@ def problem(seed: int = 0):
     return rng.standard_t(5, SHAPE) * 0.02, hessian(x)
 
 
-def median_time(f, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        f()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -54,9 +46,9 @@ def main() -> None:
         same = lazy.codes == plain.codes
         rel = float(np.max(np.abs(lazy.weight - plain.weight)[same]
                            / np.maximum(np.abs(plain.weight[same]), 1e-300)))
-        t_lazy = median_time(lambda: gptq(w, h, block_size=128, **args), repeat)
-        t_plain = median_time(lambda: gptq(w, h, block_size=1, **args), repeat)
-        t_rtn = median_time(lambda: rtn(w, 4, 128, symmetric=False), repeat)
+        t_lazy = median_seconds(lambda: gptq(w, h, block_size=128, **args), repeat, False)
+        t_plain = median_seconds(lambda: gptq(w, h, block_size=1, **args), repeat, False)
+        t_rtn = median_seconds(lambda: rtn(w, 4, 128, symmetric=False), repeat, warmup=False)
     print_header(f"GPTQ on a {SHAPE[0]} x {SHAPE[1]} layer, INT4 g128, act-order")
     print(f"lazy batches and column-at-a-time: the same code for {agree * 100:.3f}% of the "
           f"weights;\nwhere equal, the weights differ by at most {rel:.1e} relative (scales from "

@@ -18,30 +18,19 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
 from console import print_header, print_table
+from timing import median_seconds  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def seconds(fn, repeat: int) -> float:
-    """Median wall time of ``repeat`` calls (after one warm-up call when repeat > 1)."""
-    if repeat > 1:
-        fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def load_avg() -> str:
@@ -64,28 +53,30 @@ def main(argv=None) -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         os.environ[llm.checkpoint.CACHE_ENV] = tmp
-        cold = seconds(lambda: llm.load_checkpoint(device="cpu"), 1)
-        warm = seconds(lambda: llm.load_checkpoint(device="cpu"), args.repeat)
+        cold = median_seconds(lambda: llm.load_checkpoint(device="cpu"), 1, warmup=False)
+        warm = median_seconds(lambda: llm.load_checkpoint(device="cpu"), args.repeat,
+                              warmup=args.repeat > 1)
         ck = llm.load_checkpoint(device="cpu")
     del os.environ[llm.checkpoint.CACHE_ENV]
     rows.append(["load: GGUF (cold) / safetensors cache (warm)", f"{cold:.1f} s",
                  f"{warm:.1f} s", f"{cold / warm:.1f}x"])
 
     windows = llm.eval_windows(llm.corpus_tokens(ck.tokenizer), 4, 512)
-    ppl = seconds(lambda: llm.perplexity(ck.model, windows), args.repeat)
+    ppl = median_seconds(lambda: llm.perplexity(ck.model, windows), args.repeat,
+                         warmup=args.repeat > 1)
     n_weights = sum(m.weight.numel() for m in llm.decoder_linears(ck.model).values())
     x = torch.randn(windows.size, 576)
     w = torch.randn(n_weights // 576, 576)
-    floor = seconds(lambda: x @ w.T, args.repeat)
+    floor = median_seconds(lambda: x @ w.T, args.repeat, warmup=args.repeat > 1)
     rows.append([f"perplexity of {windows.size} tokens / one matmul of the linears' flops",
                  f"{ppl:.1f} s", f"{floor:.1f} s", f"{ppl / floor:.1f}x"])
 
     lin = list(llm.decoder_linears(ck.model).values())
     weights = [m.weight.detach() for m in lin]
-    np_time = seconds(lambda: [numfmt.quantize_int(t.numpy(), 4, True, "group", 32)
-                               for t in weights], args.repeat)
-    t_time = seconds(lambda: [nt.quantize_int(t, 4, True, "group", 32) for t in weights[:21]],
-                     1) * len(weights) / 21
+    np_time = median_seconds(lambda: [numfmt.quantize_int(t.numpy(), 4, True, "group", 32)
+                                      for t in weights], args.repeat, warmup=args.repeat > 1)
+    t_time = median_seconds(lambda: [nt.quantize_int(t, 4, True, "group", 32)
+                                     for t in weights[:21]], 1, warmup=False) * len(weights) / 21
     rows.append([f"INT4 g32 on all {len(weights)} linears: numfmt.torch (CPU, 1/10 of them "
                  "timed) / numfmt", f"{t_time:.1f} s", f"{np_time:.1f} s",
                  f"{t_time / np_time:.1f}x"])
@@ -97,8 +88,8 @@ def main(argv=None) -> None:
         def run(*a):
             subprocess.run([sys.executable, script, *a], check=True, env=env,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        quick = seconds(lambda: run("--quick"), 1)
-        full = seconds(lambda: run(), 1)
+        quick = median_seconds(lambda: run("--quick"), 1, warmup=False)
+        full = median_seconds(lambda: run(), 1, warmup=False)
         rows.append(["lecture 08: full / --quick (warm cache)", f"{full:.0f} s", f"{quick:.0f} s",
                      f"{full / quick:.1f}x"])
         rows.append(["lecture 08 full / one perplexity", f"{full:.0f} s", f"{ppl:.1f} s",

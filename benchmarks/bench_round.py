@@ -11,10 +11,8 @@ Run:  python benchmarks/bench_round.py [--n 4194304] [--repeat 7]
 from __future__ import annotations
 
 import argparse
-import statistics
 import subprocess
 import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -23,6 +21,7 @@ import numpy as np
 
 from console import print_header, print_table
 from numfmt import BF16, E8M0, FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E5M2, FP16
+from timing import median_seconds  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIRS = [(FP8_E4M3, ml_dtypes.float8_e4m3fn), (FP8_E5M2, ml_dtypes.float8_e5m2),
@@ -31,14 +30,6 @@ PAIRS = [(FP8_E4M3, ml_dtypes.float8_e4m3fn), (FP8_E5M2, ml_dtypes.float8_e5m2),
          (FP16, np.float16), (BF16, ml_dtypes.bfloat16)]
 
 
-def median_seconds(fn, repeat: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def test_values(fmt, n: int) -> np.ndarray:
