@@ -20,6 +20,8 @@ from typing import Sequence, TextIO
 
 from wcwidth import wcswidth, wcwidth
 
+from console.i18n import Domain, set_language
+
 __all__ = [
     "OBSERVATIONS_WIDTH", "display_width", "is_numeric", "use_color",
     "format_title", "format_header", "format_table", "format_observations",
@@ -28,6 +30,8 @@ __all__ = [
 
 HEADER_WIDTH = 72
 OBSERVATIONS_WIDTH = 100
+
+_ = Domain("console", os.path.join(os.path.dirname(__file__), "locale")).gettext
 
 _BOLD, _CYAN, _RESET = "\x1b[1m", "\x1b[36m", "\x1b[0m"
 
@@ -271,35 +275,58 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]], *,
     return "\n".join(out)
 
 
+# Chinese and Japanese text has no spaces: a line may break between any two wide characters,
+# except before closing punctuation or after opening punctuation (the line-breaking rules of
+# W3C, "Requirements for Chinese Text Layout", section 3.1.7).
+_NO_LINE_START = set("，。、；：！？）】》」』”’％,.;:!?)%")
+_NO_LINE_END = set("（【《「『“‘(")
+
+
+def _segments(word: str) -> list[str]:
+    """Split one space-free word where a line may break inside it (next to wide characters)."""
+    parts, start = [], 0
+    for i in range(1, len(word)):
+        a, b = word[i - 1], word[i]
+        if ((wcwidth(a) == 2 or wcwidth(b) == 2) and b not in _NO_LINE_START
+                and a not in _NO_LINE_END):
+            parts.append(word[start:i])
+            start = i
+    parts.append(word[start:])
+    return parts
+
+
 def _wrap(text: str, width: int) -> list[str]:
-    """Greedy word wrap to `width` display columns; words wider than a line are split
-    between characters (which also lets CJK text without spaces wrap)."""
+    """Greedy wrap to `width` display columns: at spaces, and between wide (CJK) characters
+    where the line-breaking rules allow; a piece wider than a line is split between
+    characters."""
     lines: list[str] = []
     cur, cur_w = "", 0
     for word in text.split():
-        w = display_width(word)
-        if cur and cur_w + 1 + w <= width:
-            cur, cur_w = f"{cur} {word}", cur_w + 1 + w
-            continue
-        if cur and w <= width:
-            lines.append(cur)
-            cur, cur_w = word, w
-            continue
-        if cur:  # an over-long word: fill the rest of this line first
-            cur, cur_w = cur + " ", cur_w + 1
-        for ch in word:
-            cw = wcwidth(ch)
-            # zero-width characters (combining marks) always stay with their base
-            if cw > 0 and cur_w + cw > width and cur.strip():
-                lines.append(cur.rstrip())
-                cur, cur_w = "", 0
-            cur, cur_w = cur + ch, cur_w + max(cw, 0)
+        for k, piece in enumerate(_segments(word)):
+            sep = " " if k == 0 and cur else ""
+            w = display_width(piece)
+            if cur and cur_w + len(sep) + w <= width:
+                cur, cur_w = cur + sep + piece, cur_w + len(sep) + w
+                continue
+            if cur and w <= width:
+                lines.append(cur)
+                cur, cur_w = piece, w
+                continue
+            if cur:  # an over-long piece: fill the rest of this line first
+                cur, cur_w = cur + sep, cur_w + len(sep)
+            for ch in piece:
+                cw = wcwidth(ch)
+                # zero-width characters (combining marks) always stay with their base
+                if cw > 0 and cur_w + cw > width and cur.strip():
+                    lines.append(cur.rstrip())
+                    cur, cur_w = "", 0
+                cur, cur_w = cur + ch, cur_w + max(cw, 0)
     if cur:
         lines.append(cur)
     return lines
 
 
-def format_observations(lines: Sequence[str], *, title: str = "What to notice",
+def format_observations(lines: Sequence[str], *, title: str | None = None,
                         width: int = OBSERVATIONS_WIDTH, color: bool = False) -> str:
     """Return a titled, numbered list of observations wrapped to `width` columns.
 
@@ -309,7 +336,8 @@ def format_observations(lines: Sequence[str], *, title: str = "What to notice",
         The observations, one per item. Whitespace inside an item (newlines included)
         is collapsed to single spaces before wrapping.
     title : str, optional
-        The heading, followed by a colon. Default ``"What to notice"``.
+        The heading, followed by a colon. Default ``"What to notice"`` in the current
+        language (:mod:`console.i18n`).
     width : int, optional
         Maximum display width of every output line, in columns. Default 100.
     color : bool, optional
@@ -337,7 +365,9 @@ def format_observations(lines: Sequence[str], *, title: str = "What to notice",
     indent = len(f"{len(lines)}. ")
     if width - indent < 2:
         raise ValueError(f"width {width} is too small: need at least {indent + 2} columns")
-    out = [_style(f"{title}:", _BOLD, color)]
+    if title is None:
+        title = _("What to notice")
+    out = [_style(_("{title}:").format(title=title), _BOLD, color)]
     for i, item in enumerate(lines, 1):
         if not isinstance(item, str):
             raise TypeError(f"observation {i - 1} is a {type(item).__name__}, not a str")
@@ -399,7 +429,7 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]], *,
     print(format_table(headers, rows, color=use_color(file)), file=file)
 
 
-def print_observations(lines: Sequence[str], *, title: str = "What to notice",
+def print_observations(lines: Sequence[str], *, title: str | None = None,
                        width: int = OBSERVATIONS_WIDTH, file: TextIO | None = None) -> None:
     """Print `format_observations(lines)` to `file`, styled if `file` is a terminal.
 
@@ -408,7 +438,7 @@ def print_observations(lines: Sequence[str], *, title: str = "What to notice",
     lines : sequence of str
         The observations.
     title : str, optional
-        The heading. Default ``"What to notice"``.
+        The heading. Default ``"What to notice"`` in the current language.
     width : int, optional
         Maximum display width of a line, in columns. Default 100.
     file : file-like, optional
@@ -429,7 +459,13 @@ def print_observations(lines: Sequence[str], *, title: str = "What to notice",
 
 
 def run_lecture(main) -> None:
-    """Call a lecture's ``main()``, ending quietly if the reader closes the pipe early.
+    """Call a lecture's ``main()``, in the language asked for, ending quietly if the reader
+    closes the pipe early.
+
+    ``--lang LANG`` (``en`` or ``zh``) anywhere on the command line chooses the language of
+    the lecture's text (:func:`console.i18n.set_language`) and is removed from ``sys.argv``
+    before ``main`` runs, so a lecture's own options parse as before. Without it the
+    environment decides (``LANGUAGE``, ``LC_ALL``, ``LC_MESSAGES``, ``LANG``).
 
     ``python lectures/05_quantization_basics.py | head`` closes stdout after ten lines; Python
     would then print a BrokenPipeError traceback. This sends the rest of the output to
@@ -439,6 +475,16 @@ def run_lecture(main) -> None:
     ----------
     main : callable taking no arguments
     """
+    import argparse
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--lang")
+    args, rest = parser.parse_known_args(sys.argv[1:])
+    if args.lang is not None:
+        try:
+            set_language(args.lang)
+        except ValueError as err:
+            sys.exit(f"{os.path.basename(sys.argv[0])}: --lang: {err}")
+    sys.argv[1:] = rest
     try:
         main()
         sys.stdout.flush()

@@ -1,0 +1,206 @@
+"""The Chinese lectures: language choice, complete catalogs, and zh output that prints exactly
+the numbers of the English output, fits 100 columns and is the same bytes run to run.
+
+Lectures 08 and 09 need the real model: their en/zh comparisons render the demos' results
+computed once by the session fixtures (tests/test_lecture08.py, tests/test_lecture09.py).
+"""
+
+from __future__ import annotations
+
+import gettext
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from console import format_observations
+from console.i18n import (Domain, current_language, language, resolve_language,
+                          set_language)
+from lectures import i18n
+from text_checks import english_runs, layout_problems, number_differences
+
+ROOT = Path(__file__).resolve().parent.parent
+LANG_VARS = ("LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG")
+
+
+# --- choosing the language ------------------------------------------------------------------
+@pytest.mark.parametrize("tag, want", [
+    ("zh", "zh_CN"), ("zh_CN", "zh_CN"), ("zh_CN.UTF-8", "zh_CN"), ("zh-Hans", "zh_CN"),
+    ("zh_TW.UTF-8", "zh_CN"), ("ZH", "zh_CN"), ("en", "en"), ("en_US.UTF-8", "en"),
+    ("C", "en"), ("C.UTF-8", "en"), ("POSIX", "en"), ("fr_FR:zh_CN", "zh_CN"),
+    ("de_DE:en_GB:zh", "en"), ("fr", None), ("", None), (None, None),
+])
+def test_resolve_language(tag, want):
+    assert resolve_language(tag) == want
+
+
+@pytest.mark.parametrize("env, want", [
+    ({}, "en"), ({"LANG": "zh_CN.UTF-8"}, "zh_CN"), ({"LANG": "C.UTF-8"}, "en"),
+    ({"LANG": "fr_FR.UTF-8"}, "en"),
+    ({"LANG": "en_US.UTF-8", "LC_MESSAGES": "zh_CN.UTF-8"}, "zh_CN"),
+    ({"LANG": "zh_CN.UTF-8", "LC_ALL": "C"}, "en"),
+    ({"LC_ALL": "C", "LANGUAGE": "zh_CN"}, "zh_CN"),       # Python's gettext.find order
+    ({"LANG": "zh_CN.UTF-8", "LANGUAGE": ""}, "zh_CN"),    # empty counts as unset
+])
+def test_language_from_environment(monkeypatch, env, want):
+    for var in LANG_VARS:
+        monkeypatch.delenv(var, raising=False)
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    assert current_language() == want
+
+
+def test_set_language_overrides_environment_and_restores(monkeypatch):
+    monkeypatch.setenv("LANG", "zh_CN.UTF-8")
+    with language("en"):
+        assert current_language() == "en"
+        with language("zh"):
+            assert current_language() == "zh_CN"
+        assert current_language() == "en"
+    assert current_language() == "zh_CN"
+
+
+@pytest.mark.parametrize("bad, err", [("fr", ValueError), ("klingon", ValueError),
+                                      (5, TypeError), (b"zh", TypeError)])
+def test_set_language_refuses(bad, err):
+    with pytest.raises(err, match="language"):
+        set_language(bad)
+    assert set_language(None) in ("en", "zh_CN")
+
+
+def test_lang_option_errors_name_the_option():
+    r = subprocess.run([sys.executable, "lectures/03_scaling.py", "--lang", "fr"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "--lang" in r.stderr and "'fr'" in r.stderr
+    assert r.stdout == ""
+
+
+def test_console_heading_follows_language():
+    with language("en"):
+        assert format_observations(["x"]).splitlines()[0] == "What to notice:"
+    with language("zh"):
+        assert format_observations(["x"]).splitlines()[0] == "值得注意："
+        assert format_observations(["x"], title="Own").splitlines()[0] == "Own："
+
+
+# --- the catalogs -----------------------------------------------------------------------------
+def test_domains_cover_every_lecture():
+    lectures = sorted(p.name[:2] for p in (ROOT / "lectures").glob("[0-9][0-9]_*.py"))
+    assert [f"lecture{n}" for n in lectures] == [d for d in i18n.DOMAINS if d[:7] == "lecture"]
+    for name in i18n.DOMAINS:
+        assert i18n.source_files(name), name
+
+
+@pytest.mark.parametrize("name", list(i18n.DOMAINS))
+def test_catalog_complete(name):
+    """Every marked message is translated (not fuzzy), none is obsolete, and each Chinese
+    text has exactly the English text's {fields} and format specs."""
+    assert i18n.check_domain(name, "zh_CN") == []
+
+
+@pytest.mark.parametrize("name", list(i18n.DOMAINS))
+def test_catalog_compiles_with_babel(name, tmp_path):
+    """The .po file compiles to a .mo file (Babel, as ``pybabel compile`` does) that Python's
+    own gettext reads back with every translation."""
+    from babel.messages.mofile import write_mo
+    from babel.messages.pofile import read_po
+    path = i18n.domain(name).catalog_path("zh_CN")
+    if not i18n.extract(name):
+        pytest.skip(f"{name} marks no messages")
+    with open(path, "rb") as f:
+        catalog = read_po(f, locale="zh_CN")
+    assert not [err for _, errs in catalog.check() for err in errs]
+    mo = tmp_path / "zh_CN" / "LC_MESSAGES" / f"{name}.mo"
+    mo.parent.mkdir(parents=True)
+    with open(mo, "wb") as f:
+        write_mo(f, catalog)
+    t = gettext.translation(name, tmp_path, languages=["zh_CN"])
+    for m in catalog:
+        if m.id and not m.pluralizable:
+            assert t.gettext(m.id) == m.string
+
+
+def test_update_is_idempotent(tmp_path, monkeypatch):
+    """``python -m lectures.i18n update`` on a complete catalog rewrites the same bytes."""
+    name = "console"
+    path = i18n.domain(name).catalog_path("zh_CN")
+    before = path.read_bytes()
+    copy = tmp_path / "zh_CN" / "LC_MESSAGES" / f"{name}.po"
+    copy.parent.mkdir(parents=True)
+    copy.write_bytes(before)
+    monkeypatch.setitem(i18n._domains, name, Domain(name, tmp_path))
+    i18n.update_domain(name, "zh_CN")
+    assert copy.read_bytes() == before
+
+
+def test_missing_catalog_falls_back_to_english(tmp_path):
+    d = Domain("nothing", tmp_path)
+    with language("zh"):
+        assert d.gettext("What to notice") == "What to notice"
+
+
+def test_fuzzy_and_untranslated_entries_are_not_used(tmp_path):
+    po = tmp_path / "zh_CN" / "LC_MESSAGES" / "demo.po"
+    po.parent.mkdir(parents=True)
+    po.write_text('msgid ""\nmsgstr "Content-Type: text/plain; charset=utf-8\\n"\n\n'
+                  '#, fuzzy\nmsgid "a"\nmsgstr "甲"\n\nmsgid "b"\nmsgstr ""\n\n'
+                  'msgid "c"\nmsgstr "丙"\n', encoding="utf-8")
+    d = Domain("demo", tmp_path)
+    with language("zh"):
+        assert [d.gettext(k) for k in "abc"] == ["a", "b", "丙"]
+
+
+# --- the lectures' output -------------------------------------------------------------------
+FAST_LECTURES = sorted(p.name for p in (ROOT / "lectures").glob("0[1-7]_*.py"))
+
+
+def run_lecture(script: str, args=(), env=None) -> str:
+    clean = {k: v for k, v in os.environ.items() if k not in LANG_VARS}
+    clean.update({"PYTHONIOENCODING": "utf-8", "NO_COLOR": "1", "PYTHONPATH": str(ROOT)},
+                 **(env or {}))
+    r = subprocess.run([sys.executable, f"lectures/{script}", *args], cwd=ROOT, env=clean,
+                       capture_output=True, text=True, encoding="utf-8", timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout
+
+
+@pytest.fixture(scope="module", params=FAST_LECTURES)
+def outputs(request):
+    """One lecture printed three times: English (LANG=C.UTF-8), Chinese by ``--lang zh``,
+    and Chinese by ``LANG=zh_CN.UTF-8``."""
+    script = request.param
+    return (script, run_lecture(script, env={"LANG": "C.UTF-8"}),
+            run_lecture(script, ["--lang", "zh"]),
+            run_lecture(script, env={"LANG": "zh_CN.UTF-8"}))
+
+
+def test_zh_prints_the_english_numbers(outputs):
+    script, en, zh, _ = outputs
+    assert number_differences(en, zh) == [], script
+
+
+def test_zh_is_translated(outputs):
+    script, en, zh, _ = outputs
+    assert zh != en
+    assert english_runs(zh) == [], script
+
+
+def test_zh_layout(outputs):
+    script, en, zh, _ = outputs
+    assert layout_problems(zh) == [], script
+    assert len(zh.splitlines()) > 0.5 * len(en.splitlines())
+
+
+def test_zh_same_bytes_from_flag_and_environment(outputs):
+    """``--lang zh`` and ``LANG=zh_CN.UTF-8`` print the same bytes (two separate runs)."""
+    script, _, zh, zh_env = outputs
+    assert zh == zh_env, script
+
+
+
+@pytest.mark.parametrize("name", [d for d in i18n.DOMAINS if d.startswith("lecture")])
+def test_every_lecture_is_marked_for_translation(name):
+    """Each lecture marks its text (titles, intros, headers, tables, observations)."""
+    assert len(i18n.extract(name)) >= 20, f"{name}: too few messages marked with _()"
