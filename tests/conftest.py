@@ -1,6 +1,17 @@
-"""Shared fixtures: the real model (lectures 08-09), loaded once per test session."""
+"""Shared fixtures: the real model (lectures 08-09), loaded once per test session.
+
+The tests read the lectures' English text, so the session runs in the C locale whatever the
+machine's language (a Chinese LANG would otherwise print the lectures in Chinese); tests of
+the Chinese text choose it explicitly (tests/test_i18n.py).
+"""
+
+import os
 
 import pytest
+
+for _var in ("LANGUAGE", "LC_ALL", "LC_MESSAGES"):
+    os.environ.pop(_var, None)
+os.environ["LANG"] = "C.UTF-8"
 
 
 @pytest.fixture(scope="session")
