@@ -145,7 +145,8 @@ class Lab:
                 stack.enter_context(llm.quantized_inputs(self.model, acts))
             if kv is not None:
                 stack.enter_context(llm.quantized_kv(self.model, *kv))
-            value = llm.perplexity(self.model, self.eval)
+            # all windows in one forward pass: half the CPU time of one at a time
+            value = llm.perplexity(self.model, self.eval, batch_size=len(self.eval))
         if self.progress is not None:
             self.progress.update(1)
         return value

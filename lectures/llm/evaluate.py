@@ -39,10 +39,10 @@ def window_nll(model, windows, batch_size: int = 1) -> np.ndarray:
         for i in range(0, len(ids), batch_size):
             batch = ids[i:i + batch_size].to(device)                     # (B, T)
             logits = model(input_ids=batch, use_cache=False).logits      # (B, T, V) float32
-            logp = torch.log_softmax(logits[:, :-1].double(), dim=-1)    # (B, T-1, V)
-            nll = -logp.gather(-1, batch[:, 1:, None]).squeeze(-1)       # (B, T-1)
-            out.append(nll.mean(dim=1).cpu().numpy())
-    return np.concatenate(out)
+            for row, seq in zip(logits, batch):   # one window at a time: float64 copy small
+                logp = torch.log_softmax(row[:-1].double(), dim=-1)      # (T-1, V)
+                out.append(float(-logp.gather(-1, seq[1:, None]).mean()))
+    return np.array(out, dtype=np.float64)
 
 
 def perplexity(model, windows, batch_size: int = 1) -> float:
