@@ -97,6 +97,8 @@ def update_domain(name: str, lang: str) -> Path:
     created = catalog.creation_date       # kept, so an update without changes changes nothing
     catalog.update(extract(name), no_fuzzy_matching=True)
     catalog.creation_date = catalog.revision_date = created
+    for message in catalog:       # str.format templates, never %-format: Babel flags every
+        message.flags.discard("python-format")    # "5% of" ("% o") as python-format
     path = domain(name).catalog_path(lang)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as f:

@@ -111,6 +111,8 @@ def test_catalog_compiles_with_babel(name, tmp_path):
         pytest.skip(f"{name} marks no messages")
     with open(path, "rb") as f:
         catalog = read_po(f, locale="zh_CN")
+    for m in catalog:   # str.format templates: Babel reads "5% of" as a %-placeholder "% o"
+        m.flags.discard("python-format")
     assert not [err for _, errs in catalog.check() for err in errs]
     mo = tmp_path / "zh_CN" / "LC_MESSAGES" / f"{name}.mo"
     mo.parent.mkdir(parents=True)
