@@ -22,7 +22,8 @@ How to read the output
     Demo 5 uses random int8 codes with a fixed seed, so the output is the same on every run.
 
 Run
-    python lectures/01_number_formats.py      (under 1 s)
+    python lectures/01_number_formats.py              (under 1 s)
+    python lectures/01_number_formats.py --lang zh    (the same lecture in Chinese)
 """
 
 from __future__ import annotations
@@ -32,13 +33,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from console import (OBSERVATIONS_WIDTH, print_header, print_observations, print_table,
-                     print_title, run_lecture)
+from console import (OBSERVATIONS_WIDTH, display_width, print_header, print_observations,
+                     print_table, print_title, run_lecture)
+from console.i18n import N_
+from lectures.i18n import domain
 from numfmt import (BF16, E8M0, FORMATS, FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E4M3FNUZ,
                     FP8_E5M2, FP8_E5M2FNUZ, FP16, FP32, FloatFormat)
 from numfmt.anatomy import (bit_fields, bit_string, max_exact_integer, neighbours,
                             spacing, special_codes)
 from numfmt.rounding import sum_in_format
+
+_ = domain("lecture01").gettext
 
 #: The formats of the anatomy table, widest first.
 TABLE_FORMATS = (FP32, BF16, FP16, FP8_E4M3, FP8_E5M2, FP8_E4M3FNUZ, FP8_E5M2FNUZ, FP6_E2M3,
@@ -48,6 +53,8 @@ GRID_FORMATS = (FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3)
 #: Signed formats, for spacing and overflow.
 SIGNED_FORMATS = tuple(f for f in TABLE_FORMATS if f.signed)
 INT32_MAX = int(np.iinfo(np.int32).max)
+#: What a table cell says where a format has nothing (no special values, no subnormals).
+NONE = N_("none")
 
 
 def pow2(v: float) -> str:
@@ -61,7 +68,7 @@ def specials_text(fmt: FloatFormat) -> str:
     """The special values of ``fmt`` in words, with the number of codes spent on each."""
     n_inf, n_nan = special_codes(fmt)
     parts = ([f"±Inf ({n_inf})"] if n_inf else []) + ([f"NaN ({n_nan:,})"] if n_nan else [])
-    return ", ".join(parts) if parts else "none"
+    return ", ".join(parts) if parts else NONE
 
 
 # ---------------------------------------------------------------------------------------------
@@ -143,48 +150,61 @@ def demo1_format_table(example: float = EXAMPLE_VALUE) -> FormatTable:
 
 
 def show_demo1(r: FormatTable) -> None:
-    print_header("Demo 1: the anatomy of each format (computed from the field widths)")
-    print("Fields and range:")
+    print_header(_("Demo 1: the anatomy of each format (computed from the field widths)"))
+    print(_("Fields and range:"))
     print_table(
-        ["format", "bits", "S+E+M", "bias", "max", "min normal", "min subnormal"],
+        [_("format"), _("bits"), "S+E+M", _("bias"), _("max"), _("min normal"),
+         _("min subnormal")],
         [[d["name"], d["bits"], d["layout"], d["bias"], f"{d['max']:.6g}", pow2(d["min_normal"]),
-          pow2(d["min_subnormal"]) if d["min_subnormal"] else "none"] for d in r.rows])
-    print("\nSpecial values and integers:")
+          pow2(d["min_subnormal"]) if d["min_subnormal"] else _(NONE)] for d in r.rows])
+    print("\n" + _("Special values and integers:"))
     print_table(
-        ["format", "special values (codes)", "all integers up to"],
-        [[d["name"], d["specials"], f"{d['exact_int']:,}" if d["exact_int"] else "n/a"]
+        [_("format"), _("special values (codes)"), _("all integers up to")],
+        [[d["name"], _(NONE) if d["specials"] == NONE else d["specials"],
+          f"{d['exact_int']:,}" if d["exact_int"] else _("n/a")]
          for d in r.rows])
-    print(f"\nThe number {r.example[0].x} stored in each format (round to nearest even):")
-    print_table(["format", "bits (S E M)", "stored value", "neighbours", "rel. error"],
+    print("\n" + _("The number {x} stored in each format (round to nearest even):")
+          .format(x=r.example[0].x))
+    print_table([_("format"), _("bits (S E M)"), _("stored value"), _("neighbours"),
+                 _("rel. error")],
                 [[a.fmt, a.bits, f"{a.stored:.8g}", f"{a.lower:.6g} … {a.upper:.6g}",
                   f"{a.rel_error * 100:.3g}%"] for a in r.example])
     d = {row["name"]: row for row in r.rows}
     ex = {a.fmt: a for a in r.example}
     print_observations([
-        f"The exponent width sets the range. BF16 keeps FP32's 8 exponent bits and bias "
-        f"{d['BF16']['bias']}, so it reaches {d['BF16']['max']:.4g} like FP32 "
-        f"({d['FP32']['max']:.4g}); FP16, with 5 exponent bits, stops at {d['FP16']['max']:g}.",
-        f"The mantissa width sets the precision. Every integer up to {d['FP32']['exact_int']:,} "
-        f"fits in FP32, up to {d['FP16']['exact_int']:,} in FP16 and only up to "
-        f"{d['BF16']['exact_int']:,} in BF16. {ex['FP16'].x} is stored with a "
-        f"{ex['FP16'].rel_error * 100:.2g}% error in FP16 and {ex['BF16'].rel_error * 100:.2g}% in "
-        f"BF16.",
-        f"IEEE-style formats (FP32, BF16, FP16, E5M2) spend the whole top exponent on Inf and "
-        f"NaN: {d['FP16']['inf_nan'][1]:,} NaN codes in FP16. E4M3 keeps only "
-        f"{d['E4M3']['inf_nan'][1]} NaN codes (S 1111 111) and no Inf, so its top binade holds "
-        f"numbers and its max is {d['E4M3']['max']:g}. The MX element formats E2M3, E3M2 and "
-        "E2M1 have no special values at all.",
-        f"AMD's FP8 (MI300) is the FNUZ variant: no Inf and no -0, and the one NaN is the "
-        f"pattern of -0 (1 0000 000). Its bias is one larger ({d['E4M3FNUZ']['bias']} against "
-        f"{d['E4M3']['bias']}), so E4M3FNUZ tops out at {d['E4M3FNUZ']['max']:g} instead of "
-        f"{d['E4M3']['max']:g} and reaches one binade lower ({pow2(d['E4M3FNUZ']['min_subnormal'])}"
-        f" against {pow2(d['E4M3']['min_subnormal'])}); E5M2FNUZ keeps E5M2's max "
-        f"{d['E5M2FNUZ']['max']:g} because it gains the binade that E5M2 spends on Inf and NaN. "
-        "Source: AMD CDNA 3 ISA reference; Noune et al., arXiv:2206.02915.",
-        f"E8M0 is a scale, not a number format: no sign, no mantissa, no zero. Its "
-        f"{2 ** E8M0.bits - 1} finite codes are the powers of two from "
-        f"{pow2(d['E8M0']['min_normal'])} to {pow2(d['E8M0']['max'])}; in E8M0, "
-        f"{ex['E8M0'].x} becomes {ex['E8M0'].stored:g}.",
+        _("The exponent width sets the range. BF16 keeps FP32's 8 exponent bits and bias "
+          "{bias}, so it reaches {bf16_max:.4g} like FP32 ({fp32_max:.4g}); FP16, with 5 "
+          "exponent bits, stops at {fp16_max:g}.").format(
+            bias=d["BF16"]["bias"], bf16_max=d["BF16"]["max"], fp32_max=d["FP32"]["max"],
+            fp16_max=d["FP16"]["max"]),
+        _("The mantissa width sets the precision. Every integer up to {fp32_int:,} fits in "
+          "FP32, up to {fp16_int:,} in FP16 and only up to {bf16_int:,} in BF16. {x} is stored "
+          "with a {fp16_error:.2g}% error in FP16 and {bf16_error:.2g}% in BF16.").format(
+            fp32_int=d["FP32"]["exact_int"], fp16_int=d["FP16"]["exact_int"],
+            bf16_int=d["BF16"]["exact_int"], x=ex["FP16"].x,
+            fp16_error=ex["FP16"].rel_error * 100, bf16_error=ex["BF16"].rel_error * 100),
+        _("IEEE-style formats (FP32, BF16, FP16, E5M2) spend the whole top exponent on Inf and "
+          "NaN: {fp16_nans:,} NaN codes in FP16. E4M3 keeps only {e4m3_nans} NaN codes "
+          "(S 1111 111) and no Inf, so its top binade holds numbers and its max is "
+          "{e4m3_max:g}. The MX element formats E2M3, E3M2 and E2M1 have no special values at "
+          "all.").format(fp16_nans=d["FP16"]["inf_nan"][1], e4m3_nans=d["E4M3"]["inf_nan"][1],
+                         e4m3_max=d["E4M3"]["max"]),
+        _("AMD's FP8 (MI300) is the FNUZ variant: no Inf and no -0, and the one NaN is the "
+          "pattern of -0 (1 0000 000). Its bias is one larger ({fnuz_bias} against {bias}), so "
+          "E4M3FNUZ tops out at {fnuz_max:g} instead of {e4m3_max:g} and reaches one binade "
+          "lower ({fnuz_min} against {e4m3_min}); E5M2FNUZ keeps E5M2's max {e5m2fnuz_max:g} "
+          "because it gains the binade that E5M2 spends on Inf and NaN. Source: AMD CDNA 3 ISA "
+          "reference; Noune et al., arXiv:2206.02915.").format(
+            fnuz_bias=d["E4M3FNUZ"]["bias"], bias=d["E4M3"]["bias"],
+            fnuz_max=d["E4M3FNUZ"]["max"], e4m3_max=d["E4M3"]["max"],
+            fnuz_min=pow2(d["E4M3FNUZ"]["min_subnormal"]),
+            e4m3_min=pow2(d["E4M3"]["min_subnormal"]),
+            e5m2fnuz_max=d["E5M2FNUZ"]["max"]),
+        _("E8M0 is a scale, not a number format: no sign, no mantissa, no zero. Its {codes} "
+          "finite codes are the powers of two from {lowest} to {highest}; in E8M0, {x} becomes "
+          "{stored:g}.").format(codes=2 ** E8M0.bits - 1, lowest=pow2(d["E8M0"]["min_normal"]),
+                                highest=pow2(d["E8M0"]["max"]), x=ex["E8M0"].x,
+                                stored=ex["E8M0"].stored),
     ])
 
 
@@ -197,6 +217,9 @@ class GridResult:
     binades: dict       # format name -> list of (label, first value, last value, count, step)
 
 
+ZERO_AND_SUBNORMALS = N_("zero and subnormals")
+
+
 def binade_rows(fmt: FloatFormat) -> list:
     """The non-negative grid of ``fmt`` split into the subnormal range and each binade.
 
@@ -207,7 +230,7 @@ def binade_rows(fmt: FloatFormat) -> list:
     pos = pos[pos >= 0]
     rows = []
     sub = pos[pos < fmt.min_normal]
-    rows.append(("zero and subnormals", sub[0], sub[-1], sub.size,
+    rows.append((ZERO_AND_SUBNORMALS, sub[0], sub[-1], sub.size,
                  float(spacing(fmt, sub[0]))))
     for e in range(fmt.emin, fmt.emax + 1):
         b = pos[(pos >= 2.0**e) & (pos < 2.0 ** (e + 1))]
@@ -227,31 +250,40 @@ def demo2_value_grids() -> GridResult:
 
 
 def show_demo2(r: GridResult) -> None:
-    print_header("Demo 2: the complete value grids of E2M1, E2M3, E3M2 and E4M3")
+    print_header(_("Demo 2: the complete value grids of E2M1, E2M3, E3M2 and E4M3"))
+    # TRANSLATORS: the label in front of a list of numbers; keep the two leading spaces.
+    indent = _("  non-negative: ")
+    wide = display_width(indent) - len(indent)        # columns textwrap does not count
     for name, g in r.grids.items():
         nonneg = g[g >= 0]
-        print(f"\n{name}: {g.size} finite values, max {g[-1]:g}.")
+        print("\n" + _("{name}: {n} finite values, max {max:g}.").format(name=name, n=g.size,
+                                                                       max=g[-1]))
         if nonneg.size <= 32:
-            print(textwrap.fill(" ".join(f"{v:g}" for v in nonneg), OBSERVATIONS_WIDTH,
-                                initial_indent="  non-negative: ", subsequent_indent=" " * 16,
+            print(textwrap.fill(" ".join(f"{v:g}" for v in nonneg), OBSERVATIONS_WIDTH - wide,
+                                initial_indent=indent,
+                                subsequent_indent=" " * display_width(indent),
                                 break_on_hyphens=False))
-    print("\nE4M3, binade by binade (the negative half mirrors it):")
-    print_table(["range", "first", "last", "values", "step"],
-                [[label, f"{a:g}", f"{b:g}", n, f"{s:g}"] for label, a, b, n, s in
-                 r.binades["E4M3"]])
+    print("\n" + _("E4M3, binade by binade (the negative half mirrors it):"))
+    print_table([_("range"), _("first"), _("last"), _("values"), _("step")],
+                [[_(label) if label == ZERO_AND_SUBNORMALS else label, f"{a:g}", f"{b:g}", n,
+                  f"{s:g}"] for label, a, b, n, s in r.binades["E4M3"]])
     e21, e23, e32 = r.grids["E2M1"], r.grids["E2M3"], r.grids["E3M2"]
     steps = [row[4] for row in r.binades["E4M3"]]
     b23, b32 = r.binades["E2M3"], r.binades["E3M2"]
     print_observations([
-        f"E2M1 (FP4) has {e21.size} values: 0, ±0.5 … ±{e21[-1]:g}. Between 4 and 6 there is "
-        "nothing: a block scale must place each block's values so that this coarse grid fits.",
-        f"E2M3 and E3M2 both have {e23.size} values. E2M3 spends them on precision: "
-        f"{b23[1][3]} values per binade over {len(b23) - 1} binades, max {e23[-1]:g}, top step "
-        f"{b23[-1][4]:g}. E3M2 spends them on range: {b32[1][3]} values per binade over "
-        f"{len(b32) - 1} binades, max {e32[-1]:g}, top step {b32[-1][4]:g}.",
-        f"In E4M3 the step doubles at every power of two, from {steps[0]:g} near zero to "
-        f"{steps[-1]:g} between 256 and 448: absolute spacing grows with the value, relative "
-        "spacing does not (demo 3).",
+        _("E2M1 (FP4) has {n} values: 0, ±0.5 … ±{max:g}. Between 4 and 6 there is nothing: a "
+          "block scale must place each block's values so that this coarse grid fits.").format(
+            n=e21.size, max=e21[-1]),
+        _("E2M3 and E3M2 both have {n} values. E2M3 spends them on precision: {e23_per} values "
+          "per binade over {e23_binades} binades, max {e23_max:g}, top step {e23_step:g}. E3M2 "
+          "spends them on range: {e32_per} values per binade over {e32_binades} binades, max "
+          "{e32_max:g}, top step {e32_step:g}.").format(
+            n=e23.size, e23_per=b23[1][3], e23_binades=len(b23) - 1, e23_max=e23[-1],
+            e23_step=b23[-1][4], e32_per=b32[1][3], e32_binades=len(b32) - 1, e32_max=e32[-1],
+            e32_step=b32[-1][4]),
+        _("In E4M3 the step doubles at every power of two, from {first:g} near zero to {last:g} "
+          "between 256 and 448: absolute spacing grows with the value, relative spacing does "
+          "not (demo 3).").format(first=steps[0], last=steps[-1]),
     ])
 
 
@@ -294,30 +326,34 @@ def demo3_relative_spacing(n: int = 100_000, seed: int = 0) -> SpacingResult:
 
 
 def show_demo3(r: SpacingResult) -> None:
-    print_header("Demo 3: relative spacing, relative error and subnormals")
-    print("In the normal range (values rounded to nearest; relative error = |q - x| / |x|):")
-    print_table(["format", "M", "unit roundoff 2^-(M+1)", "worst rel. error", "normal binades"],
+    print_header(_("Demo 3: relative spacing, relative error and subnormals"))
+    print(_("In the normal range (values rounded to nearest; relative error = |q - x| / |x|):"))
+    print_table([_("format"), "M", _("unit roundoff 2^-(M+1)"), _("worst rel. error"),
+                 _("normal binades")],
                 [[d["name"], d["man_bits"], f"{d['u']:.3g}", f"{d['worst']:.3g}", d["binades"]]
                  for d in r.rows])
-    print("\nBelow the smallest normal value:")
-    print_table(["format", "subnormals > 0", "range gained", "rel. error at min normal / 10"],
+    print("\n" + _("Below the smallest normal value:"))
+    print_table([_("format"), _("subnormals > 0"), _("range gained"),
+                 _("rel. error at min normal / 10")],
                 [[d["name"], f"{d['n_subnormal']:,}", f"{d['gain']:,.0f}x",
                   f"{d['tiny_error'] * 100:.3g}%"] for d in r.rows])
     d = {row["name"]: row for row in r.rows}
     print_observations([
-        f"In the normal range the worst relative error of rounding never exceeds the unit "
-        f"roundoff 2^-(M+1): {d['FP32']['worst']:.3g} for FP32, {d['BF16']['worst']:.3g} for "
-        f"BF16, {d['E4M3']['worst']:.3g} for E4M3, {d['E2M1']['worst']:.3g} for E2M1, at every "
-        "magnitude. That is the point of floating point: constant relative precision over a wide "
-        "range.",
-        "Below the smallest normal the grid keeps a constant step (the smallest subnormal), so the "
-        f"relative error grows as values shrink: at a tenth of the smallest normal, FP16 already "
-        f"loses {d['FP16']['tiny_error'] * 100:.2g}% and E4M3 {d['E4M3']['tiny_error'] * 100:.2g}%, "
-        "against a unit roundoff of "
-        f"{d['FP16']['u'] * 100:.2g}% and {d['E4M3']['u'] * 100:.2g}%.",
-        f"Subnormals are still worth having: they extend the range toward zero by 2^M "
-        f"({d['E4M3']['gain']:g}x for E4M3, {d['FP16']['gain']:,.0f}x for FP16), where without "
-        "them every smaller value would flush to zero.",
+        _("In the normal range the worst relative error of rounding never exceeds the unit "
+          "roundoff 2^-(M+1): {fp32:.3g} for FP32, {bf16:.3g} for BF16, {e4m3:.3g} for E4M3, "
+          "{e2m1:.3g} for E2M1, at every magnitude. That is the point of floating point: "
+          "constant relative precision over a wide range.").format(
+            fp32=d["FP32"]["worst"], bf16=d["BF16"]["worst"], e4m3=d["E4M3"]["worst"],
+            e2m1=d["E2M1"]["worst"]),
+        _("Below the smallest normal the grid keeps a constant step (the smallest subnormal), "
+          "so the relative error grows as values shrink: at a tenth of the smallest normal, "
+          "FP16 already loses {fp16:.2g}% and E4M3 {e4m3:.2g}%, against a unit roundoff of "
+          "{fp16_u:.2g}% and {e4m3_u:.2g}%.").format(
+            fp16=d["FP16"]["tiny_error"] * 100, e4m3=d["E4M3"]["tiny_error"] * 100,
+            fp16_u=d["FP16"]["u"] * 100, e4m3_u=d["E4M3"]["u"] * 100),
+        _("Subnormals are still worth having: they extend the range toward zero by 2^M "
+          "({e4m3:g}x for E4M3, {fp16:,.0f}x for FP16), where without them every smaller value "
+          "would flush to zero.").format(e4m3=d["E4M3"]["gain"], fp16=d["FP16"]["gain"]),
     ])
 
 
@@ -355,26 +391,28 @@ def _result_text(v: float, top: float) -> str:
         return "NaN"
     if np.isinf(v):
         return "+Inf"
-    return f"{v:.6g} (saturates)" if v == top else f"{v:.6g}"
+    return _("{value:.6g} (saturates)").format(value=v) if v == top else f"{v:.6g}"
 
 
 def show_demo4(r: OverflowResult) -> None:
-    print_header("Demo 4: overflow: the first value that does not fit, and what it becomes")
-    print_table(["format", "max", "overflows from", "2 × max becomes", "with saturation"],
+    print_header(_("Demo 4: overflow: the first value that does not fit, and what it becomes"))
+    print_table([_("format"), _("max"), _("overflows from"), _("2 × max becomes"),
+                 _("with saturation")],
                 [[d["name"], f"{d['max']:.7g}",
                   ("≥ " if d["midpoint_overflows"] else "> ") + f"{d['midpoint']:.7g}",
                   _result_text(d["result"], d["max"]), f"{d['saturated']:.7g}"]
                  for d in r.rows])
     d = {row["name"]: row for row in r.rows}
     print_observations([
-        f"FP16 overflows from {d['FP16']['midpoint']:g} on: that value lies halfway between the "
-        f"max {d['FP16']['max']:g} (odd mantissa) and 2^16 (even), and the tie goes to even, "
-        "which is Inf.",
-        f"E4M3's midpoint {d['E4M3']['midpoint']:g} still rounds down to {d['E4M3']['max']:g} "
-        "(its mantissa 110 is even); anything larger becomes NaN, because E4M3 has no Inf.",
-        "E2M3, E3M2 and E2M1 have no Inf and no NaN: every code is a number, so out-of-range "
-        "values saturate. Block-scaled formats (lectures 03 and 05) choose their scales so that "
-        "overflow is rare.",
+        _("FP16 overflows from {midpoint:g} on: that value lies halfway between the max "
+          "{max:g} (odd mantissa) and 2^16 (even), and the tie goes to even, which is "
+          "Inf.").format(midpoint=d["FP16"]["midpoint"], max=d["FP16"]["max"]),
+        _("E4M3's midpoint {midpoint:g} still rounds down to {max:g} (its mantissa 110 is "
+          "even); anything larger becomes NaN, because E4M3 has no Inf.").format(
+            midpoint=d["E4M3"]["midpoint"], max=d["E4M3"]["max"]),
+        _("E2M3, E3M2 and E2M1 have no Inf and no NaN: every code is a number, so out-of-range "
+          "values saturate. Block-scaled formats (lectures 03 and 05) choose their scales so "
+          "that overflow is rare."),
     ])
 
 
@@ -456,73 +494,84 @@ def demo5_integer_accumulators(k: int = 4096, n_dots: int = 64, seed: int = 0) -
 
 
 def show_demo5(r: AccumulatorResult) -> None:
-    print_header("Demo 5: how many int8 × int8 products an accumulator holds")
+    print_header(_("Demo 5: how many int8 × int8 products an accumulator holds"))
     def count(v):
         return f"{v:,}" if v < 1e9 else f"{v:.3g}"
 
-    print_table(["accumulator", "all integers up to", "largest value", "127·127 stored as"],
+    print_table([_("accumulator"), _("all integers up to"), _("largest value"),
+                 _("127·127 stored as")],
                 [[d["name"], f"{d['exact_int']:,}", f"{d['largest']:.6g}",
                   f"{d['stored 127 × 127']:,.0f}"] for d in r.rows])
-    print("\nWorst case: how many equal products sum exactly (exact) or stay finite (fit):")
-    print_table(["accumulator", "127·127: exact", "127·127: fit", "128·128: exact",
-                 "128·128: fit"],
+    print("\n" + _("Worst case: how many equal products sum exactly (exact) or stay finite "
+                   "(fit):"))
+    print_table([_("accumulator"), _("127·127: exact"), _("127·127: fit"), _("128·128: exact"),
+                 _("128·128: fit")],
                 [[d["name"]] + [count(d[f"{k} {w}"]) for k in PRODUCTS for w in ("exact", "fits")]
                  for d in r.rows])
-    print(f"\n{r.n_dots} dot products of length {r.dot_k:,} "
-          "between random int8 codes in [-127, 127], summed in order:")
-    print(f"(RMS of the exact sums: {r.rms_sum:,.0f})")
-    print_table(["accumulator", "exactly right", "overflowed", "worst error (finite sums)",
-                 "worst error / RMS sum"],
+    print("\n" + _("{n_dots} dot products of length {k:,} between random int8 codes in "
+                   "[-127, 127], summed in order:").format(n_dots=r.n_dots, k=r.dot_k))
+    print(_("(RMS of the exact sums: {rms:,.0f})").format(rms=r.rms_sum))
+    print_table([_("accumulator"), _("exactly right"), _("overflowed"),
+                 _("worst error (finite sums)"), _("worst error / RMS sum")],
                 [[d["name"], d["exact"], d["overflow"]]
-                 + (["n/a", "n/a"] if np.isnan(d["max_abs_error"]) else
+                 + ([_("n/a"), _("n/a")] if np.isnan(d["max_abs_error"]) else
                     [f"{d['max_abs_error']:,.0f}", f"{d['max_abs_error'] / r.rms_sum * 100:.2g}%"])
                  for d in r.dot_rows])
     d = {row["name"]: row for row in r.rows}
     dots = {row["name"]: row for row in r.dot_rows}
     p127 = PRODUCTS["127 × 127"]
     print_observations([
-        f"An int32 accumulator holds {d['int32']['-128 × -128 exact']:,} worst-case products of "
-        f"(-128)·(-128) = {PRODUCTS['-128 × -128']:,} and {d['int32']['127 × 127 exact']:,} of "
-        f"127·127 = {p127:,} before it can overflow. A dot product of length {r.dot_k:,} needs at "
-        f"most {r.worst_sum:,}, {r.worst_sum / INT32_MAX * 100:.1f}% of its range: int32 is ample "
-        f"for INT8 matrix products with any inner dimension up to "
-        f"{d['int32']['-128 × -128 exact']:,} with full-range int8 codes "
-        f"({d['int32']['127 × 127 exact']:,} if the codes are restricted to [-127, 127]).",
-        f"FP32 represents every integer only up to 2^24 = {d['FP32']['exact_int']:,}, so it is "
-        f"guaranteed exact for {d['FP32']['127 × 127 exact']:,} products of 127·127 "
-        f"({d['FP32']['-128 × -128 exact']:,} of 128·128). On random codes no partial sum "
-        f"exceeded {r.max_partial:,} in magnitude, and all {dots['FP32']['exact']} FP32 sums were exact.",
-        f"FP16 stores 127·127 = {p127:,} as {d['FP16']['stored 127 × 127']:,.0f} (integers are exact "
-        f"only up to {d['FP16']['exact_int']:,}) and overflows after "
-        f"{d['FP16']['127 × 127 fits']} worst-case products. On the random dot products "
-        f"{dots['FP16']['overflow']} of {r.n_dots} FP16 sums overflowed. "
-        f"BF16 never overflows but keeps only 8 significant bits: once the sum is large, each "
-        f"addition is rounded to a step of up to {r.bf16_step:,.0f}, and the worst sum is off by "
-        f"{dots['BF16']['max_abs_error']:,.0f}, {dots['BF16']['max_abs_error'] / r.rms_sum * 100:.2g}% "
-        "of a typical sum. Low-precision float accumulators are the subject of lecture 02.",
+        _("An int32 accumulator holds {full:,} worst-case products of (-128)·(-128) = "
+          "{p128:,} and {restricted:,} of 127·127 = {p127:,} before it can overflow. A dot "
+          "product of length {k:,} needs at most {worst:,}, {share:.1f}% of its range: int32 is "
+          "ample for INT8 matrix products with any inner dimension up to {full:,} with "
+          "full-range int8 codes ({restricted:,} if the codes are restricted to "
+          "[-127, 127]).").format(
+            full=d["int32"]["-128 × -128 exact"], p128=PRODUCTS["-128 × -128"],
+            restricted=d["int32"]["127 × 127 exact"], p127=p127, k=r.dot_k,
+            worst=r.worst_sum, share=r.worst_sum / INT32_MAX * 100),
+        _("FP32 represents every integer only up to 2^24 = {exact_int:,}, so it is guaranteed "
+          "exact for {n127:,} products of 127·127 ({n128:,} of 128·128). On random codes no "
+          "partial sum exceeded {max_partial:,} in magnitude, and all {n_exact} FP32 sums were "
+          "exact.").format(
+            exact_int=d["FP32"]["exact_int"], n127=d["FP32"]["127 × 127 exact"],
+            n128=d["FP32"]["-128 × -128 exact"], max_partial=r.max_partial,
+            n_exact=dots["FP32"]["exact"]),
+        _("FP16 stores 127·127 = {p127:,} as {stored:,.0f} (integers are exact only up to "
+          "{exact_int:,}) and overflows after {fits} worst-case products. On the random dot "
+          "products {overflowed} of {n_dots} FP16 sums overflowed. BF16 never overflows but "
+          "keeps only 8 significant bits: once the sum is large, each addition is rounded to a "
+          "step of up to {step:,.0f}, and the worst sum is off by {error:,.0f}, {share:.2g}% of "
+          "a typical sum. Low-precision float accumulators are the subject of lecture "
+          "02.").format(
+            p127=p127, stored=d["FP16"]["stored 127 × 127"], exact_int=d["FP16"]["exact_int"],
+            fits=d["FP16"]["127 × 127 fits"], overflowed=dots["FP16"]["overflow"],
+            n_dots=r.n_dots, step=r.bf16_step, error=dots["BF16"]["max_abs_error"],
+            share=dots["BF16"]["max_abs_error"] / r.rms_sum * 100),
     ])
 
 
-TITLE = "Lecture 01: number formats, from FP32 down to FP4"
+TITLE = N_("Lecture 01: number formats, from FP32 down to FP4")
 INTRO = (
-    "A floating-point number is a sign, an exponent and a mantissa (S+E+M bits). This lecture "
-    "asks how those field widths decide what a format can hold: its range, the spacing of its "
-    "values, what happens at zero and past the largest value, and how many int8 products an "
-    "accumulator can sum.",
-    "Demo 1 tabulates the fields of FP32, BF16, FP16, the FP8/FP6/FP4 formats (with AMD's FNUZ "
-    "FP8 variants) and the E8M0 scale. "
-    "Demo 2 lists the complete value grids of the small formats. Demo 3 measures relative "
-    "spacing and the role of subnormals. Demo 4 finds where each format overflows. Demo 5 counts "
-    "the int8 x int8 products an int32, FP32, BF16 or FP16 accumulator holds.",
-    "How to read the numbers: every figure is computed when the script runs (demo 5 draws its "
-    "int8 codes with a fixed seed). 2^-9 is a power of two. Relative error is |q - x| / |x|, where x is the value and q the value stored; it is "
-    "in percent where a % sign follows it, otherwise a plain fraction (0.01 = 1%). The unit "
-    "roundoff 2^-(M+1) is the largest relative error of rounding to nearest with M mantissa bits.",
+    N_("A floating-point number is a sign, an exponent and a mantissa (S+E+M bits). This "
+       "lecture asks how those field widths decide what a format can hold: its range, the "
+       "spacing of its values, what happens at zero and past the largest value, and how many "
+       "int8 products an accumulator can sum."),
+    N_("Demo 1 tabulates the fields of FP32, BF16, FP16, the FP8/FP6/FP4 formats (with AMD's "
+       "FNUZ FP8 variants) and the E8M0 scale. Demo 2 lists the complete value grids of the "
+       "small formats. Demo 3 measures relative spacing and the role of subnormals. Demo 4 "
+       "finds where each format overflows. Demo 5 counts the int8 x int8 products an int32, "
+       "FP32, BF16 or FP16 accumulator holds."),
+    N_("How to read the numbers: every figure is computed when the script runs (demo 5 draws "
+       "its int8 codes with a fixed seed). 2^-9 is a power of two. Relative error is "
+       "|q - x| / |x|, where x is the value and q the value stored; it is in percent where a % "
+       "sign follows it, otherwise a plain fraction (0.01 = 1%). The unit roundoff 2^-(M+1) is "
+       "the largest relative error of rounding to nearest with M mantissa bits."),
 )
 
 
 def main() -> None:
-    print_title(TITLE, INTRO)
+    print_title(_(TITLE), [_(paragraph) for paragraph in INTRO])
     show_demo1(demo1_format_table())
     show_demo2(demo2_value_grids())
     show_demo3(demo3_relative_spacing())

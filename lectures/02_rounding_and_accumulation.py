@@ -20,7 +20,8 @@ How to read the output
     fixed seeds, so the output is the same on every run.
 
 Run
-    python lectures/02_rounding_and_accumulation.py      (under 1 s)
+    python lectures/02_rounding_and_accumulation.py              (under 1 s)
+    python lectures/02_rounding_and_accumulation.py --lang zh    (the same lecture in Chinese)
 """
 
 from __future__ import annotations
@@ -30,14 +31,22 @@ from dataclasses import dataclass
 import numpy as np
 
 from console import print_header, print_observations, print_table, print_title, run_lecture
+from console.i18n import N_
+from lectures.i18n import domain
 from numfmt import BF16, FP8_E4M3, FP16
 from numfmt import FP32
 from numfmt.anatomy import spacing
 from numfmt.rounding import cumsum_in_format, round_to_format, sum_in_format
 
-MODES = {"nearest_even": "round to nearest, ties to even",
-         "half_away": "round half away from zero",
-         "toward_zero": "truncation (toward zero)"}
+_ = domain("lecture02").gettext
+
+#: The rounding rules of demo 1 by numfmt's mode name (English; translated where printed).
+MODES = {"nearest_even": N_("round to nearest, ties to even"),
+         "half_away": N_("round half away from zero"),
+         "toward_zero": N_("truncation (toward zero)")}
+#: Short names of the rounding modes of demo 2 and the summation methods of demo 3.
+SHORT_NAMES = {"nearest_even": N_("nearest even"), "stochastic": N_("stochastic"),
+               "sequential": N_("sequential"), "pairwise": N_("pairwise"), "kahan": N_("kahan")}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -69,7 +78,7 @@ def demo1_rounding_bias(n: int = 1 << 16, seed: int = 0) -> BiasResult:
     """
     rng = np.random.default_rng(seed)
     x = rng.uniform(1.0, 4.0, n)
-    data = {"float64 (no ties)": x, "stored in BF16 first": BF16.round(x)}
+    data = {N_("float64 (no ties)"): x, N_("stored in BF16 first"): BF16.round(x)}
     rows, ties = [], {}
     for name, v in data.items():
         e_ne = rounding_errors_ulp(v, "nearest_even")
@@ -84,28 +93,33 @@ def demo1_rounding_bias(n: int = 1 << 16, seed: int = 0) -> BiasResult:
 
 
 def show_demo1(r: BiasResult) -> None:
-    print_header("Demo 1: three rounding rules and their bias (values in [1, 4) cast to E4M3)")
-    print("Error q - x of each rounded value, in E4M3 ulps; sum error: relative error of the sum "
-          "of all values.")
-    print_table(["data", "rounding rule", "mean (ulp)", "RMS (ulp)", "sum error"],
-                [[d["data"], MODES[d["mode"]], f"{d['mean_ulp']:+.4f}", f"{d['rms_ulp']:.4f}",
-                  f"{d['sum_error'] * 100:+.3f}%"] for d in r.rows])
+    print_header(_("Demo 1: three rounding rules and their bias (values in [1, 4) cast to "
+                   "E4M3)"))
+    print(_("Error q - x of each rounded value, in E4M3 ulps; sum error: relative error of the "
+            "sum of all values."))
+    print_table([_("data"), _("rounding rule"), _("mean (ulp)"), _("RMS (ulp)"), _("sum error")],
+                [[_(d["data"]), _(MODES[d["mode"]]), f"{d['mean_ulp']:+.4f}",
+                  f"{d['rms_ulp']:.4f}", f"{d['sum_error'] * 100:+.3f}%"] for d in r.rows])
     for name, t in r.tie_fraction.items():
-        print(f"Exact ties in '{name}': {t * 100:.2f}% of {r.n:,} values.")
+        print(_("Exact ties in '{name}': {share:.2f}% of {n:,} values.").format(
+            name=_(name), share=t * 100, n=r.n))
     d = {(row["data"], row["mode"]): row for row in r.rows}
     bf, fl = "stored in BF16 first", "float64 (no ties)"
     print_observations([
-        f"Truncation moves every value toward zero, by {-d[fl, 'toward_zero']['mean_ulp']:.3f} ulp "
-        f"on average: the sum of all values comes out {-d[fl, 'toward_zero']['sum_error'] * 100:.1f}% "
-        "too small. A bias never averages out; it adds up.",
-        f"Without ties, round half away is as good as round to nearest even (mean "
-        f"{d[fl, 'half_away']['mean_ulp']:+.4f} ulp). With the BF16 data, where "
-        f"{r.tie_fraction[bf] * 100:.2f}% of values are ties, every tie goes up and the mean "
-        f"error becomes {d[bf, 'half_away']['mean_ulp']:+.4f} ulp: about a sixteenth of values "
-        "times half an ulp.",
-        f"Round to nearest even stays at {d[bf, 'nearest_even']['mean_ulp']:+.4f} ulp on the same "
-        "data: ties go to the neighbour with an even last mantissa bit, down as often as up. That "
-        "is why IEEE 754 makes it the default, and why numfmt and the hardware use it.",
+        _("Truncation moves every value toward zero, by {mean:.3f} ulp on average: the sum of "
+          "all values comes out {sum_error:.1f}% too small. A bias never averages out; it adds "
+          "up.").format(mean=-d[fl, "toward_zero"]["mean_ulp"],
+                        sum_error=-d[fl, "toward_zero"]["sum_error"] * 100),
+        _("Without ties, round half away is as good as round to nearest even (mean "
+          "{mean_no_ties:+.4f} ulp). With the BF16 data, where {ties:.2f}% of values are ties, "
+          "every tie goes up and the mean error becomes {mean_ties:+.4f} ulp: about a sixteenth "
+          "of values times half an ulp.").format(
+            mean_no_ties=d[fl, "half_away"]["mean_ulp"], ties=r.tie_fraction[bf] * 100,
+            mean_ties=d[bf, "half_away"]["mean_ulp"]),
+        _("Round to nearest even stays at {mean:+.4f} ulp on the same data: ties go to the "
+          "neighbour with an even last mantissa bit, down as often as up. That is why IEEE 754 "
+          "makes it the default, and why numfmt and the hardware use it.").format(
+            mean=d[bf, "nearest_even"]["mean_ulp"]),
     ])
 
 
@@ -149,29 +163,34 @@ def demo2_stochastic_rounding(draws: int = 100_000, position: float = 0.3,
 
 
 def show_demo2(r: StochasticResult) -> None:
-    print_header("Demo 2: stochastic rounding in BF16: unbiased, but noisier")
+    print_header(_("Demo 2: stochastic rounding in BF16: unbiased, but noisier"))
     s = r.single
-    print(f"One value, 1 + {r.position:g} ulp, rounded {r.draws:,} times:")
-    print_table(["rounding", "mean error (ulp)", "P(round up)", "variance (ulp²)",
-                 "theory f(1 - f)"],
-                [["nearest even", f"{r.nearest_single:+.4f}", "0", "0", "0"],
-                 ["stochastic", f"{s['mean']:+.4f}", f"{s['p_up']:.4f}", f"{s['var']:.4f}",
-                  f"{s['theory']:.4f}"]])
-    print(f"\n{r.draws:,} values spread uniformly over [1, 2), each rounded once:")
-    print_table(["rounding", "mean error (ulp)", "mean squared error (ulp²)"],
-                [[d["mode"].replace("_", " "), f"{d['mean']:+.4f}", f"{d['var']:.4f}"]
+    print(_("One value, 1 + {position:g} ulp, rounded {draws:,} times:").format(
+        position=r.position, draws=r.draws))
+    print_table([_("rounding"), _("mean error (ulp)"), _("P(round up)"), _("variance (ulp²)"),
+                 _("theory f(1 - f)")],
+                [[_(SHORT_NAMES["nearest_even"]), f"{r.nearest_single:+.4f}", "0", "0", "0"],
+                 [_(SHORT_NAMES["stochastic"]), f"{s['mean']:+.4f}", f"{s['p_up']:.4f}",
+                  f"{s['var']:.4f}", f"{s['theory']:.4f}"]])
+    print("\n" + _("{draws:,} values spread uniformly over [1, 2), each rounded once:").format(
+        draws=r.draws))
+    print_table([_("rounding"), _("mean error (ulp)"), _("mean squared error (ulp²)")],
+                [[_(SHORT_NAMES[d["mode"]]), f"{d['mean']:+.4f}", f"{d['var']:.4f}"]
                  for d in r.rows])
     d = {row["mode"]: row for row in r.rows}
     print_observations([
-        f"Round to nearest always sends 1 + {r.position:g} ulp down: an error of "
-        f"{r.nearest_single:+.1f} ulp, the same every time. Stochastic rounding goes up "
-        f"{s['p_up'] * 100:.1f}% of the time, so its mean error is {s['mean']:+.4f} ulp: zero up "
-        "to sampling noise.",
-        f"The price is variance: {s['var']:.3f} ulp² for this value (theory {s['theory']:.2f}), "
-        f"and {d['stochastic']['var']:.3f} ulp² over uniformly spread values against "
-        f"{d['nearest_even']['var']:.3f} for round to nearest (theory 1/6 and 1/12).",
-        "Unbiased noise averages out when many rounded results are added; a bias does not. That "
-        "is what makes stochastic rounding useful for accumulating many small updates (demo 4).",
+        _("Round to nearest always sends 1 + {position:g} ulp down: an error of "
+          "{nearest:+.1f} ulp, the same every time. Stochastic rounding goes up {p_up:.1f}% of "
+          "the time, so its mean error is {mean:+.4f} ulp: zero up to sampling noise.").format(
+            position=r.position, nearest=r.nearest_single, p_up=s["p_up"] * 100, mean=s["mean"]),
+        _("The price is variance: {var:.3f} ulp² for this value (theory {theory:.2f}), and "
+          "{var_sr:.3f} ulp² over uniformly spread values against {var_rn:.3f} for round to "
+          "nearest (theory 1/6 and 1/12).").format(
+            var=s["var"], theory=s["theory"], var_sr=d["stochastic"]["var"],
+            var_rn=d["nearest_even"]["var"]),
+        _("Unbiased noise averages out when many rounded results are added; a bias does not. "
+          "That is what makes stochastic rounding useful for accumulating many small updates "
+          "(demo 4)."),
     ])
 
 
@@ -216,27 +235,33 @@ def demo3_swamping(n: int = 1 << 14, high: float = 1.0, seed: int = 0) -> SwampR
 
 
 def show_demo3(r: SwampResult) -> None:
-    print_header(f"Demo 3: swamping: {r.n:,} numbers from [0, {r.high:g}) summed in FP32, FP16 "
-                 "and BF16")
-    print(f"Exact sum: {r.exact:.4f}")
-    print_table(["accumulator", "method", "sum", "relative error", "exact sum rounded to it"],
-                [[d["acc"], d["method"], f"{d['sum']:.6g}", f"{d['rel_error'] * 100:+.2g}%",
-                  f"{d['correctly_rounded']:.6g}"] for d in r.rows])
+    print_header(_("Demo 3: swamping: {n:,} numbers from [0, {high:g}) summed in FP32, FP16 and "
+                   "BF16").format(n=r.n, high=r.high))
+    print(_("Exact sum: {exact:.4f}").format(exact=r.exact))
+    print_table([_("accumulator"), _("method"), _("sum"), _("relative error"),
+                 _("exact sum rounded to it")],
+                [[d["acc"], _(SHORT_NAMES[d["method"]]), f"{d['sum']:.6g}",
+                  f"{d['rel_error'] * 100:+.2g}%", f"{d['correctly_rounded']:.6g}"]
+                 for d in r.rows])
     d = {(row["acc"], row["method"]): row for row in r.rows}
     print_observations([
-        f"The FP16 running sum stops at {r.stall['FP16']:g} and the BF16 one at "
-        f"{r.stall['BF16']:g}: there the spacing is 2, every term is below 1 = half a spacing, "
-        "and rounding to nearest discards it. This is swamping: the small terms are not "
-        f"added badly, they are not added at all. The FP16 sum misses "
-        f"{-d['FP16', 'sequential']['rel_error'] * 100:.0f}% of the total, BF16 "
-        f"{-d['BF16', 'sequential']['rel_error'] * 100:.0f}%.",
-        f"With an FP32 accumulator (FP16 inputs, FP32 sums, as tensor cores do) the error is "
-        f"{abs(d['FP32', 'sequential']['rel_error']) * 100:.1g}%: FP32's spacing at 8192 is "
-        f"{float(spacing(FP32, 8192.0)):.1g}, far below a typical term of 0.5.",
-        "Pairwise summation adds numbers of similar size (a tree of partial sums), so no term "
-        "meets a sum thousands of times larger; Kahan summation carries each addition's rounding "
-        f"error into the next. Both give {d['FP16', 'pairwise']['sum']:g} in FP16 and "
-        f"{d['BF16', 'kahan']['sum']:g} in BF16: the exact sum rounded once to the format.",
+        _("The FP16 running sum stops at {fp16:g} and the BF16 one at {bf16:g}: there the "
+          "spacing is 2, every term is below 1 = half a spacing, and rounding to nearest "
+          "discards it. This is swamping: the small terms are not added badly, they are not "
+          "added at all. The FP16 sum misses {fp16_miss:.0f}% of the total, BF16 "
+          "{bf16_miss:.0f}%.").format(
+            fp16=r.stall["FP16"], bf16=r.stall["BF16"],
+            fp16_miss=-d["FP16", "sequential"]["rel_error"] * 100,
+            bf16_miss=-d["BF16", "sequential"]["rel_error"] * 100),
+        _("With an FP32 accumulator (FP16 inputs, FP32 sums, as tensor cores do) the error is "
+          "{error:.1g}%: FP32's spacing at 8192 is {spacing:.1g}, far below a typical term of "
+          "0.5.").format(error=abs(d["FP32", "sequential"]["rel_error"]) * 100,
+                         spacing=float(spacing(FP32, 8192.0))),
+        _("Pairwise summation adds numbers of similar size (a tree of partial sums), so no term "
+          "meets a sum thousands of times larger; Kahan summation carries each addition's "
+          "rounding error into the next. Both give {fp16:g} in FP16 and {bf16:g} in BF16: the "
+          "exact sum rounded once to the format.").format(
+            fp16=d["FP16", "pairwise"]["sum"], bf16=d["BF16", "kahan"]["sum"]),
     ])
 
 
@@ -270,9 +295,9 @@ def demo4_vanishing_updates(n_weights: int = 4096, steps: int = 1000, update: fl
     rng = np.random.default_rng(seed)
     w0 = BF16.round(rng.uniform(0.5, 1.0, n_weights))
     exact = w0 + steps * update
-    w = {"FP32": w0.copy(), "BF16, nearest": w0.copy(), "FP16, nearest": w0.copy(),
-         "BF16, stochastic": w0.copy()}
-    history = {k: np.empty(steps) for k in list(w) + ["FP32 master, BF16 copy"]}
+    w = {"FP32": w0.copy(), N_("BF16, nearest"): w0.copy(), N_("FP16, nearest"): w0.copy(),
+         N_("BF16, stochastic"): w0.copy()}
+    history = {k: np.empty(steps) for k in list(w) + [N_("FP32 master, BF16 copy")]}
     for t in range(steps):
         w["FP32"] = FP32.round(w["FP32"] + update)
         w["BF16, nearest"] = BF16.round(w["BF16, nearest"] + update)
@@ -293,58 +318,64 @@ def demo4_vanishing_updates(n_weights: int = 4096, steps: int = 1000, update: fl
 
 
 def show_demo4(r: UpdateResult) -> None:
-    print_header(f"Demo 4: {r.steps:,} updates of {r.update:g} to weights in [0.5, 1)")
-    print(f"Intended change of every weight: {r.intended:g}")
-    print("Updates kept: mean change / intended change. Never moved: share of weights still at "
-          "their start.")
-    print_table(["weights stored as", "mean change", "updates kept", "RMS error vs exact",
-                 "never moved"],
-                [[d["storage"], f"{d['mean_change']:.6f}", f"{d['applied'] * 100:.1f}%",
+    print_header(_("Demo 4: {steps:,} updates of {update:g} to weights in [0.5, 1)").format(
+        steps=r.steps, update=r.update))
+    print(_("Intended change of every weight: {intended:g}").format(intended=r.intended))
+    print(_("Updates kept: mean change / intended change. Never moved: share of weights still "
+            "at their start."))
+    print_table([_("weights stored as"), _("mean change"), _("updates kept"),
+                 _("RMS error vs exact"), _("never moved")],
+                [[_(d["storage"]), f"{d['mean_change']:.6f}", f"{d['applied'] * 100:.1f}%",
                   f"{d['rms_error']:.2e}", f"{d['unchanged'] * 100:.1f}%"] for d in r.rows])
-    print("\nSmallest update that moves a weight of 1.0 (just over half an ulp):")
-    print_table(["format", "half an ulp at 1.0", "as a fraction of the weight"],
+    print("\n" + _("Smallest update that moves a weight of 1.0 (just over half an ulp):"))
+    print_table([_("format"), _("half an ulp at 1.0"), _("as a fraction of the weight")],
                 [[k, f"{v:.3g}", f"{v * 100:.3g}%"] for k, v in r.thresholds.items()])
     d = {row["storage"]: row for row in r.rows}
+    master = d["FP32 master, BF16 copy"]
     print_observations([
-        f"In BF16 with round to nearest, {d['BF16, nearest']['unchanged'] * 100:.0f}% of weights "
-        f"never moved: an update of {r.update:g} is far below half an ulp "
-        f"({r.thresholds['BF16']:.2g} at 1.0, and still {r.thresholds['BF16'] / 2:.2g} at 0.5). "
-        f"FP16 has 3 more mantissa bits and still kept "
-        f"{d['FP16, nearest']['applied'] * 100:.0f}% of the updates (half an ulp at 0.5 is "
-        f"{r.thresholds['FP16'] / 2:.2g}). Weights stored in plain BF16 or FP16 would not learn "
-        "from updates this small.",
-        f"FP32 master weights keep {d['FP32']['applied'] * 100:.1f}% of the updates; the BF16 "
-        "copy the forward pass uses is then within half a BF16 ulp of them (RMS error "
-        f"{d['FP32 master, BF16 copy']['rms_error']:.1e}). Its "
-        f"{d['FP32 master, BF16 copy']['applied'] * 100:.1f}% is not extra learning: it is the "
-        f"master rounded to BF16, and rounding moved the mean by "
-        f"{d['FP32 master, BF16 copy']['mean_change'] - d['FP32']['mean_change']:+.4f}, less than "
-        f"half an ulp. This is the mixed-precision training recipe, and the reason lecture 06 "
-        "keeps FP32 master weights.",
-        f"Stochastic rounding in BF16 keeps {d['BF16, stochastic']['applied'] * 100:.1f}% of the "
-        f"updates on average, with an RMS error of {d['BF16, stochastic']['rms_error']:.1e} per "
-        "weight: no FP32 copy needed, at the price of noise.",
+        _("In BF16 with round to nearest, {never:.0f}% of weights never moved: an update of "
+          "{update:g} is far below half an ulp ({half_ulp:.2g} at 1.0, and still "
+          "{half_ulp_half:.2g} at 0.5). FP16 has 3 more mantissa bits and still kept "
+          "{fp16_kept:.0f}% of the updates (half an ulp at 0.5 is {fp16_half_ulp:.2g}). Weights "
+          "stored in plain BF16 or FP16 would not learn from updates this small.").format(
+            never=d["BF16, nearest"]["unchanged"] * 100, update=r.update,
+            half_ulp=r.thresholds["BF16"], half_ulp_half=r.thresholds["BF16"] / 2,
+            fp16_kept=d["FP16, nearest"]["applied"] * 100,
+            fp16_half_ulp=r.thresholds["FP16"] / 2),
+        _("FP32 master weights keep {kept:.1f}% of the updates; the BF16 copy the forward pass "
+          "uses is then within half a BF16 ulp of them (RMS error {rms:.1e}). Its "
+          "{copy_kept:.1f}% is not extra learning: it is the master rounded to BF16, and "
+          "rounding moved the mean by {shift:+.4f}, less than half an ulp. This is the "
+          "mixed-precision training recipe, and the reason lecture 06 keeps FP32 master "
+          "weights.").format(
+            kept=d["FP32"]["applied"] * 100, rms=master["rms_error"],
+            copy_kept=master["applied"] * 100,
+            shift=master["mean_change"] - d["FP32"]["mean_change"]),
+        _("Stochastic rounding in BF16 keeps {kept:.1f}% of the updates on average, with an RMS "
+          "error of {rms:.1e} per weight: no FP32 copy needed, at the price of noise.").format(
+            kept=d["BF16, stochastic"]["applied"] * 100, rms=d["BF16, stochastic"]["rms_error"]),
     ])
 
 
-TITLE = "Lecture 02: rounding and accumulation"
+TITLE = N_("Lecture 02: rounding and accumulation")
 INTRO = (
-    "Every result of low-precision arithmetic is rounded. This lecture asks which rounding rule "
-    "keeps errors from piling up in one direction, what happens when thousands of numbers are "
-    "summed in FP16 or BF16, and why a small update can vanish when added to a BF16 weight.",
-    "Demo 1 measures the bias of round to nearest even, round half away from zero and "
-    "truncation. Demo 2 shows stochastic rounding: unbiased, but noisier. Demo 3 sums 16,384 "
-    "numbers in FP16 and BF16 (swamping) and repairs the sum with pairwise and Kahan summation. "
-    "Demo 4 adds small updates to weights stored in several ways.",
-    "How to read the numbers: x is the exact value and q the rounded one. An ulp (unit in the "
-    "last place) is the gap between the two grid values around x; errors q - x are given in "
-    "ulps, ulp² for variances. Relative error is (q - x) / x in percent. All data come from "
-    "fixed seeds.",
+    N_("Every result of low-precision arithmetic is rounded. This lecture asks which rounding "
+       "rule keeps errors from piling up in one direction, what happens when thousands of "
+       "numbers are summed in FP16 or BF16, and why a small update can vanish when added to a "
+       "BF16 weight."),
+    N_("Demo 1 measures the bias of round to nearest even, round half away from zero and "
+       "truncation. Demo 2 shows stochastic rounding: unbiased, but noisier. Demo 3 sums 16,384 "
+       "numbers in FP16 and BF16 (swamping) and repairs the sum with pairwise and Kahan "
+       "summation. Demo 4 adds small updates to weights stored in several ways."),
+    N_("How to read the numbers: x is the exact value and q the rounded one. An ulp (unit in "
+       "the last place) is the gap between the two grid values around x; errors q - x are "
+       "given in ulps, ulp² for variances. Relative error is (q - x) / x in percent. All data "
+       "come from fixed seeds."),
 )
 
 
 def main() -> None:
-    print_title(TITLE, INTRO)
+    print_title(_(TITLE), [_(paragraph) for paragraph in INTRO])
     show_demo1(demo1_rounding_bias())
     show_demo2(demo2_stochastic_rounding())
     show_demo3(demo3_swamping())
