@@ -388,6 +388,11 @@ GRANULARITY = (  # label, granularity, group, extra bits per element of one FP16
 )
 
 
+#: Share of the sequence positions in which the outlier features appear at 6.7B parameters
+#: (Dettmers et al., "LLM.int8()", 2022, section 4).
+LLM_INT8_OUTLIER_POSITIONS = 0.75
+
+
 def granularity_data(seed: int = 1) -> dict:
     """Demo 3's matrices: W (1024, 4096) with log-normal row scales; A (256, 4096) with 8
     outlier channels multiplied by 60."""
@@ -473,22 +478,22 @@ def show_demo3(r: GranularityResult) -> None:
           "weights.").format(tensor=e[("W", 4, "per tensor")] * 100,
                              row=e[("W", 4, "per row")] * 100),
         _("Activations A: at INT4, per-token (per-row) scales barely help ({tensor4:.0f}% → "
-          "{row4:.0f}%): the outlier channels hold {energy:.0f}% of the energy and set every "
+          "{row4:.0f}%): the outlier channels hold {energy:.0%} of the energy and set every "
           "row's maximum, and {flushed_tensor} (per tensor) and {flushed_row} (per row) of the "
           "normal channels' values are stored as 0: the aggregate error hides that almost the "
           "whole matrix is lost. At INT8 per-token scales do help: {tensor8:.2f}% → "
-          "{row8:.2f}%, with {flushed8:.0f}% of the normal values flushed. Groups along the "
+          "{row8:.2f}%, with {flushed8:.0%} of the normal values flushed. Groups along the "
           "channel axis help most: {g128:.0f}% at INT4 with groups of 128, {g32:.0f}% with "
           "groups of 32. An outlier now only hurts the channels in its own group.").format(
             tensor4=e[("A", 4, "per tensor")] * 100, row4=e[("A", 4, "per row")] * 100,
-            energy=r.outlier_energy * 100, flushed_tensor=pct(r.flushed[(4, "per tensor")]),
+            energy=r.outlier_energy, flushed_tensor=pct(r.flushed[(4, "per tensor")]),
             flushed_row=pct(r.flushed[(4, "per row")]), tensor8=e[("A", 8, "per tensor")] * 100,
-            row8=e[("A", 8, "per row")] * 100, flushed8=r.flushed[(8, "per row")] * 100,
+            row8=e[("A", 8, "per row")] * 100, flushed8=r.flushed[(8, "per row")],
             g128=e[("A", 4, "groups of 128")] * 100, g32=e[("A", 4, "groups of 32")] * 100),
         _("Here the outlier channels are large in every token by construction. In real LLMs "
           "(LLM.int8, Dettmers et al. 2022, section 4) they sit in the same few hidden "
-          "dimensions; at 6.7B parameters they appear in all layers and in about 75% of the "
-          "sequence positions."),
+          "dimensions; at 6.7B parameters they appear in all layers and in about {positions:.0%} of "
+          "the sequence positions.").format(positions=LLM_INT8_OUTLIER_POSITIONS),
         _("The catch: A·Wᵀ sums over the channel axis k. If the scale changes along k, it cannot "
           "be applied once after the sum; partial sums must be rescaled during accumulation. On "
           "Hopper that is software: its FP8 tensor cores keep only about 14 bits of the "
@@ -619,8 +624,8 @@ def show_demo4(r: BlockFormatResult) -> None:
                 [[_(label), f"{bits:g}", f"{e * 100:.2f}%", f"{s:.1f}"]
                  for label, bits, e, s in r.formats])
     print("\n" + _("MXFP8: a block's maximum divided by its power-of-two scale lands in [256, "
-                   "512), so\nvalues above 448 saturate: {clipped:.3f}% of all elements.").format(
-                       clipped=r.mxfp8_clipped * 100))
+                   "512), so\nvalues above 448 saturate: {clipped:.3%} of all elements.").format(
+                       clipped=r.mxfp8_clipped))
     print("\n" + _("NVFP4 against MXFP4, one difference at a time (E2M1 elements throughout).\n"
                    "'clipped' is the share of elements above 6 after division by their block "
                    "scale:\nthey saturate at 6 because the scale was rounded down."))
@@ -661,22 +666,22 @@ def show_demo4(r: BlockFormatResult) -> None:
         _("MXFP8 ({mxfp8:.2f}%) is worse than FP8 with one tensor scale ({fp8:.2f}%). E4M3's own "
           "dynamic range already covers this data, so block scales add little, and the clipping "
           "comes from OCP's rule, not from powers of two as such: rounding the exponent down "
-          "puts a block's maximum in [256, 512), above E4M3's 448 in {blocks:.1f}% of the blocks "
-          "(one block in {one_in:.0f}), {elements:.3f}% of the elements. Rounding it up (RCEIL) "
+          "puts a block's maximum in [256, 512), above E4M3's 448 in {blocks:.1%} of the blocks "
+          "(one block in {one_in:.0f}), {elements:.3%} of the elements. Rounding it up (RCEIL) "
           "clips nothing and gives {rceil:.2f}%. NVIDIA found that OCP's rounding can make "
           "MXFP8 pre-training diverge and rounds the scale up (Mishra et al., arXiv:2506.08027, "
           "2025); cuBLAS and torchao's RCEIL do the same.").format(
             mxfp8=err("MXFP8") * 100, fp8=err("FP8 E4M3") * 100,
-            blocks=f8.blocks_clipped * 100, one_in=1 / f8.blocks_clipped,
-            elements=f8.clipped * 100, rceil=f8c.error * 100),
+            blocks=f8.blocks_clipped, one_in=1 / f8.blocks_clipped,
+            elements=f8.clipped, rceil=f8c.error * 100),
         _("MXFP6 E2M3 ({e2m3:.2f}%) is far more accurate than E3M2 ({e3m2:.2f}%), and even beats "
           "MXFP8 ({mxfp8:.2f}%) with two bits fewer. Within a block the values have similar "
           "magnitudes, so exponent bits buy little and mantissa bits buy precision; E2M3 has as "
           "many mantissa bits as E4M3, and its max 7.5 sits near the top of [4, 8), so only "
-          "{blocks:.1f}% of its blocks clip. The same reasoning is behind DeepSeek-V3's choice "
+          "{blocks:.1%} of its blocks clip. The same reasoning is behind DeepSeek-V3's choice "
           "of E4M3 everywhere once scales are fine-grained.").format(
             e2m3=err("MXFP6 (E2M3") * 100, e3m2=err("MXFP6 (E3M2") * 100,
-            mxfp8=err("MXFP8") * 100, blocks=e23.blocks_clipped * 100),
+            mxfp8=err("MXFP8") * 100, blocks=e23.blocks_clipped),
         _("Rounding up is not free: it doubles the step of every block it changes. For MXFP8 "
           "the clipping costs more ({f8_floor:.2f}% → {f8_rceil:.2f}% with RCEIL); for MXFP4 "
           "the coarser grid costs more than the clipping it avoids ({f4_floor:.2f}% → "
@@ -792,20 +797,20 @@ def show_demo5(r: PropagationResult) -> None:
             error=nv * 100),
         _("In general the output error is E||E x||² = tr(E Σ Eᵀ), with Σ the covariance of the "
           "inputs: the weight error counts in proportion to the energy of the channel it sits "
-          "in. With {n} loud channels ({channels:.1f}% of them), {share}% of the output error "
+          "in. With {n} loud channels ({channels:.1%} of them), {share} of the output error "
           "comes from the weights in those channels: keeping just those {n} columns exact takes "
-          "NVFP4's output error from {before:.2f}% to {after:.2f}%, for {channels:.1f}% of the "
+          "NVFP4's output error from {before:.2f}% to {after:.2f}%, for {channels:.1%} of the "
           "weights. Methods that minimise this output error rather than the weight error are "
           "the subject of post-training quantization: GPTQ, AWQ, SmoothQuant.").format(
-            n=N_OUTLIER_CHANNELS, channels=N_OUTLIER_CHANNELS / d * 100,
-            share=lo_s if lo_s == hi_s else lo_s + "–" + hi_s, before=nv_o[1] * 100,
+            n=N_OUTLIER_CHANNELS, channels=N_OUTLIER_CHANNELS / d,
+            share=(lo_s if lo_s == hi_s else lo_s + "–" + hi_s) + "%", before=nv_o[1] * 100,
             after=nv_o[3] * 100),
-        _("Why then can a model in NVFP4 stay within about {gap:.0f}% of its FP8 accuracy "
+        _("Why then can a model in NVFP4 stay within about {gap:.0%} of its FP8 accuracy "
           "(NVIDIA's figure for DeepSeek-R1-0528, NVIDIA Technical Blog, June 2025; lecture 08 "
           "measures it)? Not at this level: the model tolerates noise (what counts is the "
           "argmax, the ranking), layers and tensors differ in sensitivity, and quantization "
           "methods protect what matters most (lecture 06 trains the model to tolerate the "
-          "noise).").format(gap=NVFP4_VS_FP8_NVIDIA * 100),
+          "noise).").format(gap=NVFP4_VS_FP8_NVIDIA),
         _("Each extra bit adds about 6 dB of SQNR (beyond four bits: {low:.1f} to {high:.1f} dB; "
           "theory 20·log10 2 = 6.02 dB: half the step, half the error). With two or three bits "
           "(3 or 7 levels) the grid is too coarse for the uniform-noise model behind the 6 dB "
