@@ -34,8 +34,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from console import print_header, print_observations, print_table, print_title, run_lecture
+from console.i18n import N_
+from lectures.i18n import domain
 from numfmt import (FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FloatFormat, block_quantize, int_range,
                     mx_quantize, nvfp4_quantize, quantize_int, rel_error, sqnr_db, tensor_scaled)
+
+_ = domain("lecture05").gettext
 
 INT32_MAX = 2**31 - 1
 #: NVIDIA H100 SXM5 dense tensor-core throughput, TFLOPS / TOPS (NVIDIA H100 Tensor Core GPU
@@ -121,8 +125,8 @@ def demo1_affine_and_integer_matmul(seed: int = 0) -> AffineResult:
     rng = np.random.default_rng(seed)
     a = np.maximum(rng.standard_normal(N_RELU), 0.0)      # ReLU output: half zeros, half positive
     rows, used, errs = [], {}, {}
-    for key, symmetric, label in (("symmetric", True, "symmetric INT8 (zero point 0)"),
-                                  ("asymmetric", False, "asymmetric UINT8 (with zero point)")):
+    for key, symmetric, label in (("symmetric", True, N_("symmetric INT8 (zero point 0)")),
+                                  ("asymmetric", False, N_("asymmetric UINT8 (with zero point)"))):
         deq, q, s, z = quantize_int(a, 8, symmetric=symmetric)
         used[key] = len(np.unique(q))
         errs[key] = rel_error(deq, a)
@@ -135,64 +139,69 @@ def demo1_affine_and_integer_matmul(seed: int = 0) -> AffineResult:
     pre = rng.standard_normal((B, D)) * 2.0                               # (B, D) pre-activations
     pipes = {"ReLU": integer_matmul(A, W), "SiLU": integer_matmul(silu(pre), W)}
     lo, hi = rng.uniform(2, 8, 10_000), rng.uniform(-1, 3, 10_000)
-    zps = {"ReLU outputs, [0, max]": zero_point_of(a),
-           "uniform on [2, 8]": zero_point_of(lo),
-           "uniform on [-1, 3]": zero_point_of(hi),
-           "SiLU outputs": pipes["SiLU"].za}
+    zps = {N_("ReLU outputs, [0, max]"): zero_point_of(a),
+           N_("uniform on [2, 8]"): zero_point_of(lo),
+           N_("uniform on [-1, 3]"): zero_point_of(hi),
+           N_("SiLU outputs"): pipes["SiLU"].za}
     r = pipes["ReLU"]
     lowest = int(quantize_int(lo, 8, symmetric=False)[1].min())
     return AffineResult(rows, used, errs, r.acc_max, r.diff, r.output_error, pipes, zps, lowest)
 
 
 def show_demo1(r: AffineResult) -> None:
-    print_header("Demo 1: affine quantization: scale, zero point, and an integer-only matmul")
-    print(f"Data: {N_RELU:,} ReLU outputs max(z, 0), z ~ N(0, 1).\n"
-          "Symmetric INT8:   s = max|x| / 127, q = round(x / s) in -127 … 127, value q·s.\n"
-          "Asymmetric UINT8: [lo, hi] = [min(x), max(x)] widened to contain 0, "
-          "s = (hi - lo) / 255,\n                  z = round(-lo / s), q = clip(round(x / s) + z, "
-          "0, 255), value (q - z)·s.")
-    print_table(["scheme", "scale", "zero point", "code range", "codes used", "rel. error"], r.rows)
-    print("\nZero point of asymmetric UINT8 (codes 0 … 255), by data:")
-    print_table(["data", "zero point z"], [[k, z] for k, z in r.zero_points.items()])
-    print(f"\nInteger pipeline: 64 × 1024 activations (UINT8, per tensor) times 256 × 1024 "
-          f"weights\n(INT8, per row). The largest integer sum is {r.acc_max:,} "
-          f"(int32 holds up to {INT32_MAX:,})")
-    print_table(["activations", "z_a", "max zero-point term", "pipeline vs dequantized",
-                 "rel. error vs float"],
+    print_header(_("Demo 1: affine quantization: scale, zero point, and an integer-only matmul"))
+    print(_("Data: {n:,} ReLU outputs max(z, 0), z ~ N(0, 1).\n"
+            "Symmetric INT8:   s = max|x| / 127, q = round(x / s) in -127 … 127, value q·s.\n"
+            "Asymmetric UINT8: [lo, hi] = [min(x), max(x)] widened to contain 0, "
+            "s = (hi - lo) / 255,\n                  z = round(-lo / s), q = clip(round(x / s) + z, "
+            "0, 255), value (q - z)·s.").format(n=N_RELU))
+    print_table([_("scheme"), _("scale"), _("zero point"), _("code range"), _("codes used"),
+                 _("rel. error")], [[_(row[0])] + row[1:] for row in r.rows])
+    print("\n" + _("Zero point of asymmetric UINT8 (codes 0 … 255), by data:"))
+    print_table([_("data"), _("zero point z")], [[_(k), z] for k, z in r.zero_points.items()])
+    print("\n" + _("Integer pipeline: 64 × 1024 activations (UINT8, per tensor) times 256 × 1024 "
+                   "weights\n(INT8, per row). The largest integer sum is {acc_max:,} "
+                   "(int32 holds up to {int32_max:,})").format(acc_max=r.acc_max,
+                                                              int32_max=INT32_MAX))
+    print_table([_("activations"), "z_a", _("max zero-point term"), _("pipeline vs dequantized"),
+                 _("rel. error vs float")],
                 [[name, p.za, f"{p.correction_max:,}", f"{p.diff:.2e}",
                   f"{p.output_error * 100:.3f}%"] for name, p in r.pipelines.items()])
-    print("(zero-point term: z_a·Σ_k qw_jk; 'pipeline vs dequantized' is the max difference "
-          "between the integer\npipeline and dequantize-then-multiply: float rounding only)")
+    print(_("(zero-point term: z_a·Σ_k qw_jk; 'pipeline vs dequantized' is the max difference "
+            "between the integer\npipeline and dequantize-then-multiply: float rounding only)"))
     sym, asym = "symmetric", "asymmetric"
     silu_z = r.pipelines["SiLU"].za
     speed = H100_DENSE["INT8"] / H100_DENSE["BF16"]
     energy = ENERGY_PJ["FP16 multiply"] / ENERGY_PJ["INT8 multiply"]
     print_observations([
-        f"Symmetric INT8 wastes its negative codes on values ReLU never produces: it can use "
-        f"0 … 127 and actually uses {r.codes_used[sym]} codes. Asymmetric UINT8 spans 0 … 255 and "
-        f"uses {r.codes_used[asym]}: {r.codes_used[asym] / r.codes_used[sym]:.1f}x as many codes, "
-        f"half the scale, and {r.errors[asym] / r.errors[sym]:.2f}x the error. That is one extra "
-        "bit.",
-        "The grid's range is widened to contain 0, so that 0 is stored exactly: zero padding, "
-        "ReLU's zeros and pruned weights must come back as 0, not as a small error that every "
-        "dot product adds up. So data with minimum 0 (ReLU) and strictly positive data "
-        f"(uniform on [2, 8]: z = {r.zero_points['uniform on [2, 8]']}, codes 0 … "
-        f"{r.lowest_code - 1} never used) "
-        "keep z = 0. An interior zero point appears only when the data straddle 0: "
-        f"z = {r.zero_points['uniform on [-1, 3]']} on [-1, 3], z = {silu_z} on SiLU outputs, "
-        f"whose minimum is {SILU_MIN:.3f}. (PyTorch's observers do the "
-        "same.)",
-        "The integer pipeline agrees with dequantize-then-multiply up to float rounding: every "
-        "multiply-add happens in integers and the scales are applied once per output. This is "
-        f"how INT8 inference runs on tensor cores, at {speed:.0f}x the BF16 rate on an H100 "
-        f"({H100_DENSE['INT8']:,} against {H100_DENSE['BF16']} dense TOPS, NVIDIA's datasheet) "
-        f"and with an integer multiplier that costs {energy:.1f}x less energy than an FP16 one "
-        "(Horowitz, ISSCC 2014).",
-        f"The zero-point term z_a·Σ_k qw_jk depends only on the weights, so it is precomputed: on "
-        f"SiLU outputs (z_a = {silu_z}) it reaches {r.pipelines['SiLU'].correction_max:,} and "
-        "the pipeline still matches. With zero points on both sides, more cross terms appear; "
-        "that is why weights are usually symmetric and only activations (if anything) "
-        "asymmetric.",
+        _("Symmetric INT8 wastes its negative codes on values ReLU never produces: it can use "
+          "0 … 127 and actually uses {used_sym} codes. Asymmetric UINT8 spans 0 … 255 and "
+          "uses {used_asym}: {codes_ratio:.1f}x as many codes, half the scale, and "
+          "{error_ratio:.2f}x the error. That is one extra bit.").format(
+            used_sym=r.codes_used[sym], used_asym=r.codes_used[asym],
+            codes_ratio=r.codes_used[asym] / r.codes_used[sym],
+            error_ratio=r.errors[asym] / r.errors[sym]),
+        _("The grid's range is widened to contain 0, so that 0 is stored exactly: zero padding, "
+          "ReLU's zeros and pruned weights must come back as 0, not as a small error that every "
+          "dot product adds up. So data with minimum 0 (ReLU) and strictly positive data "
+          "(uniform on [2, 8]: z = {z_positive}, codes 0 … {unused_top} never used) keep z = 0. "
+          "An interior zero point appears only when the data straddle 0: z = {z_straddle} on "
+          "[-1, 3], z = {z_silu} on SiLU outputs, whose minimum is {silu_min:.3f}. (PyTorch's "
+          "observers do the same.)").format(
+            z_positive=r.zero_points["uniform on [2, 8]"], unused_top=r.lowest_code - 1,
+            z_straddle=r.zero_points["uniform on [-1, 3]"], z_silu=silu_z, silu_min=SILU_MIN),
+        _("The integer pipeline agrees with dequantize-then-multiply up to float rounding: every "
+          "multiply-add happens in integers and the scales are applied once per output. This is "
+          "how INT8 inference runs on tensor cores, at {speed:.0f}x the BF16 rate on an H100 "
+          "({int8_tops:,} against {bf16_tops} dense TOPS, NVIDIA's datasheet) and with an "
+          "integer multiplier that costs {energy:.1f}x less energy than an FP16 one (Horowitz, "
+          "ISSCC 2014).").format(speed=speed, int8_tops=H100_DENSE["INT8"],
+                                 bf16_tops=H100_DENSE["BF16"], energy=energy),
+        _("The zero-point term z_a·Σ_k qw_jk depends only on the weights, so it is precomputed: "
+          "on SiLU outputs (z_a = {z_silu}) it reaches {correction:,} and the pipeline still "
+          "matches. With zero points on both sides, more cross terms appear; that is why weights "
+          "are usually symmetric and only activations (if anything) asymmetric.").format(
+            z_silu=silu_z, correction=r.pipelines["SiLU"].correction_max),
     ])
 
 
@@ -205,8 +214,8 @@ CLIPS = (1.0, 0.8, 0.6, 0.5, 0.4, 0.3, 0.25, 0.2, 0.15, 0.1, 0.07, 0.05)
 def clip_data(n: int = 1 << 18, seed: int = 0) -> dict:
     """The three distributions of demo 2, in drawing order: name -> float64 array of n values."""
     rng = np.random.default_rng(seed)
-    return {"Gaussian": rng.standard_normal(n), "Laplace": rng.laplace(size=n),
-            "Student-t (ν = 5)": rng.standard_t(5, n)}
+    return {N_("Gaussian"): rng.standard_normal(n), N_("Laplace"): rng.laplace(size=n),
+            N_("Student-t (ν = 5)"): rng.standard_t(5, n)}
 
 
 @dataclass
@@ -328,37 +337,43 @@ def demo2_clipping(n: int = 1 << 18, seed: int = 0) -> ClipResult:
 
 
 def show_demo2(r: ClipResult) -> None:
-    print_header("Demo 2: clipping: INT4 symmetric with range c × max|x|")
+    print_header(_("Demo 2: clipping: INT4 symmetric with range c × max|x|"))
     names = list(r.errors)
-    print("max|x| / σ: " + ", ".join(f"{n} {r.max_over_std[n]:.2f}" for n in names)
-          + f" ({r.n:,} values each)")
+    # TRANSLATORS: the separator between the items of a list ("Gaussian 4.73, Laplace 8.14").
+    ratios = _(", ").join(f"{_(n)} {r.max_over_std[n]:.2f}" for n in names)
+    print(_("max|x| / σ: {ratios} ({n:,} values each)").format(ratios=ratios, n=r.n))
     rows = [[f"{c:g}"] + [f"{r.errors[n][i] * 100:.2f}%" for n in names]
             for i, c in enumerate(r.clips)]
-    print_table(["clip ratio c"] + [f"rel. error, {n}" for n in names], rows)
+    print_table([_("clip ratio c")] + [_("rel. error, {name}").format(name=_(n)) for n in names],
+                rows)
+
     def best_text(name, c, sigma):
         ties = sorted(r.flat[name])
         if len(ties) == 1:
-            return f"best c = {c:g} (clip point ≈ {sigma:.1f}σ)"
-        errs = " and ".join(f"{r.errors[name][r.clips.index(t)] * 100:.2f}%" for t in ties)
-        return (f"the minimum is flat between c = {ties[0]:g} and {ties[-1]:g} ({errs}; "
-                f"best on this grid c = {c:g}, clip point ≈ {sigma:.1f}σ)")
+            return _("best c = {c:g} (clip point ≈ {sigma:.1f}σ)").format(c=c, sigma=sigma)
+        # TRANSLATORS: joins the errors of tied clip ratios ("21.39% and 21.41%").
+        errs = _(" and ").join(f"{r.errors[name][r.clips.index(t)] * 100:.2f}%" for t in ties)
+        return _("the minimum is flat between c = {low:g} and {high:g} ({errors}; best on this "
+                 "grid c = {c:g}, clip point ≈ {sigma:.1f}σ)").format(
+                     low=ties[0], high=ties[-1], errors=errs, c=c, sigma=sigma)
 
-    lines = [f"{name}: {best_text(name, c, sigma)}; the error falls from "
-             f"{e1 * 100:.1f}% to {e * 100:.1f}%" for name, (c, e, e1, sigma) in r.best.items()]
+    lines = [_("{name}: {best}; the error falls from {before:.1f}% to {after:.1f}%").format(
+                 name=_(name), best=best_text(name, c, sigma), before=e1 * 100, after=e * 100)
+             for name, (c, e, e1, sigma) in r.best.items()]
     print_observations(lines + [
-        "The heavier the tail, the farther the maximum sits from most of the values (max/σ of "
-        "the Student-t is well above the Gaussian's), the more a max-based scale wastes, and the "
-        "more clipping gains.",
-        "Clip too hard and the error climbs again as too many values saturate. This U-shaped "
-        "curve is the trade-off behind every scale-selection method: MSE search and percentile "
-        "calibration pick the clip point on it. GPTQ and AWQ are not scale searches: GPTQ "
-        "rounds weights one column at a time and corrects the remaining columns with the "
-        "inverse Hessian of the layer inputs (Frantar et al. 2022); AWQ rescales input channels "
-        "by their activation magnitude before quantizing (Lin et al. 2023). Both minimise the "
-        "output error, not the weight error (demo 5).",
-        "Clipping throws away exactly the largest values. When those matter (the outlier "
-        "features of LLM activations), clipping hurts; the alternatives are to keep outliers "
-        "apart (LLM.int8) or to make the scales finer-grained (demos 3 and 4).",
+        _("The heavier the tail, the farther the maximum sits from most of the values (max/σ of "
+          "the Student-t is well above the Gaussian's), the more a max-based scale wastes, and "
+          "the more clipping gains."),
+        _("Clip too hard and the error climbs again as too many values saturate. This U-shaped "
+          "curve is the trade-off behind every scale-selection method: MSE search and percentile "
+          "calibration pick the clip point on it. GPTQ and AWQ are not scale searches: GPTQ "
+          "rounds weights one column at a time and corrects the remaining columns with the "
+          "inverse Hessian of the layer inputs (Frantar et al. 2022); AWQ rescales input "
+          "channels by their activation magnitude before quantizing (Lin et al. 2023). Both "
+          "minimise the output error, not the weight error (demo 5)."),
+        _("Clipping throws away exactly the largest values. When those matter (the outlier "
+          "features of LLM activations), clipping hurts; the alternatives are to keep outliers "
+          "apart (LLM.int8) or to make the scales finer-grained (demos 3 and 4)."),
     ])
 
 
@@ -366,11 +381,16 @@ def show_demo2(r: ClipResult) -> None:
 # Demo 3: granularity
 # ---------------------------------------------------------------------------------------------
 GRANULARITY = (  # label, granularity, group, extra bits per element of one FP16 scale
-    ("per tensor", "tensor", None),
-    ("per row", "channel", None),
-    ("groups of 128", "group", 128),
-    ("groups of 32", "group", 32),
+    (N_("per tensor"), "tensor", None),
+    (N_("per row"), "channel", None),
+    (N_("groups of 128"), "group", 128),
+    (N_("groups of 32"), "group", 32),
 )
+
+
+#: Share of the sequence positions in which the outlier features appear at 6.7B parameters
+#: (Dettmers et al., "LLM.int8()", 2022, section 4).
+LLM_INT8_OUTLIER_POSITIONS = 0.75
 
 
 def granularity_data(seed: int = 1) -> dict:
@@ -438,46 +458,52 @@ def demo3_granularity(seed: int = 1) -> GranularityResult:
 
 
 def show_demo3(r: GranularityResult) -> None:
-    print_header("Demo 3: granularity: per tensor / per row / per group, INT8 and INT4")
-    print(f"W: {r.shapes['W'][0]} × {r.shapes['W'][1]} weights, rows with log-normal scales; "
-          f"A: {r.shapes['A'][0]} tokens × {r.shapes['A'][1]} channels, 8 channels × 60.")
-    names = {"W": "W (row scales)", "A": "A (outliers)"}
+    print_header(_("Demo 3: granularity: per tensor / per row / per group, INT8 and INT4"))
+    print(_("W: {w_rows} × {w_cols} weights, rows with log-normal scales; A: {a_rows} tokens × "
+            "{a_cols} channels, 8 channels × 60.").format(
+                w_rows=r.shapes["W"][0], w_cols=r.shapes["W"][1], a_rows=r.shapes["A"][0],
+                a_cols=r.shapes["A"][1]))
+    names = {"W": _("W (row scales)"), "A": _("A (outliers)")}
     rows = [[names[m], f"INT{b}"] + [f"{r.errors[(m, b, g)] * 100:.2f}%" for g in r.labels]
             for m in ("W", "A") for b in (8, 4)]
-    rows.append(["scale cost", "bits/elem."] + [f"+{x:.3g}" for x in r.extra_bits])
-    print_table(["matrix", "bits"] + r.labels, rows)
-    print("(relative error; the last row is one FP16 scale per row or group, in bits per element)")
+    rows.append([_("scale cost"), _("bits/elem.")] + [f"+{x:.3g}" for x in r.extra_bits])
+    print_table([_("matrix"), _("bits")] + [_(g) for g in r.labels], rows)
+    print(_("(relative error; the last row is one FP16 scale per row or group, in bits per "
+            "element)"))
     e = r.errors
     print_observations([
-        f"Weights W: one scale per row (output channel) cuts the INT4 error from "
-        f"{e[('W', 4, 'per tensor')] * 100:.0f}% to {e[('W', 4, 'per row')] * 100:.0f}%. The rows "
-        "have different scales, and a single tensor scale only suits the largest row. Per-channel "
-        "scales cost almost nothing and are the default for weights.",
-        f"Activations A: at INT4, per-token (per-row) scales barely help "
-        f"({e[('A', 4, 'per tensor')] * 100:.0f}% → {e[('A', 4, 'per row')] * 100:.0f}%): the "
-        f"outlier channels hold {r.outlier_energy * 100:.0f}% of the energy and set every row's "
-        f"maximum, and {pct(r.flushed[(4, 'per tensor')])} (per tensor) and "
-        f"{pct(r.flushed[(4, 'per row')])} (per row) of the normal channels' values are "
-        "stored as 0: the aggregate error hides that almost the whole matrix is lost. At INT8 "
-        f"per-token scales do help: {e[('A', 8, 'per tensor')] * 100:.2f}% → "
-        f"{e[('A', 8, 'per row')] * 100:.2f}%, with {r.flushed[(8, 'per row')] * 100:.0f}% of "
-        "the normal values flushed. Groups along the channel axis help most: "
-        f"{e[('A', 4, 'groups of 128')] * 100:.0f}% at INT4 with groups of 128, "
-        f"{e[('A', 4, 'groups of 32')] * 100:.0f}% with groups of 32. An outlier now only hurts "
-        "the channels in its own group.",
-        "Here the outlier channels are large in every token by construction. In real LLMs "
-        "(LLM.int8, Dettmers et al. 2022, section 4) they sit in the same few hidden dimensions; "
-        "at 6.7B parameters they appear in all layers and in about 75% of the sequence "
-        "positions.",
-        "The catch: A·Wᵀ sums over the channel axis k. If the scale changes along k, it cannot be "
-        "applied once after the sum; partial sums must be rescaled during accumulation. On "
-        "Hopper that is software: its FP8 tensor cores keep only about 14 bits of the "
-        "accumulated sum, so DeepSeek-V3's kernels copy the partial sums to FP32 registers on "
-        "the CUDA cores every 128 elements and apply the scales there (DeepSeek-V3 report, "
-        "section 3.3.2). Blackwell's MX and NVFP4 tensor cores apply block scales in hardware. "
-        "LLM.int8 instead splits the outlier channels off and multiplies them in FP16.",
-        f"Smaller groups mean smaller errors and more scales: one FP16 scale per 32 values costs "
-        f"{r.extra_bits[-1]:.1f} extra bit per value.",
+        _("Weights W: one scale per row (output channel) cuts the INT4 error from {tensor:.0f}% "
+          "to {row:.0f}%. The rows have different scales, and a single tensor scale only suits "
+          "the largest row. Per-channel scales cost almost nothing and are the default for "
+          "weights.").format(tensor=e[("W", 4, "per tensor")] * 100,
+                             row=e[("W", 4, "per row")] * 100),
+        _("Activations A: at INT4, per-token (per-row) scales barely help ({tensor4:.0f}% → "
+          "{row4:.0f}%): the outlier channels hold {energy:.0%} of the energy and set every "
+          "row's maximum, and {flushed_tensor} (per tensor) and {flushed_row} (per row) of the "
+          "normal channels' values are stored as 0: the aggregate error hides that almost the "
+          "whole matrix is lost. At INT8 per-token scales do help: {tensor8:.2f}% → "
+          "{row8:.2f}%, with {flushed8:.0%} of the normal values flushed. Groups along the "
+          "channel axis help most: {g128:.0f}% at INT4 with groups of 128, {g32:.0f}% with "
+          "groups of 32. An outlier now only hurts the channels in its own group.").format(
+            tensor4=e[("A", 4, "per tensor")] * 100, row4=e[("A", 4, "per row")] * 100,
+            energy=r.outlier_energy, flushed_tensor=pct(r.flushed[(4, "per tensor")]),
+            flushed_row=pct(r.flushed[(4, "per row")]), tensor8=e[("A", 8, "per tensor")] * 100,
+            row8=e[("A", 8, "per row")] * 100, flushed8=r.flushed[(8, "per row")],
+            g128=e[("A", 4, "groups of 128")] * 100, g32=e[("A", 4, "groups of 32")] * 100),
+        _("Here the outlier channels are large in every token by construction. In real LLMs "
+          "(LLM.int8, Dettmers et al. 2022, section 4) they sit in the same few hidden "
+          "dimensions; at 6.7B parameters they appear in all layers and in about {positions:.0%} of "
+          "the sequence positions.").format(positions=LLM_INT8_OUTLIER_POSITIONS),
+        _("The catch: A·Wᵀ sums over the channel axis k. If the scale changes along k, it cannot "
+          "be applied once after the sum; partial sums must be rescaled during accumulation. On "
+          "Hopper that is software: its FP8 tensor cores keep only about 14 bits of the "
+          "accumulated sum, so DeepSeek-V3's kernels copy the partial sums to FP32 registers on "
+          "the CUDA cores every 128 elements and apply the scales there (DeepSeek-V3 report, "
+          "section 3.3.2). Blackwell's MX and NVFP4 tensor cores apply block scales in "
+          "hardware. LLM.int8 instead splits the outlier channels off and multiplies them in "
+          "FP16."),
+        _("Smaller groups mean smaller errors and more scales: one FP16 scale per 32 values "
+          "costs {bits:.1f} extra bit per value.").format(bits=r.extra_bits[-1]),
     ])
 
 
@@ -490,18 +516,18 @@ def student_t_weights(n: int = 1 << 20, seed: int = 0) -> np.ndarray:
 
 
 FORMAT_ROWS = (  # label, bits per element, quantizer
-    ("FP8 E4M3, one tensor scale", lambda x: tensor_scaled(x, FP8_E4M3)),
-    ("INT8, one tensor scale (symmetric)", None),
-    ("MXFP8 (E4M3, 32 per E8M0 scale)", lambda x: mx_quantize(x, FP8_E4M3)),
-    ("MXFP6 (E2M3, 32 per E8M0 scale)", lambda x: mx_quantize(x, FP6_E2M3)),
-    ("MXFP6 (E3M2, 32 per E8M0 scale)", lambda x: mx_quantize(x, FP6_E3M2)),
-    ("INT4, groups of 32 (FP16 scale)", None),
-    ("MXFP4 (E2M1, 32 per E8M0 scale)", lambda x: mx_quantize(x, FP4_E2M1)),
-    ("NVFP4 (E2M1, 16 per E4M3 scale + FP32)", nvfp4_quantize),
-    ("FP4 E2M1, one tensor scale", lambda x: tensor_scaled(x, FP4_E2M1)),
+    (N_("FP8 E4M3, one tensor scale"), lambda x: tensor_scaled(x, FP8_E4M3)),
+    (N_("INT8, one tensor scale (symmetric)"), None),
+    (N_("MXFP8 (E4M3, 32 per E8M0 scale)"), lambda x: mx_quantize(x, FP8_E4M3)),
+    (N_("MXFP6 (E2M3, 32 per E8M0 scale)"), lambda x: mx_quantize(x, FP6_E2M3)),
+    (N_("MXFP6 (E3M2, 32 per E8M0 scale)"), lambda x: mx_quantize(x, FP6_E3M2)),
+    (N_("INT4, groups of 32 (FP16 scale)"), None),
+    (N_("MXFP4 (E2M1, 32 per E8M0 scale)"), lambda x: mx_quantize(x, FP4_E2M1)),
+    (N_("NVFP4 (E2M1, 16 per E4M3 scale + FP32)"), nvfp4_quantize),
+    (N_("FP4 E2M1, one tensor scale"), lambda x: tensor_scaled(x, FP4_E2M1)),
 )
-SCALE_KINDS = (("e8m0", "E8M0 scale (power of 2)"), ("e4m3", "E4M3 scale (NVFP4)"),
-               ("exact", "exact scale (ideal)"))
+SCALE_KINDS = (("e8m0", N_("E8M0 scale (power of 2)")), ("e4m3", N_("E4M3 scale (NVFP4)")),
+               ("exact", N_("exact scale (ideal)")))
 
 
 def quantize_row(label: str, x: np.ndarray) -> tuple[np.ndarray, float]:
@@ -591,68 +617,79 @@ def demo4_block_formats(n: int = 1 << 20, seed: int = 0) -> BlockFormatResult:
 
 
 def show_demo4(r: BlockFormatResult) -> None:
-    print_header("Demo 4: block-scaled formats on the same weight-like data as lecture 03")
-    print(f"Data: {r.n:,} values of Student-t(5) × 0.02 (seed 0). Bits per element count the "
-          "scales: element\nbits + scale bits / block size.")
-    print_table(["format", "bits/element", "rel. error", "SQNR (dB)"],
-                [[label, f"{bits:g}", f"{e * 100:.2f}%", f"{s:.1f}"] for label, bits, e, s in r.formats])
-    print(f"\nMXFP8: a block's maximum divided by its power-of-two scale lands in [256, 512), so\n"
-          f"values above 448 saturate: {r.mxfp8_clipped * 100:.3f}% of all elements.")
-    print("\nNVFP4 against MXFP4, one difference at a time (E2M1 elements throughout).\n"
-          "'clipped' is the share of elements above 6 after division by their block scale:\n"
-          "they saturate at 6 because the scale was rounded down.")
+    print_header(_("Demo 4: block-scaled formats on the same weight-like data as lecture 03"))
+    print(_("Data: {n:,} values of Student-t(5) × 0.02 (seed 0). Bits per element count the "
+            "scales: element\nbits + scale bits / block size.").format(n=r.n))
+    print_table([_("format"), _("bits/element"), _("rel. error"), "SQNR (dB)"],
+                [[_(label), f"{bits:g}", f"{e * 100:.2f}%", f"{s:.1f}"]
+                 for label, bits, e, s in r.formats])
+    print("\n" + _("MXFP8: a block's maximum divided by its power-of-two scale lands in [256, "
+                   "512), so\nvalues above 448 saturate: {clipped:.3%} of all elements.").format(
+                       clipped=r.mxfp8_clipped))
+    print("\n" + _("NVFP4 against MXFP4, one difference at a time (E2M1 elements throughout).\n"
+                   "'clipped' is the share of elements above 6 after division by their block "
+                   "scale:\nthey saturate at 6 because the scale was rounded down."))
     a = r.ablation
-    print_table(["block size"] + [name for _, name in SCALE_KINDS],
-                [[f"{block}"] + [f"{a[(block, k)][0] * 100:.2f}% (clipped {a[(block, k)][1] * 100:.2f}%)"
-                                 for k, _ in SCALE_KINDS] for block in (32, 16)])
-    print("\nThe shared exponent of an MX block, two rules: OCP's floor(log2 amax) - emax, and "
-          "RCEIL,\nceil(log2(amax / max)), which rounds the scale up so no block maximum "
-          "saturates:")
+    print_table([_("block size")] + [_(name) for _kind, name in SCALE_KINDS],
+                [[f"{block}"] + [_("{error:.2f}% (clipped {clipped:.2f}%)").format(
+                                     error=a[(block, k)][0] * 100, clipped=a[(block, k)][1] * 100)
+                                 for k, _name in SCALE_KINDS] for block in (32, 16)])
+    print("\n" + _("The shared exponent of an MX block, two rules: OCP's floor(log2 amax) - emax, "
+                   "and RCEIL,\nceil(log2(amax / max)), which rounds the scale up so no block "
+                   "maximum saturates:"))
     ru = r.rules
-    print_table(["format", "floor: error", "elements clipped", "blocks clipped",
-                 "RCEIL: error", "clipped"],
+    print_table([_("format"), _("floor: error"), _("elements clipped"), _("blocks clipped"),
+                 _("RCEIL: error"), _("clipped")],
                 [[label, f"{ru[(label, 'floor')].error * 100:.2f}%",
                   f"{ru[(label, 'floor')].clipped * 100:.3f}%",
                   f"{ru[(label, 'floor')].blocks_clipped * 100:.1f}%",
                   f"{ru[(label, 'rceil')].error * 100:.2f}%",
-                  f"{ru[(label, 'rceil')].clipped * 100:.3g}%"] for label, _ in MX_RULE_FORMATS])
+                  f"{ru[(label, 'rceil')].clipped * 100:.3g}%"] for label, _elem in MX_RULE_FORMATS])
     err = r.error
     f8, f8c = ru[("MXFP8 E4M3", "floor")], ru[("MXFP8 E4M3", "rceil")]
     e23 = ru[("MXFP6 E2M3", "floor")]
     print_observations([
-        f"At 4.5 bits, NVFP4 ({err('NVFP4') * 100:.1f}%) beats INT4 in groups of 32 "
-        f"({err('INT4') * 100:.1f}%). On heavy-tailed data the floating-point grid, dense near 0 "
-        "and sparse far out, fits better than a uniform integer grid.",
-        f"The scale's format matters more than the block size. With blocks of 32, going from E8M0 "
-        f"to E4M3 scales takes the error from {a[(32, 'e8m0')][0] * 100:.1f}% to "
-        f"{a[(32, 'e4m3')][0] * 100:.1f}%; with E4M3 scales, halving the block to 16 only takes "
-        f"it to {a[(16, 'e4m3')][0] * 100:.1f}%. A power-of-two scale is coarse: under OCP's "
-        "rule a block's maximum lands anywhere in [4, 8) after division, wasting grid points on "
-        "average and saturating whatever exceeds 6.",
-        f"An E4M3 scale comes close to the exact scale ({a[(16, 'e4m3')][0] * 100:.2f}% against "
-        f"{a[(16, 'exact')][0] * 100:.2f}% with blocks of 16): eight bits of scale are enough.",
-        f"MXFP8 ({err('MXFP8') * 100:.2f}%) is worse than FP8 with one tensor scale "
-        f"({err('FP8 E4M3') * 100:.2f}%). E4M3's own dynamic range already covers this data, so "
-        "block scales add little, and the clipping comes from OCP's rule, not from powers of "
-        "two as such: rounding the exponent down puts a block's maximum in [256, 512), above "
-        f"E4M3's 448 in {f8.blocks_clipped * 100:.1f}% of the blocks (one block in "
-        f"{1 / f8.blocks_clipped:.0f}), {f8.clipped * 100:.3f}% of the elements. Rounding it up "
-        f"(RCEIL) clips nothing and gives {f8c.error * 100:.2f}%. NVIDIA found that OCP's "
-        "rounding can make MXFP8 pre-training diverge and rounds the scale up (Mishra et al., "
-        "arXiv:2506.08027, 2025); cuBLAS and torchao's RCEIL do the same.",
-        f"MXFP6 E2M3 ({err('MXFP6 (E2M3') * 100:.2f}%) is far more accurate than E3M2 "
-        f"({err('MXFP6 (E3M2') * 100:.2f}%), and even beats MXFP8 ({err('MXFP8') * 100:.2f}%) "
-        "with two bits fewer. Within a block the values have similar magnitudes, so exponent "
-        "bits buy little and mantissa bits buy precision; E2M3 has as many mantissa bits as "
-        f"E4M3, and its max 7.5 sits near the top of [4, 8), so only "
-        f"{e23.blocks_clipped * 100:.1f}% of its blocks clip. The same reasoning is behind "
-        "DeepSeek-V3's choice of E4M3 everywhere once scales are fine-grained.",
-        f"Rounding up is not free: it doubles the step of every block it changes. For MXFP8 the "
-        f"clipping costs more ({f8.error * 100:.2f}% → {f8c.error * 100:.2f}% with RCEIL); for "
-        f"MXFP4 the coarser grid costs more than the clipping it avoids "
-        f"({ru[('MXFP4 E2M1', 'floor')].error * 100:.2f}% → "
-        f"{ru[('MXFP4 E2M1', 'rceil')].error * 100:.2f}%). NVIDIA's recipe uses RCEIL for MXFP8, "
-        "where saturation, not resolution, is what hurts training.",
+        _("At 4.5 bits, NVFP4 ({nvfp4:.1f}%) beats INT4 in groups of 32 ({int4:.1f}%). On "
+          "heavy-tailed data the floating-point grid, dense near 0 and sparse far out, fits "
+          "better than a uniform integer grid.").format(nvfp4=err("NVFP4") * 100,
+                                                        int4=err("INT4") * 100),
+        _("The scale's format matters more than the block size. With blocks of 32, going from "
+          "E8M0 to E4M3 scales takes the error from {e8m0:.1f}% to {e4m3:.1f}%; with E4M3 "
+          "scales, halving the block to 16 only takes it to {e4m3_16:.1f}%. A power-of-two "
+          "scale is coarse: under OCP's rule a block's maximum lands anywhere in [4, 8) after "
+          "division, wasting grid points on average and saturating whatever exceeds 6.").format(
+            e8m0=a[(32, "e8m0")][0] * 100, e4m3=a[(32, "e4m3")][0] * 100,
+            e4m3_16=a[(16, "e4m3")][0] * 100),
+        _("An E4M3 scale comes close to the exact scale ({e4m3:.2f}% against {exact:.2f}% with "
+          "blocks of 16): eight bits of scale are enough.").format(
+            e4m3=a[(16, "e4m3")][0] * 100, exact=a[(16, "exact")][0] * 100),
+        _("MXFP8 ({mxfp8:.2f}%) is worse than FP8 with one tensor scale ({fp8:.2f}%). E4M3's own "
+          "dynamic range already covers this data, so block scales add little, and the clipping "
+          "comes from OCP's rule, not from powers of two as such: rounding the exponent down "
+          "puts a block's maximum in [256, 512), above E4M3's 448 in {blocks:.1%} of the blocks "
+          "(one block in {one_in:.0f}), {elements:.3%} of the elements. Rounding it up (RCEIL) "
+          "clips nothing and gives {rceil:.2f}%. NVIDIA found that OCP's rounding can make "
+          "MXFP8 pre-training diverge and rounds the scale up (Mishra et al., arXiv:2506.08027, "
+          "2025); cuBLAS and torchao's RCEIL do the same.").format(
+            mxfp8=err("MXFP8") * 100, fp8=err("FP8 E4M3") * 100,
+            blocks=f8.blocks_clipped, one_in=1 / f8.blocks_clipped,
+            elements=f8.clipped, rceil=f8c.error * 100),
+        _("MXFP6 E2M3 ({e2m3:.2f}%) is far more accurate than E3M2 ({e3m2:.2f}%), and even beats "
+          "MXFP8 ({mxfp8:.2f}%) with two bits fewer. Within a block the values have similar "
+          "magnitudes, so exponent bits buy little and mantissa bits buy precision; E2M3 has as "
+          "many mantissa bits as E4M3, and its max 7.5 sits near the top of [4, 8), so only "
+          "{blocks:.1%} of its blocks clip. The same reasoning is behind DeepSeek-V3's choice "
+          "of E4M3 everywhere once scales are fine-grained.").format(
+            e2m3=err("MXFP6 (E2M3") * 100, e3m2=err("MXFP6 (E3M2") * 100,
+            mxfp8=err("MXFP8") * 100, blocks=e23.blocks_clipped),
+        _("Rounding up is not free: it doubles the step of every block it changes. For MXFP8 "
+          "the clipping costs more ({f8_floor:.2f}% → {f8_rceil:.2f}% with RCEIL); for MXFP4 "
+          "the coarser grid costs more than the clipping it avoids ({f4_floor:.2f}% → "
+          "{f4_rceil:.2f}%). NVIDIA's recipe uses RCEIL for MXFP8, where saturation, not "
+          "resolution, is what hurts training.").format(
+            f8_floor=f8.error * 100, f8_rceil=f8c.error * 100,
+            f4_floor=ru[("MXFP4 E2M1", "floor")].error * 100,
+            f4_rceil=ru[("MXFP4 E2M1", "rceil")].error * 100),
     ])
 
 
@@ -705,10 +742,10 @@ def demo5_error_propagation(seed: int = 0) -> PropagationResult:
     X = rng.standard_normal((D, B))                             # (D, B)
     Y = W @ X                                                   # (F, B)
     rows, quantized = [], {}
-    for label, Wq in (("INT8 per row", quantize_int(W, 8, granularity="channel")[0]),
+    for label, Wq in ((N_("INT8 per row"), quantize_int(W, 8, granularity="channel")[0]),
                       ("NVFP4", nvfp4_quantize(W)[0]),
                       ("MXFP4", mx_quantize(W, FP4_E2M1)[0]),
-                      ("INT4 groups of 128", quantize_int(W, 4, granularity="group", group=128)[0])):
+                      (N_("INT4 groups of 128"), quantize_int(W, 4, granularity="group", group=128)[0])):
         rows.append((label, rel_error(Wq, W), rel_error(Wq @ X, Y)))
         quantized[label] = Wq
     z = rng.standard_normal((256, 4096))
@@ -728,69 +765,74 @@ def demo5_error_propagation(seed: int = 0) -> PropagationResult:
 
 
 def show_demo5(r: PropagationResult) -> None:
-    print_header("Demo 5: element error → matmul output error; dB per bit")
-    (f, d), (_, b) = r.shapes["W"], r.shapes["X"]
-    print(f"W: {f} × {d} Student-t(5) × 0.02 weights; X: {d} × {b} Gaussian activations.")
-    print_table(["weight format", "rel. error of W", "rel. error of Y = W·X"],
-                [[label, f"{ew * 100:.2f}%", f"{ey * 100:.2f}%"] for label, ew, ey in r.rows])
-    print(f"\nSQNR of a {r.shapes['z'][0]} × {r.shapes['z'][1]} Gaussian matrix, one scale per row:")
+    print_header(_("Demo 5: element error → matmul output error; dB per bit"))
+    (f, d), (_d, b) = r.shapes["W"], r.shapes["X"]
+    print(_("W: {f} × {d} Student-t(5) × 0.02 weights; X: {d} × {b} Gaussian activations.").format(
+        f=f, d=d, b=b))
+    print_table([_("weight format"), _("rel. error of W"), _("rel. error of Y = W·X")],
+                [[_(label), f"{ew * 100:.2f}%", f"{ey * 100:.2f}%"] for label, ew, ey in r.rows])
+    print("\n" + _("SQNR of a {rows} × {cols} Gaussian matrix, one scale per row:").format(
+        rows=r.shapes["z"][0], cols=r.shapes["z"][1]))
     gains = ["—"] + [f"+{g:.1f}" for g in r.db_per_bit]
-    print_table(["bits (per row, Gaussian data)", "SQNR (dB)", "gain over one bit fewer"],
+    print_table([_("bits (per row, Gaussian data)"), "SQNR (dB)", _("gain over one bit fewer")],
                 [[f"INT{b}", f"{s:.1f}", g] for (b, s), g in zip(r.sqnr, gains)])
-    print(f"\nThe same weights against X with {N_OUTLIER_CHANNELS} of its {d} input channels "
-          f"× {OUTLIER_GAIN} (outlier activations):")
-    weight_err = {label: ew for label, ew, _ in r.rows}
-    print_table(["weight format", "rel. error of W", "of Y", "share from the 8",
-                 "of Y, the 8 kept exact"],
-                [[label, f"{weight_err[label] * 100:.2f}%", f"{ey * 100:.2f}%",
+    print("\n" + _("The same weights against X with {n} of its {d} input channels × {gain} "
+                   "(outlier activations):").format(n=N_OUTLIER_CHANNELS, d=d, gain=OUTLIER_GAIN))
+    weight_err = {label: ew for label, ew, _ey in r.rows}
+    print_table([_("weight format"), _("rel. error of W"), _("of Y"), _("share from the 8"),
+                 _("of Y, the 8 kept exact")],
+                [[_(label), f"{weight_err[label] * 100:.2f}%", f"{ey * 100:.2f}%",
                   f"{share * 100:.0f}%", f"{ek * 100:.2f}%"]
                  for label, ey, share, ek in r.outlier_rows])
-    print("(share: the part of ||E·X||² that comes from the weights in the 8 loud channels)")
-    nv = next(ey for label, _, ey in r.rows if label == "NVFP4")
-    lo_s, hi_s = (f"{f(s for _, _, s, _ in r.outlier_rows) * 100:.0f}" for f in (min, max))
+    print(_("(share: the part of ||E·X||² that comes from the weights in the 8 loud channels)"))
+    nv = next(ey for label, _ew, ey in r.rows if label == "NVFP4")
+    lo_s, hi_s = (f"{f(row[2] for row in r.outlier_rows) * 100:.0f}" for f in (min, max))
     nv_o = next(row for row in r.outlier_rows if row[0] == "NVFP4")
     mid = r.db_per_bit[2:]
     print_observations([
-        "With isotropic activations the output's relative error equals the weights' relative "
-        "error: quantization noise is not cancelled in the dot product. Noise and signal both "
-        f"grow like √K, so their ratio stays put. An element error of {nv * 100:.0f}% (NVFP4) "
-        f"means about {nv * 100:.0f}% noise in every output of the matrix product.",
-        "In general the output error is E||E x||² = tr(E Σ Eᵀ), with Σ the covariance of the "
-        "inputs: the weight error counts in proportion to the energy of the channel it sits in. "
-        f"With {N_OUTLIER_CHANNELS} loud channels ({N_OUTLIER_CHANNELS / d * 100:.1f}% of them), "
-        f"{lo_s if lo_s == hi_s else lo_s + '–' + hi_s}% of the output error comes from the "
-        f"weights in those channels: keeping just those {N_OUTLIER_CHANNELS} columns exact takes "
-        f"NVFP4's output error from {nv_o[1] * 100:.2f}% to {nv_o[3] * 100:.2f}%, for "
-        f"{N_OUTLIER_CHANNELS / d * 100:.1f}% of the weights. Methods that minimise this output error rather than the "
-        "weight error are the subject of post-training quantization: GPTQ, AWQ, SmoothQuant.",
-        "Why then can a model in NVFP4 stay within about "
-        f"{NVFP4_VS_FP8_NVIDIA * 100:.0f}% of its FP8 accuracy (NVIDIA's figure for "
-        "DeepSeek-R1-0528, NVIDIA Technical Blog, June 2025; lecture 08 measures it)? Not at "
-        "this level: the model tolerates noise (what counts is the argmax, the ranking), layers "
-        "and tensors differ in sensitivity, and quantization methods protect what matters most "
-        "(lecture 06 trains the model to tolerate the noise).",
-        f"Each extra bit adds about 6 dB of SQNR (beyond four bits: {min(mid):.1f} to "
-        f"{max(mid):.1f} dB; theory 20·log10 2 = 6.02 dB: half the step, half the error). With "
-        "two or three bits (3 or 7 levels) the grid is too coarse for the uniform-noise model "
-        "behind the 6 dB rule, and the gain strays from it.",
+        _("With isotropic activations the output's relative error equals the weights' relative "
+          "error: quantization noise is not cancelled in the dot product. Noise and signal both "
+          "grow like √K, so their ratio stays put. An element error of {error:.0f}% (NVFP4) "
+          "means about {error:.0f}% noise in every output of the matrix product.").format(
+            error=nv * 100),
+        _("In general the output error is E||E x||² = tr(E Σ Eᵀ), with Σ the covariance of the "
+          "inputs: the weight error counts in proportion to the energy of the channel it sits "
+          "in. With {n} loud channels ({channels:.1%} of them), {share} of the output error "
+          "comes from the weights in those channels: keeping just those {n} columns exact takes "
+          "NVFP4's output error from {before:.2f}% to {after:.2f}%, for {channels:.1%} of the "
+          "weights. Methods that minimise this output error rather than the weight error are "
+          "the subject of post-training quantization: GPTQ, AWQ, SmoothQuant.").format(
+            n=N_OUTLIER_CHANNELS, channels=N_OUTLIER_CHANNELS / d,
+            share=(lo_s if lo_s == hi_s else lo_s + "–" + hi_s) + "%", before=nv_o[1] * 100,
+            after=nv_o[3] * 100),
+        _("Why then can a model in NVFP4 stay within about {gap:.0%} of its FP8 accuracy "
+          "(NVIDIA's figure for DeepSeek-R1-0528, NVIDIA Technical Blog, June 2025; lecture 08 "
+          "measures it)? Not at this level: the model tolerates noise (what counts is the "
+          "argmax, the ranking), layers and tensors differ in sensitivity, and quantization "
+          "methods protect what matters most (lecture 06 trains the model to tolerate the "
+          "noise).").format(gap=NVFP4_VS_FP8_NVIDIA),
+        _("Each extra bit adds about 6 dB of SQNR (beyond four bits: {low:.1f} to {high:.1f} dB; "
+          "theory 20·log10 2 = 6.02 dB: half the step, half the error). With two or three bits "
+          "(3 or 7 levels) the grid is too coarse for the uniform-noise model behind the 6 dB "
+          "rule, and the gain strays from it.").format(low=min(mid), high=max(mid)),
     ])
 
 
 def main() -> None:
-    print_title("Lecture 05: quantization basics", [
-        "Quantizing means dividing numbers by a scale so that they fit a low-precision format, "
-        "then rounding. Five demos take the idea apart: scales and zero points with an "
-        "integer-only matmul; clipping; granularity (per tensor, row, group); block-scaled "
-        "formats (MXFP8/6/4, NVFP4, INT4 groups); and how element error reaches a matmul's output.",
-        "Relative error is ||q - x|| / ||x|| in percent; SQNR = 10·log10(Σx² / Σ(q - x)²) in dB. "
-        "The data are synthetic with fixed seeds, so every run prints the same numbers.",
+    print_title(_("Lecture 05: quantization basics"), [
+        _("Quantizing means dividing numbers by a scale so that they fit a low-precision format, "
+          "then rounding. Five demos take the idea apart: scales and zero points with an "
+          "integer-only matmul; clipping; granularity (per tensor, row, group); block-scaled "
+          "formats (MXFP8/6/4, NVFP4, INT4 groups); and how element error reaches a matmul's "
+          "output."),
+        _("Relative error is ||q - x|| / ||x|| in percent; SQNR = 10·log10(Σx² / Σ(q - x)²) in "
+          "dB. The data are synthetic with fixed seeds, so every run prints the same numbers."),
     ])
     show_demo1(demo1_affine_and_integer_matmul())
     show_demo2(demo2_clipping())
     show_demo3(demo3_granularity())
     show_demo4(demo4_block_formats())
     show_demo5(demo5_error_propagation())
-
 
 if __name__ == "__main__":
     run_lecture(main)
