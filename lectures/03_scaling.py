@@ -128,22 +128,22 @@ def show_demo1(r: TensorScalingResult) -> None:
     d = {(row["tensor"], row["fmt"]): row for row in r.rows}
     g4, g5 = d["gradients", "E4M3"], d["gradients", "E5M2"]
     print_observations([
-        _("Without a scale, {g4_flushed:.2f}% of the gradients flush to zero in E4M3 and "
-          "{g5_flushed:.0f}% in E5M2: values near 1e-6 lie below both formats' smallest "
-          "subnormals. {clipped:.2f}% of the activations exceed E4M3's 448 and saturate.").format(
-            g4_flushed=g4['raw_flushed'] * 100, g5_flushed=g5['raw_flushed'] * 100,
-            clipped=d['activations', 'E4M3']['raw_clipped'] * 100),
+        _("Without a scale, {g4_flushed:.2%} of the gradients flush to zero in E4M3 and "
+          "{g5_flushed:.0%} in E5M2: values near 1e-6 lie below both formats' smallest "
+          "subnormals. {clipped:.2%} of the activations exceed E4M3's 448 and saturate.").format(
+            g4_flushed=g4['raw_flushed'], g5_flushed=g5['raw_flushed'],
+            clipped=d['activations', 'E4M3']['raw_clipped']),
         _("With one scale per tensor (amax maps onto the largest value) everything fits, and "
           "E4M3's error is about half of E5M2's on each tensor (weights {e4m3:.1f}% against "
           "{e5m2:.1f}%): one more mantissa bit halves the step.").format(
             e4m3=d['weights', 'E4M3']['error'] * 100, e5m2=d['weights', 'E5M2']['error'] * 100),
         _("The gradients spread over {spread:.0f} binades between median and max. Scaled into "
-          "E4M3, {g4_flushed:.1f}% of them still flush to zero; E5M2, with its extra range, "
+          "E4M3, {g4_flushed:.1%} of them still flush to zero; E5M2, with its extra range, "
           "flushes {g5_flushed:.2g}%, though its error is higher ({g5_error:.2f}% against "
           "{g4_error:.2f}%). With one scale per tensor that range is why FP8 training keeps "
           "gradients in E5M2 and the rest in E4M3 (Micikevicius et al., FP8 Formats for Deep "
           "Learning, 2022).").format(
-            spread=r.spread['gradients'], g4_flushed=g4['flushed'] * 100,
+            spread=r.spread['gradients'], g4_flushed=g4['flushed'],
             g5_flushed=g5['flushed'] * 100, g5_error=g5['error'] * 100,
             g4_error=g4['error'] * 100),
         _("With one scale per {tile} gradients (DeepSeek-V3's 1 x {tile} tiles) each tile spans "
@@ -221,9 +221,9 @@ def show_demo2(r: DelayedResult) -> None:
             clipping=int(np.sum(c['delayed'][calm] > 0)), steps=calm.size,
             delayed=e['delayed'][calm].mean() * 100, current=e['current'][calm].mean() * 100),
         _("At the spike (step {spike}, amax × {jump:.1f}) the delayed scale is still the old "
-          "one: {clipped:.1f}% of the values clip and the error jumps to {error:.1f}%. Current "
+          "one: {clipped:.1%} of the values clip and the error jumps to {error:.1f}%. Current "
           "scaling has no such step, at the cost of finding the amax before quantizing.").format(
-            spike=t, jump=r.amax[t] / r.amax[t - 1], clipped=c['delayed'][t] * 100,
+            spike=t, jump=r.amax[t] / r.amax[t - 1], clipped=c['delayed'][t],
             error=e['delayed'][t] * 100),
         _("For {history} steps after the spike the delayed scale is about {ratio:.0f}x too "
           "large, yet its error ({delayed:.2f}%) equals current scaling's ({current:.2f}%) to "
@@ -295,11 +295,11 @@ def show_demo3(r: OutlierResult) -> None:
     f4, nv = d["FP4 E2M1, one tensor scale"], d["NVFP4 (16 per E4M3 scale)"]
     print_observations([
         _("INT8's error grows {ratio:.0f}x: its uniform step is set by the outlier, and "
-          "{flushed:.1f}% of the other weights round to zero.").format(
-            ratio=i8['outlier'] / i8['clean'], flushed=i8['flushed'] * 100),
+          "{flushed:.1%} of the other weights round to zero.").format(
+            ratio=i8['outlier'] / i8['clean'], flushed=i8['flushed']),
         _("FP4 E2M1 with one scale was already poor ({clean:.0f}%) and becomes useless: "
-          "{flushed:.1f}% of the weights flush to zero, error {outlier:.0f}%.").format(
-            clean=f4['clean'] * 100, flushed=f4['flushed'] * 100, outlier=f4['outlier'] * 100),
+          "{flushed:.1%} of the weights flush to zero, error {outlier:.0f}%.").format(
+            clean=f4['clean'] * 100, flushed=f4['flushed'], outlier=f4['outlier'] * 100),
         _("FP8 E4M3 changes from {clean:.2f}% to {outlier:.2f}%: its relative grid does not "
           "care where the scale puts the values, as long as they stay above the "
           "subnormals.").format(clean=f8['clean'] * 100, outlier=f8['outlier'] * 100),
@@ -355,10 +355,10 @@ def show_demo4(r: NvfpResult) -> None:
     print_observations([
         # TRANSLATORS: "a {fraction}th of it" is 1/24 of the largest value; keep the number
         # as it is (e.g. "{fraction} 分之一"), since the digits must match the English.
-        _("With one scale for the tensor, FP4 E2M1 keeps {kept:.0f}% of the values away from "
+        _("With one scale for the tensor, FP4 E2M1 keeps {kept:.0%} of the values away from "
           "zero: the scale serves the largest value, and everything up to a {fraction:.0f}th of "
           "it rounds to 0. Error {error:.0f}%, SQNR {sqnr:.1f} dB.").format(
-            kept=100 - fp4['flushed'] * 100, fraction=fp4['flush_fraction_of_amax'],
+            kept=1 - fp4['flushed'], fraction=fp4['flush_fraction_of_amax'],
             error=fp4['error'] * 100, sqnr=fp4['sqnr']),
         _("NVFP4 gives every 16 values their own E4M3 scale (and the tensor an FP32 one): "
           "{bits:g} bits per value, error {error:.1f}%, {ratio:.1f}x smaller, {gain:.1f} dB "
