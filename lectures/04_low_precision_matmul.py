@@ -251,7 +251,8 @@ def show_demo2(r: Fp8GemmResult) -> None:
 # Demo 3: block-scaled GEMM
 # ---------------------------------------------------------------------------------------------
 BLOCK_CASES = (
-    (N_("FP8 E4M3, one scale"), lambda t, device=None: nt.tensor_scaled(t, FP8_E4M3, device=device)),
+    (N_("FP8 E4M3, one scale"),
+     lambda t, device=None: nt.tensor_scaled(t, FP8_E4M3, device=device)),
     ("MXFP8 (E4M3, 32)", lambda t, device=None: nt.mx_quantize(t, FP8_E4M3, device=device)),
     ("MXFP6 (E2M3, 32)", lambda t, device=None: nt.mx_quantize(t, FP6_E2M3, device=device)),
     ("MXFP4 (E2M1, 32)", lambda t, device=None: nt.mx_quantize(t, FP4_E2M1, device=device)),
