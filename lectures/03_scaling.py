@@ -31,10 +31,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from console import print_header, print_observations, print_table, print_title, run_lecture
+from console.i18n import N_
+from lectures.i18n import domain
 from numfmt import (FP4_E2M1, FP8_E4M3, FP8_E5M2, block_quantize, nvfp4_quantize, quantize_int,
                     rel_error, sqnr_db, tensor_scaled)
 from numfmt.scaling import delayed_scales, quantize_with_scale, scale_from_amax
 
+_ = domain("lecture03").gettext
 FP8 = (FP8_E4M3, FP8_E5M2)
 
 
@@ -55,9 +58,10 @@ def training_tensors(n: int = 1 << 16, seed: int = 0) -> dict:
     tiny, and spread over many binades.
     """
     rng = np.random.default_rng(seed)
-    return {"weights": rng.standard_t(5, n) * 0.02,
-            "activations": rng.standard_normal(n) * np.exp(rng.normal(0.0, 1.0, n)) * 8,
-            "gradients": rng.standard_normal(n) * 1e-6 * np.exp(rng.normal(0.0, 2.0, n))}
+    # The names are English keys; N_ marks them so that demo 1's table prints them translated.
+    return {N_("weights"): rng.standard_t(5, n) * 0.02,
+            N_("activations"): rng.standard_normal(n) * np.exp(rng.normal(0.0, 1.0, n)) * 8,
+            N_("gradients"): rng.standard_normal(n) * 1e-6 * np.exp(rng.normal(0.0, 2.0, n))}
 
 
 @dataclass
@@ -108,38 +112,47 @@ def percent(x: float) -> str:
 
 
 def show_demo1(r: TensorScalingResult) -> None:
-    print_header("Demo 1: weights, activations and gradients in FP8, with and without a scale")
-    print("raw: x cast as it is. error, flushed: x / s cast, with one scale s = amax / max value.")
-    print("flushed: non-zero values stored as 0. clipped: values beyond the format's max.")
-    print_table(["tensor", "format", "raw error", "raw flushed", "raw clipped", "error",
-                 "flushed", "scale s"],
-                [[d["tensor"], d["fmt"], percent(d['raw_error']), percent(d['raw_flushed']),
+    print_header(_("Demo 1: weights, activations and gradients in FP8, with and without a "
+                   "scale"))
+    print(_("raw: x cast as it is. error, flushed: x / s cast, with one scale s = amax / max "
+            "value."))
+    print(_("flushed: non-zero values stored as 0. clipped: values beyond the format's max."))
+    print_table([_("tensor"), _("format"), _("raw error"), _("raw flushed"), _("raw clipped"),
+                 _("error"), _("flushed"), _("scale s")],
+                [[_(d["tensor"]), d["fmt"], percent(d['raw_error']), percent(d['raw_flushed']),
                   percent(d['raw_clipped']), percent(d['error']), percent(d['flushed']),
                   f"{d['scale']:.3g}"]
                  for d in r.rows])
-    print("Spread, log2(max|x| / median|x|): "
-          + ", ".join(f"{k} {v:.1f}" for k, v in r.spread.items()) + " binades")
+    print(_("Spread, log2(max|x| / median|x|): weights {weights:.1f}, activations "
+            "{activations:.1f}, gradients {gradients:.1f} binades").format(**r.spread))
     d = {(row["tensor"], row["fmt"]): row for row in r.rows}
     g4, g5 = d["gradients", "E4M3"], d["gradients", "E5M2"]
     print_observations([
-        f"Without a scale, {g4['raw_flushed'] * 100:.2f}% of the gradients flush to zero in E4M3 "
-        f"and {g5['raw_flushed'] * 100:.0f}% in E5M2: values near 1e-6 lie below both formats' "
-        f"smallest subnormals. {d['activations', 'E4M3']['raw_clipped'] * 100:.2f}% of the "
-        "activations exceed E4M3's 448 and saturate.",
-        "With one scale per tensor (amax maps onto the largest value) everything fits, and E4M3's "
-        f"error is about half of E5M2's on each tensor (weights {d['weights', 'E4M3']['error'] * 100:.1f}% "
-        f"against {d['weights', 'E5M2']['error'] * 100:.1f}%): one more mantissa bit halves the step.",
-        f"The gradients spread over {r.spread['gradients']:.0f} binades between median and max. "
-        f"Scaled into E4M3, {g4['flushed'] * 100:.1f}% of them still flush to zero; E5M2, with "
-        f"its extra range, flushes {g5['flushed'] * 100:.2g}%, though its error is higher "
-        f"({g5['error'] * 100:.2f}% against {g4['error'] * 100:.2f}%). With one scale per tensor "
-        "that range is why FP8 training keeps gradients in E5M2 and the rest in E4M3 "
-        "(Micikevicius et al., FP8 Formats for Deep Learning, 2022).",
-        f"With one scale per {TILE} gradients (DeepSeek-V3's 1 x {TILE} tiles) each tile spans "
-        f"few binades: E4M3 flushes {r.tiled['E4M3'][1] * 100:.2g}% with an error of "
-        f"{r.tiled['E4M3'][0] * 100:.2f}% (E5M2: {r.tiled['E5M2'][0] * 100:.2f}%). Fine-grained "
-        "scales make E4M3 the better format everywhere, which is why DeepSeek-V3 (section 3.3) "
-        "and NVIDIA's MXFP8 recipe (Mishra et al. 2025) use E4M3 for gradients too.",
+        _("Without a scale, {g4_flushed:.2%} of the gradients flush to zero in E4M3 and "
+          "{g5_flushed:.0%} in E5M2: values near 1e-6 lie below both formats' smallest "
+          "subnormals. {clipped:.2%} of the activations exceed E4M3's 448 and saturate.").format(
+            g4_flushed=g4['raw_flushed'], g5_flushed=g5['raw_flushed'],
+            clipped=d['activations', 'E4M3']['raw_clipped']),
+        _("With one scale per tensor (amax maps onto the largest value) everything fits, and "
+          "E4M3's error is about half of E5M2's on each tensor (weights {e4m3:.1f}% against "
+          "{e5m2:.1f}%): one more mantissa bit halves the step.").format(
+            e4m3=d['weights', 'E4M3']['error'] * 100, e5m2=d['weights', 'E5M2']['error'] * 100),
+        _("The gradients spread over {spread:.0f} binades between median and max. Scaled into "
+          "E4M3, {g4_flushed:.1%} of them still flush to zero; E5M2, with its extra range, "
+          "flushes {g5_flushed:.2g}%, though its error is higher ({g5_error:.2f}% against "
+          "{g4_error:.2f}%). With one scale per tensor that range is why FP8 training keeps "
+          "gradients in E5M2 and the rest in E4M3 (Micikevicius et al., FP8 Formats for Deep "
+          "Learning, 2022).").format(
+            spread=r.spread['gradients'], g4_flushed=g4['flushed'],
+            g5_flushed=g5['flushed'] * 100, g5_error=g5['error'] * 100,
+            g4_error=g4['error'] * 100),
+        _("With one scale per {tile} gradients (DeepSeek-V3's 1 x {tile} tiles) each tile spans "
+          "few binades: E4M3 flushes {flushed:.2g}% with an error of {e4m3:.2f}% (E5M2: "
+          "{e5m2:.2f}%). Fine-grained scales make E4M3 the better format everywhere, which is "
+          "why DeepSeek-V3 (section 3.3) and NVIDIA's MXFP8 recipe (Mishra et al. 2025) use E4M3 "
+          "for gradients too.").format(
+            tile=TILE, flushed=r.tiled['E4M3'][1] * 100, e4m3=r.tiled['E4M3'][0] * 100,
+            e5m2=r.tiled['E5M2'][0] * 100),
     ])
 
 
@@ -183,38 +196,42 @@ def demo2_delayed_scaling(steps: int = 64, n: int = 4096, spike_step: int = 40,
 
 
 def show_demo2(r: DelayedResult) -> None:
-    print_header("Demo 2: delayed scaling (amax history) against current scaling, E4M3")
+    print_header(_("Demo 2: delayed scaling (amax history) against current scaling, E4M3"))
     t = r.spike_step
     after = slice(t + 1, t + 1 + r.history)
     calm = np.r_[1:t]
     rows = []
-    for kind in ("current", "delayed"):
+    for kind, label in (("current", _("current")), ("delayed", _("delayed"))):
         e, c = r.errors[kind], r.clipped[kind]
-        rows.append([kind, f"{e[calm].mean() * 100:.2f}%", f"{e[t] * 100:.2f}%",
+        rows.append([label, f"{e[calm].mean() * 100:.2f}%", f"{e[t] * 100:.2f}%",
                      f"{c[t] * 100:.2f}%", f"{e[after].mean() * 100:.2f}%",
                      int(np.sum(c > 0))])
-    print(f"Mean error over steps 1-{t - 1} (before), at step {t} (the spike) and over steps "
-          f"{t + 1}-{t + r.history} (after).")
-    print("Clipped: share of values saturated at E4M3's max. Steps with clipping: of all "
-          f"{r.errors['current'].size} steps.")
-    print_table(["scaling", "error before", "error at spike", "clipped at spike", "error after",
-                 "steps with clipping"], rows)
+    print(_("Mean error over steps 1-{last_before} (before), at step {spike} (the spike) and "
+            "over steps {first_after}-{last_after} (after).").format(
+              last_before=t - 1, spike=t, first_after=t + 1, last_after=t + r.history))
+    print(_("Clipped: share of values saturated at E4M3's max. Steps with clipping: of all "
+            "{steps} steps.").format(steps=r.errors['current'].size))
+    print_table([_("scaling"), _("error before"), _("error at spike"), _("clipped at spike"),
+                 _("error after"), _("steps with clipping")], rows)
     e, c = r.errors, r.clipped
     print_observations([
-        f"Before the spike the amax grows 2% a step; the delayed scale lags behind and clips "
-        f"slightly on {int(np.sum(c['delayed'][calm] > 0))} of {calm.size} steps, yet its error "
-        f"({e['delayed'][calm].mean() * 100:.2f}%) matches current scaling's "
-        f"({e['current'][calm].mean() * 100:.2f}%).",
-        f"At the spike (step {t}, amax × {r.amax[t] / r.amax[t - 1]:.1f}) the delayed scale is "
-        f"still the old one: {c['delayed'][t] * 100:.1f}% of the values clip and the error jumps "
-        f"to {e['delayed'][t] * 100:.1f}%. Current scaling has no such step, at the cost of "
-        "finding the amax before quantizing.",
-        f"For {r.history} steps after the spike the delayed scale is about "
-        f"{r.scales['delayed'][t + 1] / r.scales['current'][t + 1]:.0f}x too large, yet its "
-        f"error ({e['delayed'][after].mean() * 100:.2f}%) equals current scaling's "
-        f"({e['current'][after].mean() * 100:.2f}%) to the digits shown. "
-        "In FP8 a scale that is too large only moves values down a few binades, where the "
-        "relative spacing is the same; a scale that is too small clips.",
+        _("Before the spike the amax grows 2% a step; the delayed scale lags behind and clips "
+          "slightly on {clipping} of {steps} steps, yet its error ({delayed:.2f}%) matches "
+          "current scaling's ({current:.2f}%).").format(
+            clipping=int(np.sum(c['delayed'][calm] > 0)), steps=calm.size,
+            delayed=e['delayed'][calm].mean() * 100, current=e['current'][calm].mean() * 100),
+        _("At the spike (step {spike}, amax × {jump:.1f}) the delayed scale is still the old "
+          "one: {clipped:.1%} of the values clip and the error jumps to {error:.1f}%. Current "
+          "scaling has no such step, at the cost of finding the amax before quantizing.").format(
+            spike=t, jump=r.amax[t] / r.amax[t - 1], clipped=c['delayed'][t],
+            error=e['delayed'][t] * 100),
+        _("For {history} steps after the spike the delayed scale is about {ratio:.0f}x too "
+          "large, yet its error ({delayed:.2f}%) equals current scaling's ({current:.2f}%) to "
+          "the digits shown. In FP8 a scale that is too large only moves values down a few "
+          "binades, where the relative spacing is the same; a scale that is too small "
+          "clips.").format(
+            history=r.history, ratio=r.scales['delayed'][t + 1] / r.scales['current'][t + 1],
+            delayed=e['delayed'][after].mean() * 100, current=e['current'][after].mean() * 100),
     ])
 
 
@@ -228,11 +245,12 @@ class OutlierResult:
     n: int = 1 << 16    # values in the tensor
 
 
+# The names are English keys; N_ marks them so that the tables print them translated.
 OUTLIER_QUANTIZERS = {
-    "INT8, one tensor scale": lambda x: quantize_int(x, 8).values,
-    "FP8 E4M3, one tensor scale": lambda x: tensor_scaled(x, FP8_E4M3).values,
-    "FP4 E2M1, one tensor scale": lambda x: tensor_scaled(x, FP4_E2M1).values,
-    "NVFP4 (16 per E4M3 scale)": lambda x: nvfp4_quantize(x).values,
+    N_("INT8, one tensor scale"): lambda x: quantize_int(x, 8).values,
+    N_("FP8 E4M3, one tensor scale"): lambda x: tensor_scaled(x, FP8_E4M3).values,
+    N_("FP4 E2M1, one tensor scale"): lambda x: tensor_scaled(x, FP4_E2M1).values,
+    N_("NVFP4 (16 per E4M3 scale)"): lambda x: nvfp4_quantize(x).values,
 }
 
 
@@ -263,26 +281,31 @@ def demo3_one_outlier(n: int = 1 << 16, factor: float = 100.0, seed: int = 0) ->
 
 
 def show_demo3(r: OutlierResult) -> None:
-    print_header(f"Demo 3: one outlier ({r.factor:g} × the largest value) in {r.n:,} weights")
-    print("Errors on the other values; others flushed: share of them stored as 0 with the outlier.")
-    print_table(["quantizer", "no outlier: error", "with outlier: error", "ratio",
-                 "others flushed"],
-                [[d["name"], f"{d['clean'] * 100:.2f}%", f"{d['outlier'] * 100:.2f}%",
+    print_header(_("Demo 3: one outlier ({factor:g} × the largest value) in {n:,} "
+                   "weights").format(factor=r.factor, n=r.n))
+    print(_("Errors on the other values; others flushed: share of them stored as 0 with the "
+            "outlier."))
+    print_table([_("quantizer"), _("no outlier: error"), _("with outlier: error"), _("ratio"),
+                 _("others flushed")],
+                [[_(d["name"]), f"{d['clean'] * 100:.2f}%", f"{d['outlier'] * 100:.2f}%",
                   f"{d['outlier'] / d['clean']:.1f}x", f"{d['flushed'] * 100:.2f}%"]
                  for d in r.rows])
     d = {row["name"]: row for row in r.rows}
     i8, f8 = d["INT8, one tensor scale"], d["FP8 E4M3, one tensor scale"]
     f4, nv = d["FP4 E2M1, one tensor scale"], d["NVFP4 (16 per E4M3 scale)"]
     print_observations([
-        f"INT8's error grows {i8['outlier'] / i8['clean']:.0f}x: its uniform step is set by the "
-        f"outlier, and {i8['flushed'] * 100:.1f}% of the other weights round to zero.",
-        f"FP4 E2M1 with one scale was already poor ({f4['clean'] * 100:.0f}%) and becomes useless: "
-        f"{f4['flushed'] * 100:.1f}% of the weights flush to zero, error {f4['outlier'] * 100:.0f}%.",
-        f"FP8 E4M3 changes from {f8['clean'] * 100:.2f}% to {f8['outlier'] * 100:.2f}%: its "
-        "relative grid does not care where the scale puts the values, as long as they stay above "
-        "the subnormals.",
-        f"NVFP4 goes from {nv['clean'] * 100:.2f}% to {nv['outlier'] * 100:.2f}%: only the 15 "
-        "neighbours sharing the outlier's block lose their precision.",
+        _("INT8's error grows {ratio:.0f}x: its uniform step is set by the outlier, and "
+          "{flushed:.1%} of the other weights round to zero.").format(
+            ratio=i8['outlier'] / i8['clean'], flushed=i8['flushed']),
+        _("FP4 E2M1 with one scale was already poor ({clean:.0f}%) and becomes useless: "
+          "{flushed:.1%} of the weights flush to zero, error {outlier:.0f}%.").format(
+            clean=f4['clean'] * 100, flushed=f4['flushed'], outlier=f4['outlier'] * 100),
+        _("FP8 E4M3 changes from {clean:.2f}% to {outlier:.2f}%: its relative grid does not "
+          "care where the scale puts the values, as long as they stay above the "
+          "subnormals.").format(clean=f8['clean'] * 100, outlier=f8['outlier'] * 100),
+        _("NVFP4 goes from {clean:.2f}% to {outlier:.2f}%: only the 15 neighbours sharing the "
+          "outlier's block lose their precision.").format(
+            clean=nv['clean'] * 100, outlier=nv['outlier'] * 100),
     ])
 
 
@@ -312,9 +335,9 @@ def demo4_nvfp4_vs_tensor(n: int = 1 << 20, seed: int = 0) -> NvfpResult:
     """
     x = student_t_weights(n, seed)
     rows = []
-    for name, q in (("FP4 E2M1, one tensor scale", tensor_scaled(x, FP4_E2M1)),
-                    ("NVFP4 (E2M1, 16 per E4M3 scale + FP32)", nvfp4_quantize(x)),
-                    ("FP8 E4M3, one tensor scale", tensor_scaled(x, FP8_E4M3))):
+    for name, q in ((N_("FP4 E2M1, one tensor scale"), tensor_scaled(x, FP4_E2M1)),
+                    (N_("NVFP4 (E2M1, 16 per E4M3 scale + FP32)"), nvfp4_quantize(x)),
+                    (N_("FP8 E4M3, one tensor scale"), tensor_scaled(x, FP8_E4M3))):
         rows.append(dict(name=name, bits=q.bits_per_element, error=rel_error(q.values, x),
                          sqnr=sqnr_db(q.values, x), flushed=fraction_flushed(q.values, x),
                          # E2M1 rounds |y| <= half its smallest subnormal to 0; amax maps to max
@@ -323,23 +346,29 @@ def demo4_nvfp4_vs_tensor(n: int = 1 << 20, seed: int = 0) -> NvfpResult:
 
 
 def show_demo4(r: NvfpResult) -> None:
-    print_header(f"Demo 4: NVFP4 against one tensor scale, {r.n:,} Student-t(5) × 0.02 values")
-    print_table(["format", "bits/value", "rel. error", "SQNR (dB)", "flushed to 0"],
-                [[d["name"], f"{d['bits']:g}", f"{d['error'] * 100:.2f}%", f"{d['sqnr']:.1f}",
+    print_header(_("Demo 4: NVFP4 against one tensor scale, {n:,} Student-t(5) × 0.02 "
+                   "values").format(n=r.n))
+    print_table([_("format"), _("bits/value"), _("rel. error"), "SQNR (dB)", _("flushed to 0")],
+                [[_(d["name"]), f"{d['bits']:g}", f"{d['error'] * 100:.2f}%", f"{d['sqnr']:.1f}",
                   f"{d['flushed'] * 100:.2f}%"] for d in r.rows])
     fp4, nv, fp8 = r.rows
     print_observations([
-        f"With one scale for the tensor, FP4 E2M1 keeps {100 - fp4['flushed'] * 100:.0f}% of the "
-        f"values away from zero: the scale serves the largest value, and everything up to a "
-        f"{fp4['flush_fraction_of_amax']:.0f}th of it rounds to 0. Error "
-        f"{fp4['error'] * 100:.0f}%, SQNR {fp4['sqnr']:.1f} dB.",
-        f"NVFP4 gives every 16 values their own E4M3 scale (and the tensor an FP32 one): "
-        f"{nv['bits']:g} bits per value, error {nv['error'] * 100:.1f}%, "
-        f"{fp4['error'] / nv['error']:.1f}x smaller, {nv['sqnr'] - fp4['sqnr']:.1f} dB better.",
-        f"FP8 E4M3 with a single scale reaches {fp8['error'] * 100:.2f}% ({fp8['sqnr']:.1f} dB): "
-        f"its {binades(FP8_E4M3):.0f} binades cover the whole tensor. Block scales matter most for the narrowest "
-        "formats; lecture 05 compares them with MXFP4, MXFP6, MXFP8 and INT4 groups on the same "
-        "data.",
+        # TRANSLATORS: "a {fraction}th of it" is 1/24 of the largest value; keep the number
+        # as it is (e.g. "{fraction} 分之一"), since the digits must match the English.
+        _("With one scale for the tensor, FP4 E2M1 keeps {kept:.0%} of the values away from "
+          "zero: the scale serves the largest value, and everything up to a {fraction:.0f}th of "
+          "it rounds to 0. Error {error:.0f}%, SQNR {sqnr:.1f} dB.").format(
+            kept=1 - fp4['flushed'], fraction=fp4['flush_fraction_of_amax'],
+            error=fp4['error'] * 100, sqnr=fp4['sqnr']),
+        _("NVFP4 gives every 16 values their own E4M3 scale (and the tensor an FP32 one): "
+          "{bits:g} bits per value, error {error:.1f}%, {ratio:.1f}x smaller, {gain:.1f} dB "
+          "better.").format(bits=nv['bits'], error=nv['error'] * 100,
+                            ratio=fp4['error'] / nv['error'], gain=nv['sqnr'] - fp4['sqnr']),
+        _("FP8 E4M3 with a single scale reaches {error:.2f}% ({sqnr:.1f} dB): its {binades:.0f} "
+          "binades cover the whole tensor. Block scales matter most for the narrowest formats; "
+          "lecture 05 compares them with MXFP4, MXFP6, MXFP8 and INT4 groups on the same "
+          "data.").format(error=fp8['error'] * 100, sqnr=fp8['sqnr'],
+                          binades=binades(FP8_E4M3)),
     ])
 
 
@@ -348,25 +377,33 @@ def binades(fmt) -> float:
     return float(np.log2(fmt.max_value / fmt.min_subnormal))
 
 
-TITLE = "Lecture 03: scaling a tensor into a low-precision format"
-INTRO = (
-    f"FP8 E4M3 spans about {binades(FP8_E4M3):.0f} binades, FP4 E2M1 only about "
-    f"{binades(FP4_E2M1):.0f}, while real tensors sit anywhere: "
-    "weights near 0.02, gradients near 1e-6. This lecture asks how a scale moves a tensor into "
-    "a format's range, which FP8 format suits which tensor, and how much one scale can serve.",
-    "Demo 1 casts weights, activations and gradients into E4M3 and E5M2, with and without a "
-    "scale. Demo 2 compares delayed scaling (amax from past steps) with current scaling. Demo 3 "
-    "adds one outlier to a tensor. Demo 4 compares NVFP4's block scales with one tensor scale.",
-    "How to read the numbers: x is a tensor and q its quantized copy. The error is "
-    "||q - x|| / ||x|| (Euclidean norms), a relative error in percent. A binade is a factor of 2. All data "
-    "are synthetic, drawn with fixed seeds.",
-    "SQNR = 10 log10(||x||² / ||q - x||²) is the signal-to-quantization-noise ratio in dB: "
-    "higher is better, and 6 dB more means half the error.",
-)
+def title() -> str:
+    """The lecture's title, in the current language."""
+    return _("Lecture 03: scaling a tensor into a low-precision format")
+
+
+def intro() -> list[str]:
+    """The lecture's introductory paragraphs, in the current language."""
+    return [
+        _("FP8 E4M3 spans about {e4m3:.0f} binades, FP4 E2M1 only about {e2m1:.0f}, while real "
+          "tensors sit anywhere: weights near 0.02, gradients near 1e-6. This lecture asks how a "
+          "scale moves a tensor into a format's range, which FP8 format suits which tensor, and "
+          "how much one scale can serve.").format(e4m3=binades(FP8_E4M3),
+                                                   e2m1=binades(FP4_E2M1)),
+        _("Demo 1 casts weights, activations and gradients into E4M3 and E5M2, with and without "
+          "a scale. Demo 2 compares delayed scaling (amax from past steps) with current "
+          "scaling. Demo 3 adds one outlier to a tensor. Demo 4 compares NVFP4's block scales "
+          "with one tensor scale."),
+        _("How to read the numbers: x is a tensor and q its quantized copy. The error is "
+          "||q - x|| / ||x|| (Euclidean norms), a relative error in percent. A binade is a "
+          "factor of 2. All data are synthetic, drawn with fixed seeds."),
+        _("SQNR = 10 log10(||x||² / ||q - x||²) is the signal-to-quantization-noise ratio in dB: "
+          "higher is better, and 6 dB more means half the error."),
+    ]
 
 
 def main() -> None:
-    print_title(TITLE, INTRO)
+    print_title(title(), intro())
     show_demo1(demo1_tensor_scaling())
     show_demo2(demo2_delayed_scaling())
     show_demo3(demo3_one_outlier())

@@ -34,15 +34,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from console import print_header, print_observations, print_table, print_title, run_lecture
+from console.i18n import N_
+from lectures.i18n import domain
+
+_ = domain("lecture04").gettext
+
 try:
     import torch
 except ImportError:
     if __name__ == "__main__":
-        raise SystemExit("Lecture 04 needs torch 2.13.0: .venv/bin/pip install -e '.[lectures]' "
-                         "(see the README for the CPU build)") from None
+        def _missing_torch() -> None:
+            raise SystemExit(_("Lecture 04 needs torch 2.13.0: .venv/bin/pip install -e "
+                               "'.[lectures]' (see the README for the CPU build)"))
+        run_lecture(_missing_torch)     # reads --lang first, then exits with the message
     raise
 
-from console import print_header, print_observations, print_table, print_title, run_lecture
 from numfmt import FORMATS, FP4_E2M1, FP6_E2M3, FP8_E4M3
 import numfmt.torch as nt
 from numfmt.torch import bench, gemm
@@ -121,25 +128,26 @@ def demo1_int8_gemm(device=None, seed: int = SEED) -> IntGemmResult:
 
 
 def show_demo1(r: IntGemmResult) -> None:
-    print_header("Demo 1: int8 x int8 -> int32, with the zero-point correction")
+    print_header(_("Demo 1: int8 x int8 -> int32, with the zero-point correction"))
     m, k, n = r.shape
-    print_table(["quantity", "value"], [
-        ["shape M x K x N", f"{m} x {k} x {n}"],
-        ["activation zero point z (uint8)", r.zero_point],
-        ["int32 GEMM + correction == int64 reference", "yes" if r.exact else "NO"],
-        ["largest accumulator magnitude", f"{r.acc_max:,}"],
-        ["error vs fp64 product of the inputs", _pct(r.rel_error)],
-        ["max difference, integer path vs dequantized fp64", f"{r.dequant_diff:.1e}"],
-        ["largest safe K, codes in [-128, 127]", f"{r.k_safe_full:,}"],
-        ["largest safe K, codes in [-127, 127]", f"{r.k_safe_restricted:,}"],
+    print_table([_("quantity"), _("value")], [
+        [_("shape M x K x N"), f"{m} x {k} x {n}"],
+        [_("activation zero point z (uint8)"), r.zero_point],
+        [_("int32 GEMM + correction == int64 reference"), _("yes") if r.exact else _("NO")],
+        [_("largest accumulator magnitude"), f"{r.acc_max:,}"],
+        [_("error vs fp64 product of the inputs"), _pct(r.rel_error)],
+        [_("max difference, integer path vs dequantized fp64"), f"{r.dequant_diff:.1e}"],
+        [_("largest safe K, codes in [-128, 127]"), f"{r.k_safe_full:,}"],
+        [_("largest safe K, codes in [-127, 127]"), f"{r.k_safe_restricted:,}"],
     ])
     print_observations([
-        "The GEMM runs on (q_x - 128) in int8; the zero point comes back as one term, "
-        "(z - 128) * sum_k q_w, computed once per weight row.",
-        f"Exact: the int32 result equals the int64 reference, since |acc| <= {r.acc_max:,} "
-        f"is far below 2^31 = {2**31:,}.",
-        f"With K = {r.overflow_k:,} codes of -128 the true sum is {r.overflow_exact:,}; the "
-        f"int32 accumulator holds {r.overflow_int32:,}. Longer K needs split accumulation.",
+        _("The GEMM runs on (q_x - 128) in int8; the zero point comes back as one term, "
+          "(z - 128) * sum_k q_w, computed once per weight row."),
+        _("Exact: the int32 result equals the int64 reference, since |acc| <= {acc_max:,} is far "
+          "below 2^31 = {limit:,}.").format(acc_max=r.acc_max, limit=2**31),
+        _("With K = {k:,} codes of -128 the true sum is {exact:,}; the int32 accumulator holds "
+          "{held:,}. Longer K needs split accumulation.").format(
+            k=r.overflow_k, exact=r.overflow_exact, held=r.overflow_int32),
     ])
 
 
@@ -148,6 +156,8 @@ def show_demo1(r: IntGemmResult) -> None:
 # ---------------------------------------------------------------------------------------------
 FP8_CASES = (("E4M3", "E4M3", "tensor"), ("E4M3", "E4M3", "row"),
              ("E5M2", "E4M3", "tensor"), ("E5M2", "E4M3", "row"))
+# The "scales" column of demo 2 (kept in English in the result, translated where printed).
+GRANULARITY = {"tensor": N_("per tensor"), "row": N_("per row")}
 
 
 def fp8_gemm_error(fmt_x: str = "E4M3", fmt_w: str = "E4M3", granularity: str = "tensor",
@@ -190,7 +200,7 @@ def demo2_fp8_gemm(device=None, seed: int = SEED) -> Fp8GemmResult:
     for fx, fw, gran in FP8_CASES:
         e = fp8_gemm_error(fx, fw, gran, device=dev, seed=seed)
         errors[(fx, fw, gran)], worst[(fx, fw, gran)] = e["rel_error"], e["worst_row"]
-        rows.append([fx, fw, f"per {gran}", _pct(e["rel_error"]), _pct(e["worst_row"]),
+        rows.append([fx, fw, GRANULARITY[gran], _pct(e["rel_error"]), _pct(e["worst_row"]),
                      f"{e['sqnr_db']:.1f}"])
     x, w = make_operands(seed=seed)
     xb = torch.from_numpy(x).to(torch.bfloat16).float()
@@ -199,29 +209,41 @@ def demo2_fp8_gemm(device=None, seed: int = SEED) -> Fp8GemmResult:
     yb = (xb @ wb.T).to(torch.bfloat16).double()
     bf16 = (nt.rel_error(yb, ref), worst_row_error(yb, ref))
     path = ("torch._scaled_mm (cuBLASLt)" if gemm.fp8_kernel_available(dev)
-            else "CPU emulation" if dev.type == "cpu" else f"emulation on {dev.type}")
+            else N_("CPU emulation") if dev.type == "cpu"
+            else N_("emulation on {device}").format(device=dev.type))
     return Fp8GemmResult(rows, errors, worst, bf16, path)
 
 
+def path_text(path: str) -> str:
+    """Demo 2's GEMM path (``Fp8GemmResult.path``, English) in the current language."""
+    device = path.removeprefix("emulation on ")
+    return _("emulation on {device}").format(device=device) if device != path else _(path)
+
+
 def show_demo2(r: Fp8GemmResult) -> None:
-    print_header(f"Demo 2: FP8 GEMM, bf16 output, against the fp32 product ({r.path})")
-    print_table(["x", "w", "scales", "rel error", "worst row", "SQNR dB"],
-                r.rows + [["BF16", "BF16", "none", _pct(r.bf16_error[0]),
-                           _pct(r.bf16_error[1]), "-"]])
+    print_header(_("Demo 2: FP8 GEMM, bf16 output, against the fp32 product ({path})").format(
+        path=path_text(r.path)))
+    rows = [[fx, fw, _(scales), *rest] for fx, fw, scales, *rest in r.rows]
+    print_table(["x", "w", _("scales"), _("rel error"), _("worst row"), "SQNR dB"],
+                rows + [["BF16", "BF16", _("none"), _pct(r.bf16_error[0]),
+                         _pct(r.bf16_error[1]), "-"]])
     e, w = r.errors, r.worst
     print_observations([
-        f"E4M3, worst row: per-row scales cut the error from {_pct(w[('E4M3', 'E4M3', 'tensor')])}"
-        f" to {_pct(w[('E4M3', 'E4M3', 'row')])}; the rows of x span 2^{SPREAD_BITS} in size.",
-        f"With one scale, E5M2's range helps the worst row ({_pct(w[('E5M2', 'E4M3', 'tensor')])}"
-        f" against E4M3's {_pct(w[('E4M3', 'E4M3', 'tensor')])}).",
-        f"Per row, E4M3 activations beat E5M2 by "
-        f"{e[('E5M2', 'E4M3', 'row')] / e[('E4M3', 'E4M3', 'row')]:.1f}x: one more mantissa "
-        "bit. With one scale per tensor, FP8 training keeps E5M2 for gradients, whose range "
-        "matters more than their digits (Micikevicius et al. 2022); with fine-grained scales "
-        "E4M3 serves everywhere (DeepSeek-V3; lecture 03, demo 1).",
-        "cuBLAS's rules for FP8 GEMMs, which numfmt's wrapper checks on every device (also on "
-        "the CPU): second operand column-major, K and N multiples of 16, float32 scales, never "
-        "E5M2 x E5M2.",
+        _("E4M3, worst row: per-row scales cut the error from {tensor} to {row}; the rows of x "
+          "span 2^{spread} in size.").format(tensor=_pct(w[('E4M3', 'E4M3', 'tensor')]),
+                                             row=_pct(w[('E4M3', 'E4M3', 'row')]),
+                                             spread=SPREAD_BITS),
+        _("With one scale, E5M2's range helps the worst row ({e5m2} against E4M3's "
+          "{e4m3}).").format(e5m2=_pct(w[('E5M2', 'E4M3', 'tensor')]),
+                             e4m3=_pct(w[('E4M3', 'E4M3', 'tensor')])),
+        _("Per row, E4M3 activations beat E5M2 by {ratio:.1f}x: one more mantissa bit. With one "
+          "scale per tensor, FP8 training keeps E5M2 for gradients, whose range matters more than "
+          "their digits (Micikevicius et al. 2022); with fine-grained scales E4M3 serves "
+          "everywhere (DeepSeek-V3; lecture 03, demo 1).").format(
+            ratio=e[('E5M2', 'E4M3', 'row')] / e[('E4M3', 'E4M3', 'row')]),
+        _("cuBLAS's rules for FP8 GEMMs, which numfmt's wrapper checks on every device (also on "
+          "the CPU): second operand column-major, K and N multiples of 16, float32 scales, never "
+          "E5M2 x E5M2."),
     ])
 
 
@@ -229,7 +251,8 @@ def show_demo2(r: Fp8GemmResult) -> None:
 # Demo 3: block-scaled GEMM
 # ---------------------------------------------------------------------------------------------
 BLOCK_CASES = (
-    ("FP8 E4M3, one scale", lambda t, device=None: nt.tensor_scaled(t, FP8_E4M3, device=device)),
+    (N_("FP8 E4M3, one scale"),
+     lambda t, device=None: nt.tensor_scaled(t, FP8_E4M3, device=device)),
     ("MXFP8 (E4M3, 32)", lambda t, device=None: nt.mx_quantize(t, FP8_E4M3, device=device)),
     ("MXFP6 (E2M3, 32)", lambda t, device=None: nt.mx_quantize(t, FP6_E2M3, device=device)),
     ("MXFP4 (E2M1, 32)", lambda t, device=None: nt.mx_quantize(t, FP4_E2M1, device=device)),
@@ -277,29 +300,39 @@ def demo3_block_gemm(device=None, seed: int = SEED) -> BlockGemmResult:
 
 
 def show_demo3(r: BlockGemmResult) -> None:
-    print_header("Demo 3: block-scaled GEMM (emulated), against the fp64 product")
-    print_table(["format", "bits/element", "rel error", "worst row", "SQNR dB"], r.rows)
+    print_header(_("Demo 3: block-scaled GEMM (emulated), against the fp64 product"))
+    # Only "FP8 E4M3, one scale" has a translation; the MX and NV format labels print as they are.
+    print_table([_("format"), _("bits/element"), _("rel error"), _("worst row"), "SQNR dB"],
+                [[_(label), *rest] for label, *rest in r.rows])
     e, w = r.errors, r.worst
     print_observations([
-        f"Blockwise accumulation and dequantize-then-multiply differ by at most "
-        f"{r.max_path_diff:.1e} of the largest output: scaling per block inside the dot "
-        "product is the same math.",
-        f"Worst row: MXFP8 {_pct(w['MXFP8 (E4M3, 32)'])} against "
-        f"{_pct(w['FP8 E4M3, one scale'])} with one scale: small rows keep their digits.",
-        f"NVFP4 {_pct(e['NVFP4 (E2M1, 16)'])} against MXFP4 {_pct(e['MXFP4 (E2M1, 32)'])}, for "
-        f"{r.bits['NVFP4 (E2M1, 16)'] - r.bits['MXFP4 (E2M1, 32)']:.2f} more bits per element.",
-        "Native block-scaled GEMMs need a Blackwell GPU (compute capability 10.0 or later: "
-        "sm_100 data-centre parts and sm_120 RTX 50 / DGX Spark alike have block-scaled MMA); "
-        "here: "
-        + ("available." if r.native else "not available, so this is the emulation."),
+        _("Blockwise accumulation and dequantize-then-multiply differ by at most {diff:.1e} of "
+          "the largest output: scaling per block inside the dot product is the same "
+          "math.").format(diff=r.max_path_diff),
+        _("Worst row: MXFP8 {mxfp8} against {one} with one scale: small rows keep their "
+          "digits.").format(mxfp8=_pct(w['MXFP8 (E4M3, 32)']),
+                            one=_pct(w['FP8 E4M3, one scale'])),
+        _("NVFP4 {nvfp4} against MXFP4 {mxfp4}, for {extra:.2f} more bits per element.").format(
+            nvfp4=_pct(e['NVFP4 (E2M1, 16)']), mxfp4=_pct(e['MXFP4 (E2M1, 32)']),
+            extra=r.bits['NVFP4 (E2M1, 16)'] - r.bits['MXFP4 (E2M1, 32)']),
+        _("Native block-scaled GEMMs need a Blackwell GPU (compute capability 10.0 or later: "
+          "sm_100 data-centre parts and sm_120 RTX 50 / DGX Spark alike have block-scaled MMA); "
+          "here: available.") if r.native else
+        _("Native block-scaled GEMMs need a Blackwell GPU (compute capability 10.0 or later: "
+          "sm_100 data-centre parts and sm_120 RTX 50 / DGX Spark alike have block-scaled MMA); "
+          "here: not available, so this is the emulation."),
     ])
 
 
 # ---------------------------------------------------------------------------------------------
 # Demo 4: throughput
 # ---------------------------------------------------------------------------------------------
-CPU_NOTE = "Timings need a CUDA GPU. This run used the CPU: nothing was timed."
+CPU_NOTE = N_("Timings need a CUDA GPU. This run used the CPU: nothing was timed.")
 QUANT_NUMEL = 1 << 29       # 2^29 bf16 elements: 1 GiB, far beyond any cache
+# numfmt.torch.bench's names of its GEMMs and quantize kernels, marked so that demo 4's tables
+# print them translated (bf16, int8 and amax are names and print as they are).
+BENCH_LABELS = (N_("fp8 per-tensor"), N_("fp8 per-row"), N_("cast to E4M3"),
+                N_("scale + cast (eager, 2 kernels)"))
 
 
 @dataclass
@@ -324,8 +357,8 @@ def demo4_throughput(device=None, sizes=(4096, 8192), iters: int = 10,
     """
     dev = torch.device(device) if device is not None else nt.default_device()
     if dev.type != "cuda" and device is None:
-        return ThroughputResult([], [], None, "the CPU", CPU_NOTE)
-    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "the CPU"
+        return ThroughputResult([], [], None, N_("the CPU"), CPU_NOTE)
+    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else N_("the CPU")
     rows = bench.throughput_rows(sizes, dev, iters=iters, errors=errors)
     peak = bench.peak_bandwidth_gbs(dev)
     quant = bench.quantize_rows(quant_numel, dev, iters=iters, peak_gbs=peak, errors=errors)
@@ -333,39 +366,48 @@ def demo4_throughput(device=None, sizes=(4096, 8192), iters: int = 10,
 
 
 def show_demo4(r: ThroughputResult) -> None:
-    print_header(f"Demo 4: throughput on {r.device_name}")
+    # A GPU's name has no translation and prints as it is.
+    print_header(_("Demo 4: throughput on {device}").format(device=_(r.device_name)))
     if r.note:
-        print(r.note)
+        print(_(r.note))
         return
-    print_table(["GEMM", "n", "ms", "TFLOP/s", "vs bf16"],
-                [[g["kind"], g["n"], f"{g['ms']:.3f}", f"{g['tflops']:.0f}",
+    print_table(["GEMM", "n", "ms", "TFLOP/s", _("vs bf16")],
+                [[_(g["kind"]), g["n"], f"{g['ms']:.3f}", f"{g['tflops']:.0f}",
                   f"{g['vs_bf16']:.2f}x"] for g in r.gemm_rows])
-    print_table(["quantize kernel", "GB moved", "ms", "GB/s", "of peak"],
-                [[q["kernel"], f"{q['gbytes']:.2f}", f"{q['ms']:.3f}", f"{q['gbs']:.0f}",
-                  f"{100 * q['of_peak']:.0f}%" if q["of_peak"] else "n/a"]
+    print_table([_("quantize kernel"), _("GB moved"), "ms", "GB/s", _("of peak")],
+                [[_(q["kernel"]), f"{q['gbytes']:.2f}", f"{q['ms']:.3f}", f"{q['gbs']:.0f}",
+                  f"{100 * q['of_peak']:.0f}%" if q["of_peak"] else _("n/a")]
                  for q in r.quant_rows])
-    print_observations([f"Peak bandwidth assumed: {r.peak_gbs} GB/s (data sheet)."
-                        if r.peak_gbs else "Peak bandwidth of this device is unknown."])
+    print_observations([_("Peak bandwidth assumed: {peak} GB/s (data sheet).").format(
+                            peak=r.peak_gbs)
+                        if r.peak_gbs else _("Peak bandwidth of this device is unknown.")])
 
 
-TITLE = "Lecture 04: how a low-precision matrix multiplication is computed"
-INTRO = (
-    "A GEMM y = x @ w.T with narrow operands multiplies codes, sums them in a wider accumulator "
-    "and applies the scales afterwards. This lecture follows that path for integer, FP8 and "
-    "block-scaled formats, and asks what each step costs in accuracy.",
-    "Demo 1 runs int8 x int8 with an int32 accumulator, zero-point correction included. Demo 2 "
-    "runs FP8 x FP8 with per-tensor or per-row scales. Demo 3 emulates block-scaled GEMMs "
-    "(MXFP8, MXFP6, MXFP4, NVFP4). Demo 4 times the kernels on a CUDA GPU; on a CPU it only "
-    "says so.",
-    "How to read the numbers: y is the low-precision result and y_ref a higher-precision "
-    "product of the same inputs. Rel error is ||y - y_ref|| / ||y_ref|| in percent, over the "
-    "whole output or over the worst output row. SQNR = 10 log10(||y_ref||² / ||y - y_ref||²), "
-    f"in dB. Inputs have fixed seeds; the rows of x differ in size by up to 2^{SPREAD_BITS}.",
-)
+def title() -> str:
+    """The lecture's title, in the current language."""
+    return _("Lecture 04: how a low-precision matrix multiplication is computed")
+
+
+def intro() -> list[str]:
+    """The lecture's introductory paragraphs, in the current language."""
+    return [
+        _("A GEMM y = x @ w.T with narrow operands multiplies codes, sums them in a wider "
+          "accumulator and applies the scales afterwards. This lecture follows that path for "
+          "integer, FP8 and block-scaled formats, and asks what each step costs in accuracy."),
+        _("Demo 1 runs int8 x int8 with an int32 accumulator, zero-point correction included. "
+          "Demo 2 runs FP8 x FP8 with per-tensor or per-row scales. Demo 3 emulates block-scaled "
+          "GEMMs (MXFP8, MXFP6, MXFP4, NVFP4). Demo 4 times the kernels on a CUDA GPU; on a CPU "
+          "it only says so."),
+        _("How to read the numbers: y is the low-precision result and y_ref a higher-precision "
+          "product of the same inputs. Rel error is ||y - y_ref|| / ||y_ref|| in percent, over "
+          "the whole output or over the worst output row. SQNR = 10 log10(||y_ref||² / "
+          "||y - y_ref||²), in dB. Inputs have fixed seeds; the rows of x differ in size by up to "
+          "2^{spread}.").format(spread=SPREAD_BITS),
+    ]
 
 
 def main() -> None:
-    print_title(TITLE, INTRO)
+    print_title(title(), intro())
     show_demo1(demo1_int8_gemm())
     show_demo2(demo2_fp8_gemm())
     show_demo3(demo3_block_gemm())
