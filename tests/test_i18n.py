@@ -247,3 +247,16 @@ def test_readme_zh_lecture_table_lists_every_lecture():
     zh = (ROOT / "README.zh.md").read_text(encoding="utf-8")
     for p in sorted((ROOT / "lectures").glob("[0-9][0-9]_*.py")):
         assert f"| `{p.name}` |" in zh, p.name
+
+
+# --- the checks themselves (they must be able to fail) ------------------------------------------
+def test_text_checks_catch_what_they_claim():
+    from text_checks import english_runs, layout_problems, number_differences
+    assert number_differences("error 1,234.5% and 7x", "误差 1234.5% 与 7 倍") == []
+    assert number_differences("16 values", "十六个值") == ["'16': 1x in English, 0x in Chinese"]
+    assert english_runs("误差为 2.6%，FP8 E4M3 per channel") == []
+    assert english_runs("the error grows fast，误差") != []
+    two_tables = "| a | b |\n|---|---|\n| 1 | 2 |\n| xx | y |\n|----|---|\n| 1  | 2 |"
+    assert layout_problems(two_tables) == []
+    assert layout_problems("| a | b |\n|---|---|\n| 1 | 22 |") != []
+    assert layout_problems("中" * 51) != [] and layout_problems("中" * 50) == []

@@ -52,13 +52,21 @@ def layout_problems(text: str, width: int = WIDTH) -> list[str]:
     for line in _ANSI.sub("", text).splitlines() + [""]:
         if display_width(line) > width:
             out.append(f"{display_width(line)} columns: {line!r}")
+        if line.startswith("|-") and len(table) > 2:    # a second table right below the first:
+            out += _misaligned(table[:-1])             # its header row was the last line read
+            table = table[-1:]
         if line.startswith("|"):
             table.append(line)
             continue
-        if len({display_width(row) for row in table}) > 1:
-            out.append("misaligned table:\n" + "\n".join(table))
+        out += _misaligned(table)
         table = []
     return out
+
+
+def _misaligned(table: list[str]) -> list[str]:
+    if len({display_width(row) for row in table}) > 1:
+        return ["misaligned table:\n" + "\n".join(table)]
+    return []
 
 
 def render(show, result, lang: str) -> str:
