@@ -137,7 +137,7 @@ def demo1_bytes(seed: int = 0) -> BytesResult:
     # where they are printed.
     entries = [
         ("FP16", N_("2 bytes per weight"), fp16_bytes, 0),
-        ("FP8 E4M3, Marlin W8A16", N_("per-channel FP16 scale"), fp8.packed.nbytes,
+        (N_("FP8 E4M3, Marlin W8A16"), N_("per-channel FP16 scale"), fp8.packed.nbytes,
          fp8.scales.nbytes),
         (N_("GPTQ INT4, groups of 128"),
          N_("FP16 scale + 4-bit zero per group, int32 g_idx per row (RTN codes)"),
@@ -145,7 +145,7 @@ def demo1_bytes(seed: int = 0) -> BytesResult:
         ("MXFP4", N_("E8M0 scale per 32"), mxp.elements.nbytes, mxp.nbytes - mxp.elements.nbytes),
         ("NVFP4", N_("E4M3 scale per 16 + FP32 per tensor"), nvp.elements.nbytes,
          nvp.nbytes - nvp.elements.nbytes),
-        ("NF4 (QLoRA)", N_("FP32 absmax per 64"), q1.data.nbytes, q1.nbytes - q1.data.nbytes),
+        (N_("NF4 (QLoRA)"), N_("FP32 absmax per 64"), q1.data.nbytes, q1.nbytes - q1.data.nbytes),
         (N_("NF4 + double quantization"), N_("8-bit absmax per 64, FP32 per 256 absmax"),
          q2.data.nbytes, q2.nbytes - q2.data.nbytes),
     ]
@@ -295,7 +295,8 @@ def show_demo2(r: CodebookResult) -> None:
                  "SQNR (dB)", _("code entropy (bits)")],
                 [[_(row[0])] + row[1:] for row in r.rows])
     print()
-    label = _("NF4 levels:") + " "
+    # TRANSLATORS: the levels follow on the same line; keep a separator at the end.
+    label = _("NF4 levels: ")
     pad = display_width(label)
     lines = textwrap.wrap(" ".join(f"{v:+.4f}" for v in r.levels["NF4"]),
                           OBSERVATIONS_WIDTH - pad, break_on_hyphens=False)
