@@ -113,10 +113,12 @@ def ste_demo(target: float = 2.6, w0: float = -5.3, lr: float = 0.1, steps: int 
 
 def print_ste(d: STEDemo) -> None:
     print_header(_("Demo 1: the straight-through estimator: scale 1, codes [-8, 7]"))
+    # TRANSLATORS: these two tables print back to back, and tests/text_checks.py reads them
+    # as one table: keep the two rows of headers the same display width.
     print_table(["x", _("fake quant"), _("STE mask")], d.example)
     n = len(d.w_ste) - 1
     steps = [0, 5, 10, 15, n - 3, n - 2, n - 1, n]
-    print_table([_("step"), _("w (true gradient)"), "w (STE)", "Q(w) (STE)"],
+    print_table([_("step"), _("w (true gradient)"), _("w (STE)"), _("Q(w) (STE)")],
                 [[s, f"{d.w_true[s]:+.3f}", f"{d.w_ste[s]:+.3f}", f"{d.q_ste[s]:+.0f}"]
                  for s in steps])
     tail = d.q_ste[-20:]
