@@ -386,8 +386,8 @@ def demo3_double_quant(seed: int = 0) -> DoubleQuantResult:
     nonzero = single_deq != 0
     bits, errors, change, scale_err, step, recon = {}, {}, {}, {}, {}, {}
     bits["single"], errors["single"] = single.bits_per_parameter, rel_error(single_deq, w)
-    rows = [[N_("NF4, FP32 absmax per 64"), f"{bits['single']:.4f}", f"{errors['single'] * 100:.4f}",
-             "0"]]
+    rows = [[N_("NF4, FP32 absmax per 64"), f"{bits['single']:.4f}",
+             f"{errors['single'] * 100:.4f}", "0"]]
     for key, center, signed, code, label in DQ_SCHEMES:
         t = qlora_quantize(w, center=center, signed=signed, code=code)
         deq = qlora_dequantize(t)
@@ -423,9 +423,9 @@ def show_demo3(r: DoubleQuantResult) -> None:
             "per weight\n(plus one FP32 mean per tensor).").format(
         codes=BLOCK * 4, total=double * BLOCK, per_weight=double))
     o = r.outlier_sqnr
-    print("\n" + _("Outlier-heavy weights ({share:.1%} of them x{scale:g}, one 10^{exp:.0f} x std in "
-                   "every 97th row), weight SQNR:\n  FP32 absmax {single:.1f} dB, QLoRA's 8-bit "
-                   "float map {qlora:.1f} dB, INT8 stand-in {int8:.1f} dB.").format(
+    print("\n" + _("Outlier-heavy weights ({share:.1%} of them x{scale:g}, one 10^{exp:.0f} x "
+                   "std in every 97th row), weight SQNR:\n  FP32 absmax {single:.1f} dB, QLoRA's "
+                   "8-bit float map {qlora:.1f} dB, INT8 stand-in {int8:.1f} dB.").format(
         share=OUTLIER_SHARE, scale=OUTLIER_SCALE, exp=np.log10(HUGE), single=o["single"],
         qlora=o["qlora"], int8=o["int8"]))
     q, s, u, i8 = "qlora", "signed", "unsigned", "int8"
