@@ -27,7 +27,6 @@ seeds and split; the output is identical run to run on one machine.
 from __future__ import annotations
 
 import os
-import textwrap
 from dataclasses import dataclass, field
 
 # cuBLAS needs this set before CUDA starts to run deterministically (no effect on CPU).
@@ -35,13 +34,24 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 import numpy as np  # noqa: E402
 
+from console import run_lecture  # noqa: E402
+from console.i18n import N_  # noqa: E402
+from lectures.i18n import domain  # noqa: E402
+
+_ = domain("lecture06").gettext
+
+
+def _missing_dependencies() -> None:
+    raise SystemExit(_("Lecture 06 needs torch 2.13.0 and scikit-learn: .venv/bin/pip install "
+                       "-e '.[lectures]' (see the README for the CPU build of torch)"))
+
+
 try:
     import sklearn  # noqa: F401
     import torch
 except ImportError:
     if __name__ == "__main__":
-        raise SystemExit("Lecture 06 needs torch 2.13.0 and scikit-learn: .venv/bin/pip install "
-                         "-e '.[lectures]' (see the README for the CPU build of torch)") from None
+        run_lecture(_missing_dependencies)     # reads --lang, then exits with the message
     raise
 from sklearn.datasets import load_digits  # noqa: E402
 from sklearn.model_selection import train_test_split  # noqa: E402
@@ -49,8 +59,11 @@ from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
-from console import (print_header, print_observations, print_table, print_title,  # noqa: E402
-                     run_lecture)
+from console import (OBSERVATIONS_WIDTH, print_header, print_observations,  # noqa: E402
+                     print_table, print_title)
+# The console's own line wrapping: display widths and Chinese line breaks (textwrap counts
+# characters and breaks only at spaces).
+from console import _wrap as wrap_text  # noqa: E402
 from numfmt import FP8_E4M3  # noqa: E402
 from numfmt.qat import (QParams, adam_update, fake_quantize, fake_quantize_float,  # noqa: E402
                         ste_backward)
@@ -99,22 +112,25 @@ def ste_demo(target: float = 2.6, w0: float = -5.3, lr: float = 0.1, steps: int 
 
 
 def print_ste(d: STEDemo) -> None:
-    print_header("Demo 1: the straight-through estimator: scale 1, codes [-8, 7]")
-    print_table(["x", "fake quant", "STE mask"], d.example)
+    print_header(_("Demo 1: the straight-through estimator: scale 1, codes [-8, 7]"))
+    # TRANSLATORS: these two tables print back to back, and tests/text_checks.py reads them
+    # as one table: keep the two rows of headers the same display width.
+    print_table(["x", _("fake quant"), _("STE mask")], d.example)
     n = len(d.w_ste) - 1
     steps = [0, 5, 10, 15, n - 3, n - 2, n - 1, n]
-    print_table(["step", "w (true gradient)", "w (STE)", "Q(w) (STE)"],
+    print_table([_("step"), _("w (true gradient)"), _("w (STE)"), _("Q(w) (STE)")],
                 [[s, f"{d.w_true[s]:+.3f}", f"{d.w_ste[s]:+.3f}", f"{d.q_ste[s]:+.0f}"]
                  for s in steps])
     tail = d.q_ste[-20:]
     print_observations([
-        "Rounding alone keeps the gradient: -8.4 rounds to -8, a code inside the range, so its "
-        "mask is 1. Only -8.6 and 7.6, whose codes -9 and 8 are clamped, get a zero mask.",
-        f"With the true gradient (zero almost everywhere) w stays at {d.w_true[-1]:+.1f} for "
-        f"{len(d.w_true) - 1} steps.",
-        f"With the STE, w reaches the target {d.target} and Q(w) then alternates between "
-        f"{tail.min():+.0f} and {tail.max():+.0f}, the grid points around it: the latent weight "
-        "hovers at the rounding boundary (the oscillation QAT is known for).",
+        _("Rounding alone keeps the gradient: -8.4 rounds to -8, a code inside the range, so its "
+          "mask is 1. Only -8.6 and 7.6, whose codes -9 and 8 are clamped, get a zero mask."),
+        _("With the true gradient (zero almost everywhere) w stays at {w:+.1f} for {steps} "
+          "steps.").format(w=d.w_true[-1], steps=len(d.w_true) - 1),
+        _("With the STE, w reaches the target {target} and Q(w) then alternates between {low:+.0f} "
+          "and {high:+.0f}, the grid points around it: the latent weight hovers at the rounding "
+          "boundary (the oscillation QAT is known for).").format(
+            target=d.target, low=tail.min(), high=tail.max()),
     ])
 
 
@@ -126,6 +142,13 @@ class MasterDemo:
     int4_step: float
     rows: list                                   # name, start, final loss, weights moved
     curves: dict = field(default_factory=dict)   # name -> (steps+1,) loss
+    labels: dict = field(default_factory=dict)   # name -> (English template, format), to print
+
+
+# The names of demo 2's runs (the keys of rows and curves); {fmt} is INT4 or E4M3.
+STORE_NEAREST = N_("{fmt} store, nearest")
+STORE_STOCHASTIC = N_("{fmt} store, stochastic")
+MASTER_VIEW = N_("{fmt} view of FP32 master")
 
 
 def _regression(seed: int = 0, n: int = 256, k: int = 16):
@@ -160,11 +183,14 @@ def master_weights_demo(steps: int = 400, lr: float = 0.01, seed: int = 0) -> Ma
         "E4M3": lambda w, r, g: fake_quantize_float(w, FP8_E4M3, 1.0, r, g),
     }
     runs = {"FP32": ("fp32", None)}
+    labels = {"FP32": ("FP32", "")}
     for fmt in quantizers:
-        runs[f"{fmt} store, nearest"] = ("store", (fmt, "nearest"))
-        runs[f"{fmt} store, stochastic"] = ("store", (fmt, "stochastic"))
-        runs[f"{fmt} view of FP32 master"] = ("master", (fmt, "nearest"))
-    out = MasterDemo(steps, lr, int4_step, [])
+        for template, run in ((STORE_NEAREST, ("store", (fmt, "nearest"))),
+                              (STORE_STOCHASTIC, ("store", (fmt, "stochastic"))),
+                              (MASTER_VIEW, ("master", (fmt, "nearest")))):
+            runs[template.format(fmt=fmt)] = run
+            labels[template.format(fmt=fmt)] = (template, fmt)
+    out = MasterDemo(steps, lr, int4_step, [], labels=labels)
     for name, (kind, spec) in runs.items():
         rng = np.random.default_rng(seed + 1)
         w, m, v = np.zeros(k), np.zeros(k), np.zeros(k)   # the stored (or master) weights
@@ -191,24 +217,31 @@ def master_weights_demo(steps: int = 400, lr: float = 0.01, seed: int = 0) -> Ma
 
 
 def print_master_weights(d: MasterDemo) -> None:
-    print_header("Demo 2: why master weights: Adam on a 16-weight linear model, weights from 0")
-    print_table(["weights", "loss at step 0", f"loss at step {d.steps}", "weights that moved"],
-                d.rows)
-    c = d.curves
+    print_header(_("Demo 2: why master weights: Adam on a 16-weight linear model, weights "
+                   "from 0"))
+
+    def label(name):
+        template, fmt = d.labels.get(name, (name, ""))
+        return _(template).format(fmt=fmt)
+
+    print_table([_("weights"), _("loss at step {step}").format(step=0),
+                 _("loss at step {step}").format(step=d.steps), _("weights that moved")],
+                [[label(row[0])] + row[1:] for row in d.rows])
+    c = {name: curve[-1] for name, curve in d.curves.items()}      # the final losses
     print_observations([
-        f"Adam's steps are about lr = {d.lr}. The INT4 grid step is {d.int4_step}, so stored in "
-        f"INT4 every update rounds back to 0: the loss stays at "
-        f"{c['INT4 store, nearest'][-1]:.3f}.",
-        f"E4M3 has fine steps near zero, so the stored weights start to move, then stall where "
-        f"the spacing exceeds twice the update: loss {c['E4M3 store, nearest'][-1]:.3f} after "
-        f"{d.steps} steps.",
-        f"With FP32 master weights the loss of the quantized view falls to "
-        f"{c['INT4 view of FP32 master'][-1]:.4f} (INT4) and "
-        f"{c['E4M3 view of FP32 master'][-1]:.4f} (E4M3), against "
-        f"{c['FP32'][-1]:.4f} in FP32.",
-        f"Stochastic rounding of the store is unbiased, so it trains without a master copy: "
-        f"{c['INT4 store, stochastic'][-1]:.4f} (INT4), {c['E4M3 store, stochastic'][-1]:.4f} "
-        "(E4M3), at the price of noise.",
+        _("Adam's steps are about lr = {lr}. The INT4 grid step is {step}, so stored in INT4 "
+          "every update rounds back to 0: the loss stays at {loss:.3f}.").format(
+            lr=d.lr, step=d.int4_step, loss=c["INT4 store, nearest"]),
+        _("E4M3 has fine steps near zero, so the stored weights start to move, then stall where "
+          "the spacing exceeds twice the update: loss {loss:.3f} after {steps} steps.").format(
+            loss=c["E4M3 store, nearest"], steps=d.steps),
+        _("With FP32 master weights the loss of the quantized view falls to {int4:.4f} (INT4) "
+          "and {e4m3:.4f} (E4M3), against {fp32:.4f} in FP32.").format(
+            int4=c["INT4 view of FP32 master"], e4m3=c["E4M3 view of FP32 master"],
+            fp32=c["FP32"]),
+        _("Stochastic rounding of the store is unbiased, so it trains without a master copy: "
+          "{int4:.4f} (INT4), {e4m3:.4f} (E4M3), at the price of noise.").format(
+            int4=c["INT4 store, stochastic"], e4m3=c["E4M3 store, stochastic"]),
     ])
 
 
@@ -373,68 +406,88 @@ def seed_spread(seeds=(0, 1, 2), formats=("INT4", "INT2"),
 
 
 def print_seed_spread(s: SeedSpread) -> None:
-    print(f"\nQAT minus PTQ accuracy in percentage points, FP32 activations, over {len(s.seeds)} "
-          "seeds\n(each seed sets the split, the initialisation and the batch order):")
-    print_table(["weights"] + [f"seed {k}" for k in s.seeds] + ["mean"], s.rows)
+    print("\n" + _("QAT minus PTQ accuracy in percentage points, FP32 activations, over {n} "
+                   "seeds\n(each seed sets the split, the initialisation and the batch "
+                   "order):").format(n=len(s.seeds)))
+    print_table([_("weights")] + [_("seed {seed}").format(seed=k) for k in s.seeds] + [_("mean")],
+                s.rows)
     g4, g2 = s.gains["INT4"], s.gains["INT2"]
-    print(textwrap.fill(
-        f"Across seeds: QAT minus PTQ accuracy, in percentage points. INT2: from {min(g2):+.1f} "
-        f"to {max(g2):+.1f} points over {len(s.seeds)} seeds. INT4: from {min(g4):+.1f} to "
-        f"{max(g4):+.1f}, mean {np.mean(g4):+.1f}, positive in {sum(g > 0 for g in g4)} of "
-        f"{len(g4)} runs: small, the size of a few images.", 100, break_on_hyphens=False))
+    print("\n".join(wrap_text(
+        _("Across seeds: QAT minus PTQ accuracy, in percentage points. INT2: from {low2:+.1f} to "
+          "{high2:+.1f} points over {n} seeds. INT4: from {low4:+.1f} to {high4:+.1f}, mean "
+          "{mean4:+.1f}, positive in {positive} of {runs} runs: small, the size of a few "
+          "images.").format(low2=min(g2), high2=max(g2), n=len(s.seeds), low4=min(g4),
+                            high4=max(g4), mean4=np.mean(g4), positive=sum(g > 0 for g in g4),
+                            runs=len(g4)), OBSERVATIONS_WIDTH)))
 
 
 def print_ptq_vs_qat(r: DigitsResult) -> None:
-    print_header(f"Demo 3: PTQ against QAT: a 64-{r.config.hidden}-10 MLP on scikit-learn digits")
+    print_header(_("Demo 3: PTQ against QAT: a 64-{hidden}-10 MLP on scikit-learn digits").format(
+        hidden=r.config.hidden))
     c = r.config
-    print(textwrap.fill(f"{r.n_train} training and {r.n_test} test images (one test image: "
-          f"{100 / r.n_test:.2f} percentage points). FP32 is trained for {c.epochs} "
-          f"epochs (test accuracy {100 * r.base_accuracy:.1f}%). QAT fine-tunes that model for "
-          f"{c.qat_epochs} epochs with the quantizer in the forward pass; PTQ rounds the FP32 "
-          f"model fine-tuned for the same {c.qat_epochs} epochs without it "
-          f"({100 * r.fp32_accuracy:.1f}%). Weight scales: one per tensor (absmax).", 100,
-                        break_on_hyphens=False))
-    print_table(["weights", "activations", "PTQ accuracy (%)", "QAT accuracy (%)"], r.rows)
-    a = r.accuracy
+    print("\n".join(wrap_text(
+        _("{train} training and {test} test images (one test image: {image:.2f} percentage "
+          "points). FP32 is trained for {epochs} epochs (test accuracy {base:.1f}%). QAT "
+          "fine-tunes that model for {qat_epochs} epochs with the quantizer in the forward pass; "
+          "PTQ rounds the FP32 model fine-tuned for the same {qat_epochs} epochs without it "
+          "({fp32:.1f}%). Weight scales: one per tensor (absmax).").format(
+            train=r.n_train, test=r.n_test, image=100 / r.n_test, epochs=c.epochs,
+            base=100 * r.base_accuracy, qat_epochs=c.qat_epochs, fp32=100 * r.fp32_accuracy),
+        OBSERVATIONS_WIDTH)))
+    print_table([_("weights"), _("activations"), _("PTQ accuracy (%)"), _("QAT accuracy (%)")],
+                r.rows)
+    a = {key: 100 * v for key, v in r.accuracy.items()}             # in percent
+    fp32 = 100 * r.fp32_accuracy
     print_observations([
-        f"INT8 weights and activations: PTQ {100 * a[('PTQ', 'INT8', 8)]:.1f}% against "
-        f"{100 * r.fp32_accuracy:.1f}% in FP32, "
-        f"{round(r.n_test * abs(r.fp32_accuracy - a[('PTQ', 'INT8', 8)]))} of {r.n_test} "
-        "images apart: "
-        "256 levels are plenty for this network.",
-        f"INT4 weights: PTQ {100 * a[('PTQ', 'INT4', None)]:.1f}%, QAT "
-        f"{100 * a[('QAT', 'INT4', None)]:.1f}%: QAT wins back "
-        f"{round(r.n_test * (a[('QAT', 'INT4', None)] - a[('PTQ', 'INT4', None)]))} of the "
-        f"{r.n_test} test images.",
-        f"INT2 (ternary) weights: PTQ {100 * a[('PTQ', 'INT2', None)]:.1f}%, QAT "
-        f"{100 * a[('QAT', 'INT2', None)]:.1f}% (FP32 {100 * r.fp32_accuracy:.1f}%): with the "
-        "quantizer in the loop the network learns weights that survive rounding to three "
-        f"levels, though {c.hidden} hidden units with three levels each stay well short of FP32.",
-        f"NVFP4 weights (E2M1 in blocks of 16 with E4M3 scales): PTQ "
-        f"{100 * a[('PTQ', 'NVFP4', None)]:.1f}%, QAT {100 * a[('QAT', 'NVFP4', None)]:.1f}%: "
-        "close to INT4, as its 4-bit elements with fine block scales suggest.",
+        # A literal "%" before a letter would read as a %-format to gettext tools: these two
+        # percentages come from the "%" format spec.
+        _("INT8 weights and activations: PTQ {ptq:.1%} against {fp32:.1%} in FP32, {apart} of "
+          "{test} images apart: 256 levels are plenty for this network.").format(
+            ptq=r.accuracy[("PTQ", "INT8", 8)], fp32=r.fp32_accuracy,
+            apart=round(r.n_test * abs(r.fp32_accuracy - r.accuracy[("PTQ", "INT8", 8)])),
+            test=r.n_test),
+        _("INT4 weights: PTQ {ptq:.1f}%, QAT {qat:.1f}%: QAT wins back {won} of the {test} test "
+          "images.").format(
+            ptq=a[("PTQ", "INT4", None)], qat=a[("QAT", "INT4", None)],
+            won=round(r.n_test * (r.accuracy[("QAT", "INT4", None)]
+                                  - r.accuracy[("PTQ", "INT4", None)])),
+            test=r.n_test),
+        _("INT2 (ternary) weights: PTQ {ptq:.1f}%, QAT {qat:.1f}% (FP32 {fp32:.1f}%): with the "
+          "quantizer in the loop the network learns weights that survive rounding to three "
+          "levels, though {hidden} hidden units with three levels each stay well short of "
+          "FP32.").format(ptq=a[("PTQ", "INT2", None)], qat=a[("QAT", "INT2", None)], fp32=fp32,
+                          hidden=c.hidden),
+        _("NVFP4 weights (E2M1 in blocks of 16 with E4M3 scales): PTQ {ptq:.1f}%, QAT "
+          "{qat:.1f}%: close to INT4, as its 4-bit elements with fine block scales "
+          "suggest.").format(ptq=a[("PTQ", "NVFP4", None)], qat=a[("QAT", "NVFP4", None)]),
     ])
 
 
-TITLE = "Lecture 06: quantization-aware training (QAT)"
-INTRO = (
-    "Rounding has a zero gradient almost everywhere. This lecture asks how a network can still "
-    "learn weights that live on a 4-bit or 2-bit grid, and whether training with the quantizer "
-    "in the loop (QAT) beats rounding an already trained network (post-training quantization, "
-    "PTQ).",
-    "Demo 1 shows the straight-through estimator (STE) on one number. Demo 2 trains a linear "
-    "model whose weights are stored in INT4 or FP8 E4M3, with and without FP32 master weights. "
-    "Demo 3 compares PTQ and QAT for a small MLP on scikit-learn's digits, then repeats the "
-    "comparison over several seeds.",
-    "How to read the numbers: Q(w) is the quantized weight; the STE mask is 1 where the "
-    "gradient passes through the rounding, 0 where the code was clamped. Demo 2's loss is half "
-    "the mean squared error. Accuracies are percentages of a fixed held-out test split; demo 3 "
-    "says how many points one test image is worth. Seeds are fixed.",
-)
+def title() -> str:
+    """The lecture's title in the current language."""
+    return _("Lecture 06: quantization-aware training (QAT)")
+
+
+def intro() -> list[str]:
+    """The lecture's opening paragraphs in the current language."""
+    return [
+        _("Rounding has a zero gradient almost everywhere. This lecture asks how a network can "
+          "still learn weights that live on a 4-bit or 2-bit grid, and whether training with the "
+          "quantizer in the loop (QAT) beats rounding an already trained network (post-training "
+          "quantization, PTQ)."),
+        _("Demo 1 shows the straight-through estimator (STE) on one number. Demo 2 trains a "
+          "linear model whose weights are stored in INT4 or FP8 E4M3, with and without FP32 "
+          "master weights. Demo 3 compares PTQ and QAT for a small MLP on scikit-learn's digits, "
+          "then repeats the comparison over several seeds."),
+        _("How to read the numbers: Q(w) is the quantized weight; the STE mask is 1 where the "
+          "gradient passes through the rounding, 0 where the code was clamped. Demo 2's loss is "
+          "half the mean squared error. Accuracies are percentages of a fixed held-out test "
+          "split; demo 3 says how many points one test image is worth. Seeds are fixed."),
+    ]
 
 
 def main() -> None:
-    print_title(TITLE, INTRO)
+    print_title(title(), intro())
     print_ste(ste_demo())
     print_master_weights(master_weights_demo())
     print_ptq_vs_qat(ptq_vs_qat())

@@ -33,8 +33,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from console import (OBSERVATIONS_WIDTH, print_header, print_observations, print_table,
-                     print_title, run_lecture)
+from console import (OBSERVATIONS_WIDTH, display_width, print_header, print_observations,
+                     print_table, print_title, run_lecture)
+from console.i18n import N_
+from lectures.i18n import domain
 from numfmt import E8M0, FP4_E2M1, FP8_E4M3, FP16, mx_quantize, nvfp4_quantize, rel_error, sqnr_db
 from numfmt.packing import (
     absmax_dequantize, absmax_quantize, act_order_permutation, double_dequantize,
@@ -44,6 +46,8 @@ from numfmt.packing import (
     pack_block_fp4, pack_fp4, pack_int4, pack_uint4, permute_qweight_rows,
     qlora_bits_per_parameter, qlora_dequantize, qlora_quantize,
 )
+
+_ = domain("lecture07").gettext
 
 SHAPE = (1024, 1024)       # (K, N): inputs x outputs, the GPTQ orientation
 STD = 0.02                 # a typical initialisation scale for a transformer weight
@@ -70,6 +74,12 @@ class BytesResult:
     cost_rows: list         # [format, layout, element bytes, other bytes, bits per weight]
     bits: dict              # format -> bits per weight actually paid
     split: dict             # format -> (bits per weight in elements, bits per weight in the rest)
+    gptq_word: int = 0      # the int32 word of nibble_rows' last row, as an unsigned number
+
+
+GPTQ_WORD_ROW = N_("GPTQ int32 word, 8 codes down a column")
+# TRANSLATORS: a 32-bit word's bytes in hex, then the word as one number.
+GPTQ_WORD_CELL = N_("{bytes} (word 0x{word:08X})")
 
 
 def _block_dump(packed, bq, block: int) -> dict:
@@ -101,17 +111,17 @@ def demo1_bytes(seed: int = 0) -> BytesResult:
     how much metadata each format carries, and at what granularity.
     """
     gptq_word = gptq_pack_qweight(np.arange(1, 9).reshape(8, 1))
+    word = int(gptq_word.view(np.uint32)[0, 0])
     nibble_rows = [
-        ["int4, low nibble first", "1 -2 3 -4 5 -6 7 -8",
+        [N_("int4, low nibble first"), "1 -2 3 -4 5 -6 7 -8",
          hex_bytes(pack_int4([1, -2, 3, -4, 5, -6, 7, -8]))],
-        ["uint4, low nibble first", "3 12 0 15", hex_bytes(pack_uint4([3, 12, 0, 15]))],
-        ["uint4, high nibble first (bitsandbytes)", "3 12 0 15",
+        [N_("uint4, low nibble first"), "3 12 0 15", hex_bytes(pack_uint4([3, 12, 0, 15]))],
+        [N_("uint4, high nibble first (bitsandbytes)"), "3 12 0 15",
          hex_bytes(pack_uint4([3, 12, 0, 15], order="high_first"))],
-        ["FP4 E2M1, low nibble first", "1.0 -6.0 0.5 3.0",
+        [N_("FP4 E2M1, low nibble first"), "1.0 -6.0 0.5 3.0",
          hex_bytes(pack_fp4([1.0, -6.0, 0.5, 3.0]))],
-        ["GPTQ int32 word, 8 codes down a column", "1 2 3 4 5 6 7 8",
-         f"{hex_bytes(gptq_word.view(np.uint8))} "
-         f"(word 0x{int(gptq_word.view(np.uint32)[0, 0]):08X})"],
+        [GPTQ_WORD_ROW, "1 2 3 4 5 6 7 8",
+         GPTQ_WORD_CELL.format(bytes=hex_bytes(gptq_word.view(np.uint8)), word=word)],
     ]
 
     w = gaussian_weights(seed=seed)                                     # (K, N)
@@ -123,17 +133,20 @@ def demo1_bytes(seed: int = 0) -> BytesResult:
     q2 = qlora_quantize(w)
     fp8 = marlin_fp8_pack(w.T.astype(np.float16))                        # Marlin wants (N, K)
     fp16_bytes = w.astype(np.float16).nbytes
+    # The names are the keys of ``bits`` and ``split``; names and layouts are translated
+    # where they are printed.
     entries = [
-        ("FP16", "2 bytes per weight", fp16_bytes, 0),
-        ("FP8 E4M3, Marlin W8A16", "per-channel FP16 scale", fp8.packed.nbytes, fp8.scales.nbytes),
-        ("GPTQ INT4, groups of 128", "FP16 scale + 4-bit zero per group, int32 g_idx per row "
-         "(RTN codes)",
+        ("FP16", N_("2 bytes per weight"), fp16_bytes, 0),
+        (N_("FP8 E4M3, Marlin W8A16"), N_("per-channel FP16 scale"), fp8.packed.nbytes,
+         fp8.scales.nbytes),
+        (N_("GPTQ INT4, groups of 128"),
+         N_("FP16 scale + 4-bit zero per group, int32 g_idx per row (RTN codes)"),
          gptq.qweight.nbytes, gptq.nbytes - gptq.qweight.nbytes),
-        ("MXFP4", "E8M0 scale per 32", mxp.elements.nbytes, mxp.nbytes - mxp.elements.nbytes),
-        ("NVFP4", "E4M3 scale per 16 + FP32 per tensor", nvp.elements.nbytes,
+        ("MXFP4", N_("E8M0 scale per 32"), mxp.elements.nbytes, mxp.nbytes - mxp.elements.nbytes),
+        ("NVFP4", N_("E4M3 scale per 16 + FP32 per tensor"), nvp.elements.nbytes,
          nvp.nbytes - nvp.elements.nbytes),
-        ("NF4 (QLoRA)", "FP32 absmax per 64", q1.data.nbytes, q1.nbytes - q1.data.nbytes),
-        ("NF4 + double quantization", "8-bit absmax per 64, FP32 per 256 absmax",
+        (N_("NF4 (QLoRA)"), N_("FP32 absmax per 64"), q1.data.nbytes, q1.nbytes - q1.data.nbytes),
+        (N_("NF4 + double quantization"), N_("8-bit absmax per 64, FP32 per 256 absmax"),
          q2.data.nbytes, q2.nbytes - q2.data.nbytes),
     ]
     bits = {name: 8 * (e + o) / w.size for name, _, e, o in entries}
@@ -141,7 +154,7 @@ def demo1_bytes(seed: int = 0) -> BytesResult:
     cost_rows = [[name, layout, f"{e:,}", f"{o:,}", f"{bits[name]:.4f}"]
                  for name, layout, e, o in entries]
     return BytesResult(nibble_rows, _block_dump(mxp, mxq, 32), _block_dump(nvp, nvq, 16),
-                       cost_rows, bits, split)
+                       cost_rows, bits, split, word)
 
 
 def _bits(v: float) -> str:
@@ -149,45 +162,68 @@ def _bits(v: float) -> str:
     return f"{v:.4f}".rstrip("0").rstrip(".")
 
 
+def _nibble_cells(r: BytesResult) -> list:
+    """Demo 1's packing table in the current language."""
+    rows = []
+    for what, values, cell in r.nibble_rows:
+        if what == GPTQ_WORD_ROW:
+            word_bytes = np.array([r.gptq_word], "<u4").view(np.uint8)
+            cell = _(GPTQ_WORD_CELL).format(bytes=hex_bytes(word_bytes), word=r.gptq_word)
+        rows.append([_(what), values, cell])
+    return rows
+
+
 def show_demo1(r: BytesResult) -> None:
-    print_header("Demo 1: the bytes: packed nibbles, one MXFP4 and one NVFP4 block, the bill")
-    print_table(["packing", "values", "bytes (hex)"], r.nibble_rows)
+    print_header(_("Demo 1: the bytes: packed nibbles, one MXFP4 and one NVFP4 block, the bill"))
+    print_table([_("packing"), _("values"), _("bytes (hex)")], _nibble_cells(r))
     mx, nv = r.mx, r.nv
-    print("\nMXFP4, row 0, block 0 (32 weights):")
-    print(f"  elements {mx['element_bytes']}")
-    print(f"  scale    {mx['scale_byte']} (E8M0) = 2^{int(np.log2(mx['scale']))}")
-    print(f"  first byte {mx['first_byte']}: low nibble {mx['first_code']} = E2M1 "
-          f"{mx['first_element']:g}, times the scale = {mx['first_value']:.6f}")
-    print("NVFP4, row 0, block 0 (16 weights):")
-    print(f"  elements {nv['element_bytes']}")
-    print(f"  scale    {nv['scale_byte']} (E4M3) = {nv['scale']:g}")
-    print(f"  tensor   {nv['tensor_scale_bytes']} (FP32, little-endian) = {nv['tensor_scale']:.6e}")
-    print(f"  first byte {nv['first_byte']}: low nibble {nv['first_code']} = E2M1 "
-          f"{nv['first_element']:g}, times both scales = {nv['first_value']:.6f}")
-    print(f"\nThe bill for one {SHAPE[0]} x {SHAPE[1]} weight matrix, in bytes:")
-    print_table(["format", "element bytes", "other bytes", "bits/weight"],
-                [[name, e, o, bits] for name, _, e, o, bits in r.cost_rows])
-    print("\nHow each format is laid out (what the other bytes hold):")
-    print_table(["format", "layout"], [[name, layout] for name, layout, *_ in r.cost_rows])
+    print("\n" + _("MXFP4, row 0, block 0 (32 weights):"))
+    # TRANSLATORS: "elements", "scale" and "tensor" are padded with spaces so that the hex
+    # bytes after them start in one column.
+    print("  " + _("elements {bytes}").format(bytes=mx["element_bytes"]))
+    print("  " + _("scale    {byte} (E8M0) = 2^{exp}").format(
+        byte=mx["scale_byte"], exp=int(np.log2(mx["scale"]))))
+    print("  " + _("first byte {byte}: low nibble {code} = E2M1 {element:g}, times the scale = "
+                   "{value:.6f}").format(byte=mx["first_byte"], code=mx["first_code"],
+                                         element=mx["first_element"], value=mx["first_value"]))
+    print(_("NVFP4, row 0, block 0 (16 weights):"))
+    print("  " + _("elements {bytes}").format(bytes=nv["element_bytes"]))
+    print("  " + _("scale    {byte} (E4M3) = {scale:g}").format(byte=nv["scale_byte"],
+                                                              scale=nv["scale"]))
+    print("  " + _("tensor   {bytes} (FP32, little-endian) = {scale:.6e}").format(
+        bytes=nv["tensor_scale_bytes"], scale=nv["tensor_scale"]))
+    print("  " + _("first byte {byte}: low nibble {code} = E2M1 {element:g}, times both scales = "
+                   "{value:.6f}").format(byte=nv["first_byte"], code=nv["first_code"],
+                                         element=nv["first_element"], value=nv["first_value"]))
+    print("\n" + _("The bill for one {rows} x {cols} weight matrix, in bytes:").format(
+        rows=SHAPE[0], cols=SHAPE[1]))
+    print_table([_("format"), _("element bytes"), _("other bytes"), _("bits/weight")],
+                [[_(name), e, o, bits] for name, _layout, e, o, bits in r.cost_rows])
+    print("\n" + _("How each format is laid out (what the other bytes hold):"))
+    print_table([_("format"), _("layout")],
+                [[_(name), _(layout)] for name, layout, *_rest in r.cost_rows])
     b = r.bits
     print_observations([
-        f"No 4-bit format costs 4 bits. MXFP4 pays {_bits(b['MXFP4'])} bits per weight, NVFP4 "
-        f"{_bits(b['NVFP4'])}, GPTQ with groups of 128 {_bits(b['GPTQ INT4, groups of 128'])}, "
-        f"QLoRA's NF4 {_bits(b['NF4 (QLoRA)'])}.",
-        f"An MXFP4 block is {r.mx['block_bytes']} bytes for 32 weights; an NVFP4 block is "
-        f"{r.nv['block_bytes']} bytes for 16. NVFP4 pays twice as often for a scale, and its "
-        f"scale has {FP8_E4M3.man_bits} mantissa bits instead of {E8M0.man_bits}.",
-        f"GPTQ also stores g_idx, one int32 per input row: {32 / SHAPE[1]:.4f} bits per weight "
-        "here. Without act-order (demo 4) it is just k // 128 and carries no information.",
-        "GPTQ is an algorithm as well as this layout (Frantar et al. 2022): it quantizes one "
-        "input row at a time and moves that row's rounding error onto the rows not yet "
-        "quantized, weighted by the inverse Hessian 2XX^T of the layer's inputs, so the "
-        "output error shrinks while the weight error grows. The GPTQ codes in this lecture come "
-        "from round-to-nearest, RTN (numfmt.packing.gptq says so); the algorithm arrives with "
-        "numfmt.ptq.",
-        "Two nibble orders exist. OCP MX and torch's float4_e2m1fn_x2 put element 0 in the low "
-        "nibble; bitsandbytes puts it in the high nibble. Reading one with the other's rule "
-        "swaps every pair of weights and raises no error.",
+        _("No 4-bit format costs 4 bits. MXFP4 pays {mxfp4} bits per weight, NVFP4 {nvfp4}, "
+          "GPTQ with groups of 128 {gptq}, QLoRA's NF4 {nf4}.").format(
+            mxfp4=_bits(b["MXFP4"]), nvfp4=_bits(b["NVFP4"]),
+            gptq=_bits(b["GPTQ INT4, groups of 128"]), nf4=_bits(b["NF4 (QLoRA)"])),
+        _("An MXFP4 block is {mx_bytes} bytes for 32 weights; an NVFP4 block is {nv_bytes} bytes "
+          "for 16. NVFP4 pays twice as often for a scale, and its scale has {e4m3} mantissa bits "
+          "instead of {e8m0}.").format(mx_bytes=r.mx["block_bytes"], nv_bytes=r.nv["block_bytes"],
+                                       e4m3=FP8_E4M3.man_bits, e8m0=E8M0.man_bits),
+        _("GPTQ also stores g_idx, one int32 per input row: {bits:.4f} bits per weight here. "
+          "Without act-order (demo 4) it is just k // 128 and carries no information.").format(
+            bits=32 / SHAPE[1]),
+        _("GPTQ is an algorithm as well as this layout (Frantar et al. 2022): it quantizes one "
+          "input row at a time and moves that row's rounding error onto the rows not yet "
+          "quantized, weighted by the inverse Hessian 2XX^T of the layer's inputs, so the "
+          "output error shrinks while the weight error grows. The GPTQ codes in this lecture "
+          "come from round-to-nearest, RTN (numfmt.packing.gptq says so); the algorithm arrives "
+          "with numfmt.ptq."),
+        _("Two nibble orders exist. OCP MX and torch's float4_e2m1fn_x2 put element 0 in the low "
+          "nibble; bitsandbytes puts it in the high nibble. Reading one with the other's rule "
+          "swaps every pair of weights and raises no error."),
     ])
 
 
@@ -245,8 +281,8 @@ def demo2_codebooks(seed: int = 0) -> CodebookResult:
         if normalized is None:
             scale = np.repeat(q.absmax.astype(np.float64), BLOCK)[:8192]
             normalized = w.ravel()[:8192] / scale
-    for name, bq in (("MXFP4 (for reference)", mx_quantize(w, FP4_E2M1)),
-                     ("NVFP4 (for reference)", nvfp4_quantize(w))):
+    for name, bq in ((N_("MXFP4 (for reference)"), mx_quantize(w, FP4_E2M1)),
+                     (N_("NVFP4 (for reference)"), nvfp4_quantize(w))):
         errors[name], sqnr[name] = rel_error(bq.values, w), sqnr_db(bq.values, w)
         rows.append([name, FP4_E2M1.values().size, f"{bq.bits_per_element:.2f}",
                      f"{errors[name] * 100:.2f}", f"{sqnr[name]:.2f}", "-"])
@@ -254,27 +290,35 @@ def demo2_codebooks(seed: int = 0) -> CodebookResult:
 
 
 def show_demo2(r: CodebookResult) -> None:
-    print_header("Demo 2: INT4, FP4 and NF4 at 4.5 bits per weight on Gaussian weights")
-    print_table(["format (absmax per 64)", "levels", "bits/weight", "rel. error (%)", "SQNR (dB)",
-                 "code entropy (bits)"], r.rows)
+    print_header(_("Demo 2: INT4, FP4 and NF4 at 4.5 bits per weight on Gaussian weights"))
+    print_table([_("format (absmax per 64)"), _("levels"), _("bits/weight"), _("rel. error (%)"),
+                 "SQNR (dB)", _("code entropy (bits)")],
+                [[_(row[0])] + row[1:] for row in r.rows])
     print()
-    print(textwrap.fill(" ".join(f"{v:+.4f}" for v in r.levels["NF4"]), OBSERVATIONS_WIDTH,
-                        initial_indent="NF4 levels: ", subsequent_indent=" " * 12,
-                        break_on_hyphens=False))
+    # TRANSLATORS: the levels follow on the same line; keep a separator at the end.
+    label = _("NF4 levels: ")
+    pad = display_width(label)
+    lines = textwrap.wrap(" ".join(f"{v:+.4f}" for v in r.levels["NF4"]),
+                          OBSERVATIONS_WIDTH - pad, break_on_hyphens=False)
+    print("\n".join([label + lines[0]] + [" " * pad + line for line in lines[1:]]))
     e, h = r.errors, r.entropy
     s = {k: round(v, 2) for k, v in r.sqnr.items()}     # as printed, so the text adds up
+    nv = e["NVFP4 (for reference)"]
     print_observations([
-        f"NF4 has the lowest error of the three: {e['NF4'] * 100:.2f}% against "
-        f"{e['FP4 E2M1'] * 100:.2f}% for FP4 and {e['INT4'] * 100:.2f}% for INT4, a gain of "
-        f"{s['NF4'] - s['INT4']:.2f} dB over INT4 for the same bytes.",
-        f"The entropy column says why. NF4's codes carry {h['NF4']:.3f} bits of their 4; INT4's "
-        f"carry {h['INT4']:.3f}, because its outer levels are almost never used.",
-        f"NVFP4's error ({e['NVFP4 (for reference)'] * 100:.2f}%) is only "
-        f"{(e['NVFP4 (for reference)'] / e['NF4'] - 1) * 100:.1f}% above NF4's at the same 4.5 "
-        "bits. It spends its bits on smaller blocks (16) instead of a better codebook, and a "
-        "tensor core can multiply its elements directly.",
-        "NF4 codes are indices into a table. Kernels look the values up and convert them to "
-        "FP16 before multiplying; no hardware multiplies NF4.",
+        # A literal "%" before a letter would read as a %-format to gettext tools: the
+        # percentages of these messages come from the "%" format spec.
+        _("NF4 has the lowest error of the three: {nf4:.2%} against {fp4:.2%} for FP4 and "
+          "{int4:.2%} for INT4, a gain of {gain:.2f} dB over INT4 for the same bytes.").format(
+            nf4=e["NF4"], fp4=e["FP4 E2M1"], int4=e["INT4"], gain=s["NF4"] - s["INT4"]),
+        _("The entropy column says why. NF4's codes carry {nf4:.3f} bits of their 4; INT4's "
+          "carry {int4:.3f}, because its outer levels are almost never used.").format(
+            nf4=h["NF4"], int4=h["INT4"]),
+        _("NVFP4's error ({error:.2f}%) is only {above:.1f}% above NF4's at the same 4.5 bits. "
+          "It spends its bits on smaller blocks (16) instead of a better codebook, and a tensor "
+          "core can multiply its elements directly.").format(
+            error=nv * 100, above=(nv / e["NF4"] - 1) * 100),
+        _("NF4 codes are indices into a table. Kernels look the values up and convert them to "
+          "FP16 before multiplying; no hardware multiplies NF4."),
     ])
 
 
@@ -284,13 +328,14 @@ def show_demo2(r: CodebookResult) -> None:
 PARAMS_65B = 65e9          # the largest model QLoRA fine-tuned
 
 
-DQ_SCHEMES = (  # key, center, signed, second-level code, label
-    ("qlora", True, True, "dynamic", "DQ: mean subtracted, 8-bit float map (QLoRA)"),
-    ("int8", True, True, "int8", "DQ: mean subtracted, INT8 (stand-in)"),
-    ("signed", False, True, "int8", "DQ: no offset, INT8"),
-    ("unsigned", False, False, "int8", "DQ: no offset, UINT8"),
+DQ_SCHEMES = (  # key, center, signed, second-level code, label (translated where printed)
+    ("qlora", True, True, "dynamic", N_("DQ: mean subtracted, 8-bit float map (QLoRA)")),
+    ("int8", True, True, "int8", N_("DQ: mean subtracted, INT8 (stand-in)")),
+    ("signed", False, True, "int8", N_("DQ: no offset, INT8")),
+    ("unsigned", False, False, "int8", N_("DQ: no offset, UINT8")),
 )
-OUTLIER_SCALE = 1e3   # 0.1 % of the weights scaled by this
+OUTLIER_SHARE = 1e-3  # this fraction of the weights (0.1 %) ...
+OUTLIER_SCALE = 1e3   # ... scaled by this
 HUGE = 1e6            # and one weight in every 97th row set to HUGE * STD
 
 
@@ -302,7 +347,7 @@ def outlier_weights(seed: int = 0) -> np.ndarray:
     """
     w = gaussian_weights(seed=seed)
     rng = np.random.default_rng(seed + 1)
-    w[rng.random(w.shape) < 1e-3] *= OUTLIER_SCALE
+    w[rng.random(w.shape) < OUTLIER_SHARE] *= OUTLIER_SCALE
     w[::97, 0] = HUGE * STD
     return w
 
@@ -341,8 +386,8 @@ def demo3_double_quant(seed: int = 0) -> DoubleQuantResult:
     nonzero = single_deq != 0
     bits, errors, change, scale_err, step, recon = {}, {}, {}, {}, {}, {}
     bits["single"], errors["single"] = single.bits_per_parameter, rel_error(single_deq, w)
-    rows = [["NF4, FP32 absmax per 64", f"{bits['single']:.4f}", f"{errors['single'] * 100:.4f}",
-             "0"]]
+    rows = [[N_("NF4, FP32 absmax per 64"), f"{bits['single']:.4f}",
+             f"{errors['single'] * 100:.4f}", "0"]]
     for key, center, signed, code, label in DQ_SCHEMES:
         t = qlora_quantize(w, center=center, signed=signed, code=code)
         deq = qlora_dequantize(t)
@@ -365,42 +410,51 @@ def demo3_double_quant(seed: int = 0) -> DoubleQuantResult:
 
 
 def show_demo3(r: DoubleQuantResult) -> None:
-    print_header("Demo 3: double quantization: the scales, quantized")
-    print("DQ: double quantization. Max change: the largest move of a weight, relative to its "
-          "single-quantized\nvalue.")
-    print_table(["scheme", "bits/weight", "rel. error (%)", "max change (%)"], r.rows)
+    print_header(_("Demo 3: double quantization: the scales, quantized"))
+    print(_("DQ: double quantization. Max change: the largest move of a weight, relative to its "
+            "single-quantized\nvalue."))
+    print_table([_("scheme"), _("bits/weight"), _("rel. error (%)"), _("max change (%)")],
+                [[_(row[0])] + row[1:] for row in r.rows])
     single, double = r.bits_formula["single"], r.bits_formula["double"]
-    print(f"\nPer {BLOCK} weights: {BLOCK * 4} bits of codes + 32 bits of absmax = "
-          f"{single * BLOCK:g} bits, {single:g} bits per weight.")
-    print(f"Double quantized: {BLOCK * 4} + 8 + 32/256 bits = {double * BLOCK:g} bits, "
-          f"{double:.6f} bits per weight\n(plus one FP32 mean per tensor).")
+    print("\n" + _("Per {block} weights: {codes} bits of codes + 32 bits of absmax = {total:g} "
+                   "bits, {per_weight:g} bits per weight.").format(
+        block=BLOCK, codes=BLOCK * 4, total=single * BLOCK, per_weight=single))
+    print(_("Double quantized: {codes} + 8 + 32/256 bits = {total:g} bits, {per_weight:.6f} bits "
+            "per weight\n(plus one FP32 mean per tensor).").format(
+        codes=BLOCK * 4, total=double * BLOCK, per_weight=double))
     o = r.outlier_sqnr
-    print(f"\nOutlier-heavy weights (0.1% of them x{OUTLIER_SCALE:g}, one 10^{np.log10(HUGE):.0f} x std in every "
-          f"97th row), weight SQNR:\n  FP32 absmax {o['single']:.1f} dB, QLoRA's 8-bit float "
-          f"map {o['qlora']:.1f} dB, INT8 stand-in {o['int8']:.1f} dB.")
+    print("\n" + _("Outlier-heavy weights ({share:.1%} of them x{scale:g}, one 10^{exp:.0f} x "
+                   "std in every 97th row), weight SQNR:\n  FP32 absmax {single:.1f} dB, QLoRA's "
+                   "8-bit float map {qlora:.1f} dB, INT8 stand-in {int8:.1f} dB.").format(
+        share=OUTLIER_SHARE, scale=OUTLIER_SCALE, exp=np.log10(HUGE), single=o["single"],
+        qlora=o["qlora"], int8=o["int8"]))
     q, s, u, i8 = "qlora", "signed", "unsigned", "int8"
+    change = {key: v * 100 for key, v in r.max_weight_change.items()}
     print_observations([
-        f"Double quantization saves {r.saved_bits:.3f} bits per weight: "
-        f"{r.bits['single']:.2f} -> {r.bits[q]:.3f}. On a 65-billion-parameter model that is "
-        f"{r.saved_gb_65b:.1f} GB.",
-        f"The price is small. The relative error of the weights goes from "
-        f"{r.errors['single'] * 100:.4f}% to {r.errors[q] * 100:.4f}%, and no weight moves by "
-        f"more than {r.max_weight_change[q] * 100:.3f}% of its single-quantized value.",
-        f"The absmax values all lie between {r.absmax.min():.4f} and {r.absmax.max():.4f}. "
-        f"Without the mean offset a signed code uses only its positive half: its step is "
-        f"{r.mean_step[s] / r.mean_step[i8]:.1f}x larger and the worst weight moves by "
-        f"{r.max_weight_change[s] * 100:.3f}%, over 1%.",
-        f"An unsigned code without offset ({r.max_weight_change[u] * 100:.3f}%) does about as well "
-        f"as the centered INT8 one ({r.max_weight_change[i8] * 100:.3f}%). The offset exists "
-        "because QLoRA's second level, bitsandbytes' 8-bit float map, is signed: 127 negative "
-        "values, 0 and 128 positive ones, from 10^-6 up to 1 (QLoRA section 3; bitsandbytes "
-        "create_dynamic_map).",
-        f"Why floats and not INT8? On these well-behaved weights INT8 moves a weight by at most "
-        f"{r.max_weight_change[i8] * 100:.3f}% against the float map's "
-        f"{r.max_weight_change[q] * 100:.3f}%. On outlier-heavy weights one huge absmax per 256 "
-        f"sets INT8's step and every ordinary absmax collapses onto the mean: "
-        f"{o['single']:.1f} dB becomes {o['int8']:.1f} dB, while the float map, fine over "
-        f"seven decades, keeps {o['qlora']:.1f} dB.",
+        _("Double quantization saves {saved:.3f} bits per weight: {single:.2f} -> {double:.3f}. "
+          "On a 65-billion-parameter model that is {gb:.1f} GB.").format(
+            saved=r.saved_bits, single=r.bits["single"], double=r.bits[q], gb=r.saved_gb_65b),
+        _("The price is small. The relative error of the weights goes from {single:.4%} to "
+          "{double:.4%}, and no weight moves by more than {change:.3%} of its "
+          "single-quantized value.").format(single=r.errors["single"], double=r.errors[q],
+                                            change=r.max_weight_change[q]),
+        _("The absmax values all lie between {low:.4f} and {high:.4f}. Without the mean offset "
+          "a signed code uses only its positive half: its step is {ratio:.1f}x larger and the "
+          "worst weight moves by {change:.3f}%, over 1%.").format(
+            low=r.absmax.min(), high=r.absmax.max(), ratio=r.mean_step[s] / r.mean_step[i8],
+            change=change[s]),
+        _("An unsigned code without offset ({unsigned:.3f}%) does about as well as the centered "
+          "INT8 one ({int8:.3f}%). The offset exists because QLoRA's second level, "
+          "bitsandbytes' 8-bit float map, is signed: 127 negative values, 0 and 128 positive "
+          "ones, from 10^-6 up to 1 (QLoRA section 3; bitsandbytes create_dynamic_map).").format(
+            unsigned=change[u], int8=change[i8]),
+        _("Why floats and not INT8? On these well-behaved weights INT8 moves a weight by at most "
+          "{int8:.3f}% against the float map's {qlora:.3f}%. On outlier-heavy weights one huge "
+          "absmax per 256 sets INT8's step and every ordinary absmax collapses onto the mean: "
+          "{single:.1f} dB becomes {int8_db:.1f} dB, while the float map, fine over seven "
+          "decades, keeps {qlora_db:.1f} dB.").format(
+            int8=change[i8], qlora=change[q], single=o["single"], int8_db=o["int8"],
+            qlora_db=o["qlora"]),
     ])
 
 
@@ -499,48 +553,61 @@ def marlin_where(k: int, n: int, size_n: int = SHAPE[1]) -> dict:
             "tile": (k // 16, n // 64), "thread": local // 4, "sub_tile": local % 4}
 
 
+def _yes_no(flag: bool) -> str:
+    return _("yes") if flag else _("no")
+
+
 def show_demo4(r: LayoutResult) -> None:
-    print_header("Demo 4: act-order, Marlin tiles, and the FP8 exponent-bias trick")
-    print_table([f"row order (K = {r.g_idx.size}, groups of {r.group_size})",
-                 "groups per 16-row tile",
-                 "group changes down K"],
-                [["checkpoint (act-order)", f"{r.groups_per_tile['checkpoint']:.2f}",
+    print_header(_("Demo 4: act-order, Marlin tiles, and the FP8 exponent-bias trick"))
+    print_table([_("row order (K = {k}, groups of {group})").format(k=r.g_idx.size,
+                                                                   group=r.group_size),
+                 _("groups per 16-row tile"),
+                 _("group changes down K")],
+                [[_("checkpoint (act-order)"), f"{r.groups_per_tile['checkpoint']:.2f}",
                   r.group_switches["checkpoint"]],
-                 ["sorted by g_idx", f"{r.groups_per_tile['sorted']:.2f}",
+                 [_("sorted by g_idx"), f"{r.groups_per_tile['sorted']:.2f}",
                   r.group_switches["sorted"]]])
-    print(f"x[:, order] @ W[order] equals x @ W up to summation order (difference below 1e-12 "
-          f"of max|y|): {'yes' if r.same_output else 'no'}")
-    print("\nMarlin INT4: which thread owns element (k, n) of a 16 x 64 tile (first 16 columns):")
+    print(_("x[:, order] @ W[order] equals x @ W up to summation order (difference below 1e-12 "
+            "of max|y|): {answer}").format(answer=_yes_no(r.same_output)))
+    print("\n" + _("Marlin INT4: which thread owns element (k, n) of a 16 x 64 tile (first 16 "
+                   "columns):"))
     print_table(["k \\ n"] + [str(c) for c in range(16)],
                 [[str(k)] + [int(t) for t in r.thread_map[k, :16]] for k in range(16)])
-    print("Word 0 (thread 0), lanes 0..7: " + " ".join(f"({a},{b})" for a, b in r.thread0))
-    print(f"Marlin bytes {r.marlin_bytes:,} = GPTQ qweight bytes {r.gptq_bytes:,}; "
-          f"unpacking restores every code: {'yes' if r.marlin_round_trip else 'no'}")
-    print("\nFP8 E4M3 bytes read as FP16 by moving bits (sign -> bit 15, the rest -> bits 13..7):")
-    print_table(["byte", "E4M3 value", "read as FP16", "ratio"], r.fp8_rows)
-    print(f"Marlin FP8 (E4M3, FP16 scale per output channel) on the lecture's {SHAPE[0]} x "
-          f"{SHAPE[1]} Gaussian weights\n(std {STD:g}): {r.fp8_bits:.4f} bits per weight, "
-          f"relative error {r.fp8_error * 100:.2f}%.")
+    print(_("Word 0 (thread 0), lanes 0..7: {pairs}").format(
+        pairs=" ".join(f"({a},{b})" for a, b in r.thread0)))
+    print(_("Marlin bytes {marlin:,} = GPTQ qweight bytes {gptq:,}; unpacking restores every "
+            "code: {answer}").format(marlin=r.marlin_bytes, gptq=r.gptq_bytes,
+                                     answer=_yes_no(r.marlin_round_trip)))
+    print("\n" + _("FP8 E4M3 bytes read as FP16 by moving bits (sign -> bit 15, the rest -> bits "
+                   "13..7):"))
+    print_table([_("byte"), _("E4M3 value"), _("read as FP16"), _("ratio")], r.fp8_rows)
+    print(_("Marlin FP8 (E4M3, FP16 scale per output channel) on the lecture's {rows} x {cols} "
+            "Gaussian weights\n(std {std:g}): {bits:.4f} bits per weight, relative error "
+            "{error:.2f}%.").format(rows=SHAPE[0], cols=SHAPE[1], std=STD, bits=r.fp8_bits,
+                                   error=r.fp8_error * 100))
     ratio = ", ".join(f"{v:g}" for v in sorted(r.fp8_ratio))
     print_observations([
-        "Act-order (GPTQ's desc_act) quantizes the input rows in order of falling Hessian "
-        "diagonal, here the activation energy diag(X^T X): the loudest rows go first, while "
-        "many rows are left to absorb their rounding error (Frantar et al. 2022, section 4). "
-        f"Groups still follow the checkpoint's rows, so a 16-row tile touches "
-        f"{r.groups_per_tile['checkpoint']:.2f} groups on "
-        f"average and the group changes {r.group_switches['checkpoint']} times down K. After "
-        f"sorting, each tile has {r.groups_per_tile['sorted']:.2f} group and the group changes "
-        f"{r.group_switches['sorted']} times: once per {r.group_size} rows.",
-        "The weights are sorted once, at load time. At run time only the activations are "
-        "gathered with the same permutation, which is cheap next to the matrix product.",
-        "Thread t owns column t // 4 (and the one 8 to its right) and rows 2(t % 4), +1, +8, "
-        "+9. Those are its B fragments of the tensor core's m16n8k16 instruction. Each word "
-        "puts vertical neighbours 4 lanes apart, so one mask 0x000F000F lifts a pair into the "
-        "two halves of a register.",
-        f"Every E4M3 byte read this way comes out divided by {ratio}: the FP16 exponent bias is "
-        f"{FP16.bias - FP8_E4M3.bias} larger. Marlin multiplies the channel scale by {ratio} once "
-        f"instead of fixing every weight. On the lecture's Gaussian weights FP8 channel-wise "
-        f"costs {r.fp8_bits:.4f} bits per weight for a {r.fp8_error * 100:.2f}% error.",
+        _("Act-order (GPTQ's desc_act) quantizes the input rows in order of falling Hessian "
+          "diagonal, here the activation energy diag(X^T X): the loudest rows go first, while "
+          "many rows are left to absorb their rounding error (Frantar et al. 2022, section 4). "
+          "Groups still follow the checkpoint's rows, so a 16-row tile touches {before:.2f} "
+          "groups on average and the group changes {switches_before} times down K. After "
+          "sorting, each tile has {after:.2f} group and the group changes {switches_after} "
+          "times: once per {group} rows.").format(
+            before=r.groups_per_tile["checkpoint"], switches_before=r.group_switches["checkpoint"],
+            after=r.groups_per_tile["sorted"], switches_after=r.group_switches["sorted"],
+            group=r.group_size),
+        _("The weights are sorted once, at load time. At run time only the activations are "
+          "gathered with the same permutation, which is cheap next to the matrix product."),
+        _("Thread t owns column t // 4 (and the one 8 to its right) and rows 2(t % 4), +1, +8, "
+          "+9. Those are its B fragments of the tensor core's m16n8k16 instruction. Each word "
+          "puts vertical neighbours 4 lanes apart, so one mask 0x000F000F lifts a pair into the "
+          "two halves of a register."),
+        _("Every E4M3 byte read this way comes out divided by {ratio}: the FP16 exponent bias is "
+          "{bias} larger. Marlin multiplies the channel scale by {ratio} once instead of fixing "
+          "every weight. On the lecture's Gaussian weights FP8 channel-wise costs {bits:.4f} "
+          "bits per weight for a {error:.2%} error.").format(
+            ratio=ratio, bias=FP16.bias - FP8_E4M3.bias, bits=r.fp8_bits, error=r.fp8_error),
     ])
 
 
@@ -569,7 +636,7 @@ def storage_tradeoff(fmt: str, block: int = BLOCK, distribution: str = "Gaussian
     else:
         raise ValueError(f"distribution must be 'Gaussian' or 'Student-t', got {distribution!r}")
     if fmt in CODEBOOKS:
-        deq, _ = codebook_quantize(w, fmt, block)
+        deq, _codes = codebook_quantize(w, fmt, block)
         bits = qlora_bits_per_parameter(block, double_quant=False)
     elif fmt == "NF4 + double quant":
         t = qlora_quantize(w, block=block)
@@ -582,27 +649,34 @@ def storage_tradeoff(fmt: str, block: int = BLOCK, distribution: str = "Gaussian
             "rel_error": rel_error(deq, w), "sqnr_db": sqnr_db(deq, w)}
 
 
-TITLE = "Lecture 07: how quantized weights are stored"
-INTRO = (
-    "\"A 4-bit model\" suggests half a byte per weight, in the order of the matrix. Neither is "
-    "true: blocks of weights carry scales, sometimes zero points or scales for the scales, and "
-    "GPU kernels want the bytes shuffled into the order their threads read them. This lecture "
-    "opens the files.",
-    "Demo 1 shows packed 4-bit codes and MXFP4/NVFP4 blocks byte by byte, and the bits per "
-    "weight each format really pays. Demo 2 compares the INT4, FP4 and NF4 codebooks at 4.5 "
-    "bits per weight. Demo 3 quantizes the scales themselves (QLoRA's double quantization). "
-    "Demo 4 shows the permuted layouts kernels want: GPTQ act-order, Marlin tiles, FP8.",
-    f"How to read the numbers: the data is one {SHAPE[0]} x {SHAPE[1]} matrix w of Gaussian "
-    f"weights (std {STD:g}, fixed seed), and q is its quantized copy. Rel. error is "
-    "||q - w|| / ||w|| in percent. Bits per weight count every stored byte, metadata included. "
-    "Bytes are hex, lowest address first.",
-    "SQNR = 10 log10(||w||² / ||q - w||²) is the signal-to-quantization-noise ratio in dB: "
-    "higher is better, and 6 dB more means half the error.",
-)
+def title() -> str:
+    """The lecture's title in the current language."""
+    return _("Lecture 07: how quantized weights are stored")
+
+
+def intro() -> list[str]:
+    """The lecture's opening paragraphs in the current language."""
+    return [
+        _("\"A 4-bit model\" suggests half a byte per weight, in the order of the matrix. "
+          "Neither is true: blocks of weights carry scales, sometimes zero points or scales for "
+          "the scales, and GPU kernels want the bytes shuffled into the order their threads read "
+          "them. This lecture opens the files."),
+        _("Demo 1 shows packed 4-bit codes and MXFP4/NVFP4 blocks byte by byte, and the bits per "
+          "weight each format really pays. Demo 2 compares the INT4, FP4 and NF4 codebooks at "
+          "4.5 bits per weight. Demo 3 quantizes the scales themselves (QLoRA's double "
+          "quantization). Demo 4 shows the permuted layouts kernels want: GPTQ act-order, "
+          "Marlin tiles, FP8."),
+        _("How to read the numbers: the data is one {rows} x {cols} matrix w of Gaussian weights "
+          "(std {std:g}, fixed seed), and q is its quantized copy. Rel. error is ||q - w|| / "
+          "||w|| in percent. Bits per weight count every stored byte, metadata included. Bytes "
+          "are hex, lowest address first.").format(rows=SHAPE[0], cols=SHAPE[1], std=STD),
+        _("SQNR = 10 log10(||w||² / ||q - w||²) is the signal-to-quantization-noise ratio in dB: "
+          "higher is better, and 6 dB more means half the error."),
+    ]
 
 
 def main() -> None:
-    print_title(TITLE, INTRO)
+    print_title(title(), intro())
     show_demo1(demo1_bytes())
     show_demo2(demo2_codebooks())
     show_demo3(demo3_double_quant())

@@ -1,6 +1,7 @@
 """Lecture 06: every claim in its text, asserted on the demo functions' results."""
 
 import importlib
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -131,3 +132,24 @@ def test_script_output_is_identical_from_root_and_from_lectures_dir():
     b = subprocess.run([sys.executable, script], cwd=ROOT / "lectures", capture_output=True,
                        text=True, check=True).stdout
     assert a == b and a.startswith("#") and "Demo 3:" in a
+
+
+@pytest.mark.parametrize("args, env, opening", [
+    ([], {"LANG": "C.UTF-8"}, "Lecture 06 needs torch"),
+    (["--lang", "zh"], {"LANG": "C.UTF-8"}, "第 06 讲需要 torch"),
+    ([], {"LANG": "zh_CN.UTF-8"}, "第 06 讲需要 torch"),
+])
+def test_without_torch_the_script_names_the_install_command_in_its_language(tmp_path, args, env,
+                                                                            opening):
+    # a package called torch that cannot be imported stands in for a machine without torch
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("raise ImportError('no torch here')\n")
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG")}
+    clean.update(env, PYTHONPATH=f"{tmp_path}:{ROOT}", PYTHONIOENCODING="utf-8")
+    r = subprocess.run([sys.executable, "lectures/06_quantization_aware_training.py", *args],
+                       cwd=ROOT, env=clean, capture_output=True, text=True, encoding="utf-8",
+                       timeout=120)
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr.startswith(opening) and "Traceback" not in r.stderr
+    assert "pip install -e '.[lectures]'" in r.stderr and "README" in r.stderr
