@@ -25,7 +25,8 @@ from console.i18n import Domain, set_language
 __all__ = [
     "OBSERVATIONS_WIDTH", "display_width", "is_numeric", "use_color",
     "format_title", "format_header", "format_table", "format_observations",
-    "print_title", "print_header", "print_table", "print_observations", "run_lecture",
+    "format_paragraph", "print_title", "print_header", "print_table", "print_observations",
+    "print_paragraph", "run_lecture",
 ]
 
 HEADER_WIDTH = 72
@@ -324,6 +325,43 @@ def _wrap(text: str, width: int) -> list[str]:
     if cur:
         lines.append(cur)
     return lines
+
+
+def format_paragraph(text: str, *, width: int = OBSERVATIONS_WIDTH) -> str:
+    """Return `text` wrapped to `width` display columns (whitespace collapsed).
+
+    Unlike :func:`textwrap.fill`, widths are display widths (a CJK character is 2 columns) and
+    Chinese text without spaces breaks between characters, never before closing or after
+    opening punctuation.
+
+    Parameters
+    ----------
+    text : str
+    width : int, optional
+        Maximum display width of a line, in columns (at least 2). Default 100.
+
+    Returns
+    -------
+    str
+
+    Raises
+    ------
+    TypeError
+        If `text` is not a str.
+    ValueError
+        If `width` < 2.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    if isinstance(width, bool) or not isinstance(width, int) or width < 2:
+        raise ValueError(f"width must be an integer >= 2, got {width!r}")
+    return "\n".join(_wrap(text, width))
+
+
+def print_paragraph(text: str, *, width: int = OBSERVATIONS_WIDTH,
+                    file: TextIO | None = None) -> None:
+    """Print `format_paragraph(text, width=width)` to `file` (default ``sys.stdout``)."""
+    print(format_paragraph(text, width=width), file=sys.stdout if file is None else file)
 
 
 def format_observations(lines: Sequence[str], *, title: str | None = None,

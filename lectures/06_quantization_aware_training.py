@@ -59,11 +59,8 @@ from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
-from console import (OBSERVATIONS_WIDTH, print_header, print_observations,  # noqa: E402
-                     print_table, print_title)
-# The console's own line wrapping: display widths and Chinese line breaks (textwrap counts
-# characters and breaks only at spaces).
-from console import _wrap as wrap_text  # noqa: E402
+from console import (print_header, print_observations,  # noqa: E402
+                     print_paragraph, print_table, print_title)
 from numfmt import FP8_E4M3  # noqa: E402
 from numfmt.qat import (QParams, adam_update, fake_quantize, fake_quantize_float,  # noqa: E402
                         ste_backward)
@@ -412,20 +409,20 @@ def print_seed_spread(s: SeedSpread) -> None:
     print_table([_("weights")] + [_("seed {seed}").format(seed=k) for k in s.seeds] + [_("mean")],
                 s.rows)
     g4, g2 = s.gains["INT4"], s.gains["INT2"]
-    print("\n".join(wrap_text(
+    print_paragraph(
         _("Across seeds: QAT minus PTQ accuracy, in percentage points. INT2: from {low2:+.1f} to "
           "{high2:+.1f} points over {n} seeds. INT4: from {low4:+.1f} to {high4:+.1f}, mean "
           "{mean4:+.1f}, positive in {positive} of {runs} runs: small, the size of a few "
           "images.").format(low2=min(g2), high2=max(g2), n=len(s.seeds), low4=min(g4),
                             high4=max(g4), mean4=np.mean(g4), positive=sum(g > 0 for g in g4),
-                            runs=len(g4)), OBSERVATIONS_WIDTH)))
+                            runs=len(g4)))
 
 
 def print_ptq_vs_qat(r: DigitsResult) -> None:
     print_header(_("Demo 3: PTQ against QAT: a 64-{hidden}-10 MLP on scikit-learn digits").format(
         hidden=r.config.hidden))
     c = r.config
-    print("\n".join(wrap_text(
+    print_paragraph(
         _("{train} training and {test} test images (one test image: {image:.2f} percentage "
           "points). FP32 is trained for {epochs} epochs (test accuracy {base:.1f}%). QAT "
           "fine-tunes that model for {qat_epochs} epochs with the quantizer in the forward pass; "
@@ -433,7 +430,7 @@ def print_ptq_vs_qat(r: DigitsResult) -> None:
           "({fp32:.1f}%). Weight scales: one per tensor (absmax).").format(
             train=r.n_train, test=r.n_test, image=100 / r.n_test, epochs=c.epochs,
             base=100 * r.base_accuracy, qat_epochs=c.qat_epochs, fp32=100 * r.fp32_accuracy),
-        OBSERVATIONS_WIDTH)))
+        )
     print_table([_("weights"), _("activations"), _("PTQ accuracy (%)"), _("QAT accuracy (%)")],
                 r.rows)
     a = {key: 100 * v for key, v in r.accuracy.items()}             # in percent

@@ -328,3 +328,17 @@ def test_run_lecture_ends_quietly_when_the_pipe_closes():
     err = p.stderr.read().decode()
     assert p.wait(timeout=60) == 1
     assert "Traceback" not in err and "BrokenPipeError" not in err
+
+
+def test_format_paragraph_wraps_by_display_width_and_chinese_rules():
+    from console import display_width, format_paragraph
+    assert format_paragraph("aa bb cc", width=5) == "aa bb\ncc"
+    text = format_paragraph("中文没有空格，" * 8, width=20)
+    lines = text.splitlines()
+    assert all(display_width(line) <= 20 for line in lines) and len(lines) > 2
+    assert not any(line.startswith("，") for line in lines)
+    assert "".join(lines) == "中文没有空格，" * 8
+    with pytest.raises(TypeError, match="text"):
+        format_paragraph(5)
+    with pytest.raises(ValueError, match="width"):
+        format_paragraph("x", width=1)
