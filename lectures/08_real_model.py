@@ -110,6 +110,7 @@ class Lab:
     calib: np.ndarray = field(init=False)          # (n_calib, seq_len), disjoint from eval
     progress: object = None                        # a tqdm bar, or None
     _reference: float | None = field(default=None, init=False, repr=False)
+    _weight_norm2: float | None = field(default=None, init=False, repr=False)  # Σ W² (float64)
 
     def __post_init__(self):
         w = self.workload
@@ -189,16 +190,24 @@ def distinct_per_block(w: np.ndarray, block: int = 32) -> np.ndarray:
     return 1 + np.count_nonzero(np.diff(b, axis=1), axis=1)
 
 
+def _sum_squares(a: np.ndarray) -> float:
+    """Σ a² of a float32 array, accumulated in float64 (einsum casts in buffers, no copy)."""
+    flat = a.reshape(-1)
+    return float(np.einsum("i,i->", flat, flat, dtype=np.float64))
+
+
 def weight_error(lab: Lab, tensors: dict) -> float:
     """Relative error ||Q(W) - W|| / ||W|| over all decoder linears together (a fraction);
     ``tensors`` maps every linear's name to its quantized float32 weight. Differences are
-    taken in float32 (exact to a relative 2^-24) and summed in float64."""
-    num = den = 0.0
-    for name, lin in llm.decoder_linears(lab.model).items():
-        d = (tensors[name] - lin.weight).cpu().numpy()
-        num += float(np.square(d, dtype=np.float64).sum())
-        den += float(np.square(lin.weight.cpu().numpy(), dtype=np.float64).sum())
-    return float(np.sqrt(num / den))
+    taken in float32 (one rounding, a relative 2^-24 at most) and squared and summed in
+    float64; ||W||² is computed once per lab."""
+    linears = llm.decoder_linears(lab.model)
+    if lab._weight_norm2 is None:
+        lab._weight_norm2 = sum(_sum_squares(lin.weight.detach().cpu().numpy())
+                                for lin in linears.values())
+    num = sum(_sum_squares((tensors[name] - lin.weight).detach().cpu().numpy())
+              for name, lin in linears.items())
+    return float(np.sqrt(num / lab._weight_norm2))
 
 
 def demo1_model(lab: Lab) -> ModelResult:
