@@ -3,10 +3,19 @@
 An :class:`Explorer` calls ``compute(**control values)`` whenever a control changes, keeps what
 it returned as ``state``, and redraws ``draw(state)`` in place. Tests build an explorer, set a
 control's ``.value`` and check ``state``: no browser needed.
+
+Two things keep a redraw cheap and the kernel free of a backlog. Every control that has a
+``continuous_update`` setting (sliders, text boxes) gets it turned off, so a slider drag sends
+one value when the mouse is released, not one per pixel. And the figure is rendered to PNG once
+(``Explorer.png``): a figure with a layout engine (all of ours use ``layout="constrained"``)
+already fits its canvas, so the inline backend's ``bbox_inches="tight"``, which draws the
+figure a second time to measure it, is skipped.
 """
 
 from __future__ import annotations
 
+import base64
+import io
 from typing import Callable
 
 import ipywidgets as widgets
@@ -60,6 +69,8 @@ class Explorer:
         self.state: dict = {}
         self.figure: Figure | None = None
         for w in controls.values():
+            if hasattr(w, "continuous_update"):
+                w.continuous_update = False  # one redraw per drag (on release), no backlog
             w.observe(lambda _change: self.update(), names="value")
         self.update()
 
@@ -76,8 +87,20 @@ class Explorer:
             # Set the Output's contents from the kernel side instead of capturing display()
             # with ``with self.out``: capturing needs a frontend, so a headless run (nbval)
             # would print the figure into the cell instead.
-            data, metadata = ip.display_formatter.format(self.figure)
-            self.out.outputs = ({"output_type": "display_data", "data": data, "metadata": metadata},)
+            data = {"image/png": base64.b64encode(self.png()).decode("ascii"),
+                    "text/plain": repr(self.figure)}
+            self.out.outputs = ({"output_type": "display_data", "data": data, "metadata": {}},)
+
+    def png(self) -> bytes:
+        """The current figure as PNG bytes, at the figure's dpi, as the inline backend shows it.
+
+        A figure with a layout engine is rendered once as it is; one without gets the inline
+        backend's ``bbox_inches="tight"`` (which draws it twice), so that nothing is cut off.
+        """
+        buf = io.BytesIO()
+        tight = None if self.figure.get_layout_engine() is not None else "tight"
+        self.figure.savefig(buf, format="png", dpi=self.figure.dpi, bbox_inches=tight)
+        return buf.getvalue()
 
     def _repr_mimebundle_(self, **kwargs) -> dict:
         bundle = self.box._repr_mimebundle_(**kwargs)
