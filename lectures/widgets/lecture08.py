@@ -265,7 +265,7 @@ def quantization_explorer(lab) -> Explorer:
 
 
 def _draw_explorer(s: dict) -> Figure:
-    fig = Figure(figsize=(10, 3.8))
+    fig = Figure(figsize=(10, 3.8), layout="constrained")
     ax1, ax2 = fig.subplots(1, 2)
     ax1.bar(["float32", "quantized"], [s["reference"], s["ppl"]], color=["0.6", "C3"],
             label=f"{s['format'].label} on {s['layers']}, {s['bits_per_weight']:.2f} bits/weight")
