@@ -24,7 +24,7 @@ import numpy as np
 from matplotlib import ticker
 from matplotlib.figure import Figure
 
-from lectures.widgets.explorer import Explorer, check_result
+from lectures.widgets.explorer import Explorer, check_result, plain_log_ticks
 from numfmt import FORMATS, SCALE_RULES, int_range, quantize_int, rel_error
 
 L = importlib.import_module("lectures.05_quantization_basics")
@@ -102,11 +102,7 @@ def db_per_bit_intercept(sqnr, from_bits: int = 4) -> float:
     return float(np.mean([s - DB_PER_BIT * b for b, s in pts]))
 
 
-def _plain_log(axis) -> None:
-    """Label a log axis 0.1, 0.2, 0.5, 1, 2, 5, ... instead of powers of ten."""
-    axis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
-    axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
-    axis.set_minor_formatter(ticker.NullFormatter())
+_plain_log = plain_log_ticks
 
 
 def _check_sample(n) -> int:
@@ -257,6 +253,9 @@ def _draw_clip(s: dict) -> Figure:
         ax1.axvspan(lo, hi, color="C3", alpha=0.15, lw=0,
                     label=f"clipped: {p.clipped * 100:.3f}% of values" if lo < 0 else None)
     ax1.set_yscale("log")
+    # 5+ decades: decade ticks, plain numbers (minor ticks and mathtext were half of a redraw)
+    ax1.yaxis.set_minor_locator(ticker.NullLocator())
+    ax1.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     ax1.set(title=f"{_dist_label(s)} ({s['source']}), INT{s['bits']}, clip at "
                   f"{s['clip']:.2f} · max: error {p.error * 100:.2f}%",
             xlabel="value (units of the distribution's scale)", ylabel="density (log scale)")
@@ -375,6 +374,7 @@ def _draw_granularity(s: dict) -> Figure:
              label=f"range of its scale (qmax · scale), {s['labels'][s['selected']]}")
     ax2.set_yscale("log")
     _plain_log(ax2.yaxis)
+    ax2.yaxis.set_minor_locator(ticker.NullLocator())  # labelled ticks at 1, 2, 5 per decade
     ax2.set(title="Row 0: each value against the range of its scale", xlabel="channel k",
             ylabel="magnitude (log scale)")
     ax2.legend(fontsize=8, loc="lower right")

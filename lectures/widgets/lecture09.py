@@ -11,6 +11,7 @@ A thin layer over lecture 09's demo functions:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 
@@ -49,6 +50,20 @@ def plot_output_error(r) -> Figure:
     return fig
 
 
+def _one_blas_thread():
+    """numpy's BLAS limited to one thread, where threadpoolctl (scikit-learn's) is installed.
+
+    GPTQ's Cholesky and inverses of a 256 x 256 Hessian take 0.02 s of CPU on one thread, but
+    about 0.55 s once torch (which notebook 09 imports) has started its own thread pool: the
+    two pools then spin against each other on two cores (measured here, numpy 2 / torch 2.13).
+    """
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return contextlib.nullcontext()
+    return threadpool_limits(1, user_api="blas")
+
+
 @functools.lru_cache(maxsize=4)
 def _explorer_layer(seed: int, correlated: bool) -> tuple:
     """The explorer's (64, 256) corner of lecture 09's synthetic layer, its held-out inputs
@@ -67,7 +82,8 @@ def explorer_point(bits: int, group, act_order: bool, correlated: bool, seed: in
     w, xe, H = _explorer_layer(seed, correlated)
     g = None if group == "per row" else int(group)
     r = rtn(w, bits, g).weight
-    q = gptq(w, H, bits, g, act_order=act_order).weight
+    with _one_blas_thread():
+        q = gptq(w, H, bits, g, act_order=act_order).weight
     return {"bits": bits, "group": group, "act_order": act_order, "correlated": correlated,
             "rtn": (rel_error(r, w), L.output_error(r, w, xe)),
             "gptq": (rel_error(q, w), L.output_error(q, w, xe))}
