@@ -127,13 +127,22 @@ UPDATE_WEIGHTS = 1024  #: weights the update explorer trains (demo 4: 4,096)
 def update_explorer(update: float = 1e-4) -> Explorer:
     """Update size per step: which storages keep it (1,024 weights, 1,000 steps).
 
-    ``state`` holds ``update`` and ``result`` (``L.UpdateResult``).
+    ``state`` holds ``update`` and ``result`` (``L.UpdateResult``; for a slider position, the
+    one computed when the explorer was built, for 10^position, equal to ``update`` to 1e-12).
     """
-    controls = {"update": widgets.FloatLogSlider(value=update, base=10, min=-6, max=-2,
-                                                 step=0.25, description="update")}
+    slider = widgets.FloatLogSlider(value=update, base=10, min=-6, max=-2, step=0.25,
+                                    description="update")
+    controls = {"update": slider}
+    # The slider's 17 positions are run here, once (a few seconds), so that a redraw only
+    # draws; a value between them (typed, or set from code) is run when it is asked for.
+    positions = np.arange(slider.min, slider.max + slider.step / 2, slider.step)
+    done = {float(e): L.demo4_vanishing_updates(n_weights=UPDATE_WEIGHTS, update=10.0 ** e)
+            for e in positions}
 
-    @functools.lru_cache(maxsize=64)
     def compute(update):
+        e = float(positions[np.argmin(np.abs(positions - np.log10(update)))])
+        if e in done and np.isclose(10.0 ** e, update, rtol=1e-12, atol=0.0):
+            return dict(update=update, result=done[e])
         return dict(update=update,
                     result=L.demo4_vanishing_updates(n_weights=UPDATE_WEIGHTS, update=update))
 
