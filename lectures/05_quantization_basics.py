@@ -36,8 +36,9 @@ import numpy as np
 from console import print_header, print_observations, print_table, print_title, run_lecture
 from console.i18n import N_
 from lectures.i18n import domain
-from numfmt import (FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FloatFormat, block_quantize, int_range,
-                    mx_quantize, nvfp4_quantize, quantize_int, rel_error, sqnr_db, tensor_scaled)
+from numfmt import (FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E5M2, FloatFormat, block_quantize,
+                    int_range, mx_quantize, nvfp4_quantize, quantize_int, rel_error, sqnr_db,
+                    tensor_scaled)
 
 _ = domain("lecture05").gettext
 
@@ -514,6 +515,10 @@ def student_t_weights(n: int = 1 << 20, seed: int = 0) -> np.ndarray:
     """Lecture 03's weight-like data: n draws of Student-t(5) × 0.02, seed 0."""
     return np.random.default_rng(seed).standard_t(df=5, size=n) * 0.02
 
+
+#: The element formats of OCP MX v1.0's block formats (MXFP8 E4M3 and E5M2, MXFP6 E2M3 and E3M2,
+#: MXFP4 E2M1); demo 4 uses all but E5M2, and notebook 05's block explorer offers every one.
+BLOCK_ELEMENTS = (FP8_E4M3, FP8_E5M2, FP6_E2M3, FP6_E3M2, FP4_E2M1)
 
 FORMAT_ROWS = (  # label, bits per element, quantizer
     (N_("FP8 E4M3, one tensor scale"), lambda x: tensor_scaled(x, FP8_E4M3)),

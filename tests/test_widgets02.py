@@ -56,3 +56,18 @@ def test_update_explorer_large_updates_survive():
     d = {row["storage"]: row for row in e.state["result"].rows}
     assert d["BF16, nearest"]["applied"] > 0.2 and d["BF16, nearest"]["unchanged"] == 0.0
     assert e.state["update"] == pytest.approx(1e-2)
+
+
+@pytest.mark.parametrize("n, high", [(1 << 12, 1.0), (1 << 14, 0.1), (1 << 16, 10 ** 0.25)])
+def test_swamping_explorer_draws_demo3s_running_sums(n, high):
+    """The explorer skips demo 3's table, not its numbers: the same running sums and stalls."""
+    a, b = W.running_sums(n, high), L.demo3_swamping(n, high)
+    assert (a.n, a.high, a.exact, a.stall) == (b.n, b.high, b.exact, b.stall)
+    np.testing.assert_array_equal(a.exact_partial, b.exact_partial)
+    for name in b.partial:
+        np.testing.assert_array_equal(a.partial[name], b.partial[name])
+
+
+def test_no_control_updates_while_it_is_dragged():
+    for e in (W.swamping_explorer(log2_n=10), W.update_explorer()):
+        assert not any(getattr(w, "continuous_update", False) for w in e.controls.values())

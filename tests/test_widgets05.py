@@ -14,6 +14,8 @@ import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+import numfmt  # noqa: E402
+
 from lectures.widgets import lecture05 as W  # noqa: E402
 
 L = importlib.import_module("lectures.05_quantization_basics")
@@ -412,3 +414,43 @@ def test_sample_distribution_refuses_bad_input(kwargs, match):
 def test_clip_point_refuses_a_clip_outside_0_1():
     with pytest.raises(ValueError, match="clip"):
         L.clip_point(np.ones(8), 4, 1.5)
+
+
+# ---------------------------------------------------------------------------------------------
+# The menus come from the lecture: a format, scale kind or granularity added there reaches them
+# ---------------------------------------------------------------------------------------------
+def test_block_elements_are_the_ocp_mx_element_formats():
+    # OCP MX v1.0, section 5: MXFP8 (E5M2, E4M3), MXFP6 (E3M2, E2M3), MXFP4 (E2M1)
+    assert {f.name for f in L.BLOCK_ELEMENTS} == {"E5M2", "E4M3", "E3M2", "E2M3", "E2M1"}
+    assert {elem.name for _, elem in L.MX_RULE_FORMATS} <= {f.name for f in L.BLOCK_ELEMENTS}
+
+
+def test_block_explorer_menus_are_the_lectures(block):
+    assert [v for _, v in block.controls["element"].options] == [f.name for f in L.BLOCK_ELEMENTS]
+    assert list(block.controls["scale"].options) == [(label, kind) for kind, label in L.SCALE_KINDS]
+    assert [v for _, v in block.controls["rule"].options] == list(numfmt.SCALE_RULES)
+
+
+def test_granularity_explorer_menus_are_the_lectures(gran):
+    kinds = [gran for _, gran, _ in L.GRANULARITY]
+    assert [v for _, v in gran.controls["granularity"].options] == list(dict.fromkeys(kinds))
+    assert {g for _, _, g in L.GRANULARITY if g} <= set(gran.controls["group"].options)
+    gran.controls["granularity"].value = "channel"
+    assert gran.state["labels"][:2] == [label for label, _, g in L.GRANULARITY if g is None]
+
+
+def test_a_scale_kind_added_to_the_lecture_reaches_the_block_explorer(monkeypatch):
+    """Trial B of the architecture review: a new kind used to miss the widget's own list."""
+    extra = ("e8m0_up", "E8M0 scale, rounded up")
+    monkeypatch.setattr(L, "SCALE_KINDS", L.SCALE_KINDS + (extra,))
+    try:
+        fresh = importlib.reload(W)
+        assert fresh.SCALES[-1] == (extra[1], extra[0])
+    finally:
+        monkeypatch.undo()
+        importlib.reload(W)
+
+
+def test_no_control_updates_while_it_is_dragged(clip, gran, block):
+    for e in (clip, gran, block):
+        assert not any(getattr(w, "continuous_update", False) for w in e.controls.values())

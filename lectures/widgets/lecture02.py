@@ -8,6 +8,7 @@ their controls, keep its result in ``explorer.state["result"]`` and redraw with 
 
 from __future__ import annotations
 
+import functools
 import importlib
 
 import ipywidgets as widgets
@@ -86,34 +87,64 @@ def plot_updates(r) -> Figure:
     return fig
 
 
+def running_sums(n: int, high: float, seed: int = 0):
+    """What the swamping explorer draws: demo 3's running sums alone, without its table.
+
+    The terms are demo 3's (``n`` uniforms on [0, ``high``) from ``seed``, rounded to FP16), and
+    ``partial``, ``exact_partial``, ``exact`` and ``stall`` equal those of
+    ``L.demo3_swamping(n, high, seed)``; ``rows`` (the pairwise and Kahan sums of the table) is
+    left empty, which saves most of the time of a redraw.
+    """
+    x = L.FP16.round(np.random.default_rng(seed).uniform(0.0, high, n))  # as demo 3 draws them
+    partial = {f.name: L.cumsum_in_format(x, f) for f in (L.FP32, L.FP16, L.BF16)}
+    exact_partial = np.cumsum(x)
+    return L.SwampResult(n, high, float(exact_partial[-1]), [], partial, exact_partial,
+                         {k: float(p[-1]) for k, p in partial.items() if k != "FP32"})
+
+
 def swamping_explorer(log2_n: int = 14, high: float = 1.0) -> Explorer:
     """Number of terms (2^k) and their range [0, high): where each accumulator gets stuck.
 
-    ``state`` holds ``log2_n``, ``high`` and ``result`` (``L.SwampResult``).
+    ``state`` holds ``log2_n``, ``high`` and ``result`` (an ``L.SwampResult`` from
+    :func:`running_sums`: the running sums, without the table's rows).
     """
     controls = {"log2_n": widgets.IntSlider(value=log2_n, min=8, max=16,
                                             description="log2(terms)"),
                 "high": widgets.FloatLogSlider(value=high, base=10, min=-2, max=1, step=0.25,
                                                description="terms < ")}
 
+    @functools.lru_cache(maxsize=64)
     def compute(log2_n, high):
-        return dict(log2_n=log2_n, high=high, result=L.demo3_swamping(n=1 << log2_n, high=high))
+        return dict(log2_n=log2_n, high=high, result=running_sums(1 << log2_n, high))
 
     return Explorer("Swamping: running sums in FP32, FP16 and BF16", controls, compute,
                     lambda s: plot_swamping(s["result"]))
 
 
+UPDATE_WEIGHTS = 1024  #: weights the update explorer trains (demo 4: 4,096)
+
+
 def update_explorer(update: float = 1e-4) -> Explorer:
     """Update size per step: which storages keep it (1,024 weights, 1,000 steps).
 
-    ``state`` holds ``update`` and ``result`` (``L.UpdateResult``).
+    ``state`` holds ``update`` and ``result`` (``L.UpdateResult``; for a slider position, the
+    one computed when the explorer was built, for 10^position, equal to ``update`` to 1e-12).
     """
-    controls = {"update": widgets.FloatLogSlider(value=update, base=10, min=-6, max=-2,
-                                                 step=0.25, description="update")}
+    slider = widgets.FloatLogSlider(value=update, base=10, min=-6, max=-2, step=0.25,
+                                    description="update")
+    controls = {"update": slider}
+    # The slider's 17 positions are run here, once (a few seconds), so that a redraw only
+    # draws; a value between them (typed, or set from code) is run when it is asked for.
+    positions = np.arange(slider.min, slider.max + slider.step / 2, slider.step)
+    done = {float(e): L.demo4_vanishing_updates(n_weights=UPDATE_WEIGHTS, update=10.0 ** e)
+            for e in positions}
 
     def compute(update):
+        e = float(positions[np.argmin(np.abs(positions - np.log10(update)))])
+        if e in done and np.isclose(10.0 ** e, update, rtol=1e-12, atol=0.0):
+            return dict(update=update, result=done[e])
         return dict(update=update,
-                    result=L.demo4_vanishing_updates(n_weights=1024, update=update))
+                    result=L.demo4_vanishing_updates(n_weights=UPDATE_WEIGHTS, update=update))
 
     return Explorer("Small updates to low-precision weights", controls, compute,
                     lambda s: plot_updates(s["result"]))

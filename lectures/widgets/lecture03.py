@@ -13,7 +13,7 @@ import ipywidgets as widgets
 import numpy as np
 from matplotlib.figure import Figure
 
-from lectures.widgets.explorer import Explorer, check_result
+from lectures.widgets.explorer import Explorer, check_result, plain_log_ticks
 
 L = importlib.import_module("lectures.03_scaling")
 
@@ -60,6 +60,7 @@ def plot_delayed(r) -> Figure:
     for ax in (ax1, ax2):
         ax.axvline(r.spike_step, color="0.6", ls=":", label="spike")
         ax.set_xlabel("step")
+        plain_log_ticks(ax.yaxis)
         ax.legend()
     ax1.set_ylabel("scale (amax / 448)")
     ax2.set_ylabel("relative error (%)")

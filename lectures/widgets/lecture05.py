@@ -24,8 +24,8 @@ import numpy as np
 from matplotlib import ticker
 from matplotlib.figure import Figure
 
-from lectures.widgets.explorer import Explorer, check_result
-from numfmt import FORMATS, int_range, quantize_int, rel_error
+from lectures.widgets.explorer import Explorer, check_result, plain_log_ticks
+from numfmt import FORMATS, SCALE_RULES, int_range, quantize_int, rel_error
 
 L = importlib.import_module("lectures.05_quantization_basics")
 
@@ -33,13 +33,17 @@ SAMPLE = 1 << 16                              #: values per widget sample (dB-pe
 CLIP_SAMPLE = 1 << 18                         #: demo 2's sample size: the clip explorer's default
 BLOCK_SAMPLE = 1 << 20                        #: demo 4's sample size: the block explorer's default
 DEMO2_NU = 5.0                                #: demo 2's Student-t degrees of freedom
-DEMO2_NAMES = {"Gaussian": "Gaussian", "Laplace": "Laplace", "Student-t": "Student-t (ν = 5)"}
 CLIP_GRID = tuple(np.geomspace(0.005, 1.0, 32))  #: clip ratios of the explorer's U-curve
-GROUP_SIZES = (8, 16, 32, 64, 128, 256, 512)
-BLOCK_SIZES = (8, 16, 32, 64, 128, 256)
-ELEMENTS = (("E4M3 (FP8)", "E4M3"), ("E5M2 (FP8)", "E5M2"), ("E2M3 (FP6)", "E2M3"),
-            ("E3M2 (FP6)", "E3M2"), ("E2M1 (FP4)", "E2M1"))
-SCALES = (("E8M0 (power of 2)", "e8m0"), ("E4M3", "e4m3"), ("exact", "exact"))
+GROUP_SIZES = (8, 16, 32, 64, 128, 256, 512)    #: the granularity explorer's group sizes
+BLOCK_SIZES = (8, 16, 32, 64, 128, 256)         #: the block explorer's block sizes
+# The menus' entries come from the lecture (and numfmt), so that a format, scale kind or
+# granularity added there reaches the explorers: (label, value) pairs as ipywidgets takes them.
+ELEMENTS = tuple((f"{f.name} (FP{f.bits})", f.name) for f in L.BLOCK_ELEMENTS)
+SCALES = tuple((label, kind) for kind, label in L.SCALE_KINDS)
+RULES = tuple(({"floor": "floor (OCP)", "rceil": "RCEIL"}.get(r, r), r) for r in SCALE_RULES)
+#: Demo 3's granularities without a group size, then one "per group" entry (its size a menu).
+GRANULARITIES = tuple((label, gran) for label, gran, group in L.GRANULARITY if group is None) + (
+    ("per group", "group"),)
 DB_PER_BIT = 20 * np.log10(2)                 #: 6.02 dB: one bit halves the step
 
 
@@ -98,11 +102,7 @@ def db_per_bit_intercept(sqnr, from_bits: int = 4) -> float:
     return float(np.mean([s - DB_PER_BIT * b for b, s in pts]))
 
 
-def _plain_log(axis) -> None:
-    """Label a log axis 0.1, 0.2, 0.5, 1, 2, 5, ... instead of powers of ten."""
-    axis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
-    axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
-    axis.set_minor_formatter(ticker.NullFormatter())
+_plain_log = plain_log_ticks
 
 
 def _check_sample(n) -> int:
@@ -210,14 +210,14 @@ def clip_explorer(n: int = CLIP_SAMPLE, seed: int = 0) -> Explorer:
     controls["clip"] = widgets.FloatSlider(value=1.0, min=0.01, max=1.0, step=0.01,
                                            description="clip ratio c")
 
-    demo = L.clip_data(n, seed)
+    demo = dict(zip(L.DISTRIBUTIONS, L.clip_data(n, seed).values()))  # in the same order
     curves = {}  # (distribution, nu, bits) -> (z, source, curve): moving c alone is quick
 
     def compute(distribution, nu, bits, clip):
         key = (distribution, nu if distribution == "Student-t" else None, bits)
         if key not in curves:
             if distribution != "Student-t" or nu == DEMO2_NU:
-                z, source = demo[DEMO2_NAMES[distribution]], "demo 2"
+                z, source = demo[distribution], "demo 2"
             else:
                 z, source = L.sample_distribution(distribution, n, nu, seed), "fresh draw"
             if len(curves) > 16:
@@ -253,6 +253,9 @@ def _draw_clip(s: dict) -> Figure:
         ax1.axvspan(lo, hi, color="C3", alpha=0.15, lw=0,
                     label=f"clipped: {p.clipped * 100:.3f}% of values" if lo < 0 else None)
     ax1.set_yscale("log")
+    # 5+ decades: decade ticks, plain numbers (minor ticks and mathtext were half of a redraw)
+    ax1.yaxis.set_minor_locator(ticker.NullLocator())
+    ax1.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     ax1.set(title=f"{_dist_label(s)} ({s['source']}), INT{s['bits']}, clip at "
                   f"{s['clip']:.2f} · max: error {p.error * 100:.2f}%",
             xlabel="value (units of the distribution's scale)", ylabel="density (log scale)")
@@ -326,8 +329,7 @@ def granularity_explorer(seed: int = 1, rows: int = 64) -> Explorer:
                                             ("A: 8 outlier channels", "A")), value="A",
                                    description="matrix"),
         "bits": _bits_slider(),
-        "granularity": widgets.ToggleButtons(options=(("per tensor", "tensor"), ("per row", "channel"),
-                                                      ("per group", "group")), value="group",
+        "granularity": widgets.ToggleButtons(options=GRANULARITIES, value="group",
                                              description="granularity"),
         "group": widgets.Dropdown(options=GROUP_SIZES, value=32, description="group size"),
     }
@@ -336,8 +338,8 @@ def granularity_explorer(seed: int = 1, rows: int = 64) -> Explorer:
 
     def compute(matrix, bits, granularity, group):
         M = data[matrix]                                            # (rows, 4096)
-        schemes = (("per tensor", "tensor", None), ("per row", "channel", None),
-                   (f"groups of {group}", "group", group))
+        schemes = tuple((label, gran, None) for label, gran in GRANULARITIES[:-1]) + (
+            (f"groups of {group}", "group", group),)
         _, qmax = int_range(bits)
         g = group if granularity == "group" else None
         scale = quantize_int(M[:1] if granularity != "tensor" else M, bits,
@@ -372,6 +374,7 @@ def _draw_granularity(s: dict) -> Figure:
              label=f"range of its scale (qmax · scale), {s['labels'][s['selected']]}")
     ax2.set_yscale("log")
     _plain_log(ax2.yaxis)
+    ax2.yaxis.set_minor_locator(ticker.NullLocator())  # labelled ticks at 1, 2, 5 per decade
     ax2.set(title="Row 0: each value against the range of its scale", xlabel="channel k",
             ylabel="magnitude (log scale)")
     ax2.legend(fontsize=8, loc="lower right")
@@ -466,9 +469,9 @@ def block_explorer(n: int = BLOCK_SAMPLE, seed: int = 0) -> Explorer:
     controls = {
         "element": widgets.Dropdown(options=ELEMENTS, value="E2M1", description="element"),
         "block": widgets.Dropdown(options=BLOCK_SIZES, value=32, description="block size"),
-        "scale": widgets.ToggleButtons(options=SCALES, value="e8m0", description="scale"),
-        "rule": widgets.ToggleButtons(options=(("floor (OCP)", "floor"), ("RCEIL", "rceil")),
-                                      value="floor", description="E8M0 rule"),
+        "scale": widgets.ToggleButtons(options=SCALES, value="e8m0", description="scale",
+                                       style={"button_width": "auto"}),
+        "rule": widgets.ToggleButtons(options=RULES, value="floor", description="E8M0 rule"),
     }
     controls["scale"].observe(lambda ch: setattr(controls["rule"], "disabled", ch["new"] != "e8m0"),
                               names="value")

@@ -157,12 +157,17 @@ def ste_explorer() -> Explorer:
 
 
 def master_explorer() -> Explorer:
-    """Learning rate of lecture 06's master-weights demo; redraws the loss curves."""
+    """Learning rate of lecture 06's master-weights demo; redraws the loss curves.
+
+    The demo runs for all five learning rates when the explorer is built (a second or two).
+    """
     controls = {"lr": widgets.SelectionSlider(options=[0.001, 0.003, 0.01, 0.03, 0.1],
                                               value=0.01, description="lr")}
+    # Five learning rates: each demo is run here, once, so that moving the slider only redraws.
+    demos = {lr: L.master_weights_demo(lr=lr) for lr in controls["lr"].options}
 
     def compute(lr):
-        d = L.master_weights_demo(lr=lr)
+        d = demos[lr]
         return {"demo": d, "final": {k: float(v[-1]) for k, v in d.curves.items()}}
 
     return Explorer("Why master weights: change the learning rate", controls, compute,

@@ -107,7 +107,7 @@ def storage_explorer(seed: int = 0) -> Explorer:
 
 
 def _draw_storage(s: dict) -> Figure:
-    fig = Figure(figsize=(7, 4))
+    fig = Figure(figsize=(7, 4), layout="constrained")
     ax = fig.add_subplot()
     for p in s["points"]:
         ax.plot(p["bits"], p["rel_error"] * 100, "o", ms=7, label=p["format"])
@@ -120,7 +120,6 @@ def _draw_storage(s: dict) -> Figure:
     ax.set_title(f"{c['distribution']} weights, blocks of {c['block']} "
                  "(MXFP4: E8M0 scales, NVFP4: E4M3 scales)")
     ax.legend(fontsize=8)
-    fig.tight_layout()
     return fig
 
 
@@ -240,7 +239,7 @@ def _draw_marlin(s: dict) -> Figure:
     threads = np.empty((16, 64), np.int64)
     threads[rows, cols] = (np.arange(128) // 4)[:, None]
     k0, n0 = 16 * kt, 64 * nt
-    fig = Figure(figsize=(12, 4))
+    fig = Figure(figsize=(12, 4), layout="constrained")
     ax = fig.add_subplot()
     im = ax.imshow(threads, cmap="viridis", alpha=0.45, aspect="auto", interpolation="nearest",
                    extent=(n0 - 0.5, n0 + 63.5, k0 + 15.5, k0 - 0.5))
@@ -259,5 +258,4 @@ def _draw_marlin(s: dict) -> Figure:
     ax.set_title(f"Tile ({kt}, {nt}) of a {MARLIN_SHAPE[0]} x {MARLIN_SHAPE[1]} INT4 matrix: "
                  f"rows {k0}..{k0 + 15}, columns {n0}..{n0 + 63}")
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
-    fig.tight_layout()
     return fig

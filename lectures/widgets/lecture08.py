@@ -212,30 +212,47 @@ def quantize_and_measure(lab, kind: str, bits: int, granularity: str, symmetric:
     ``bits_per_weight`` (over the quantized linears), ``x`` and ``xq`` (float64 inputs of the
     chosen linear on the first calibration window, before and after activation quantization).
     """
-    import torch
+    return {**_measure(lab, kind, bits, granularity, symmetric, layers, activations),
+            **_input_histogram(lab, activations, histogram_of)}
 
+
+def _measure(lab, kind, bits, granularity, symmetric, layers, activations) -> dict:
+    """The perplexity half of :func:`quantize_and_measure` (the slow half)."""
     if layers not in LAYERS:
         raise ValueError(f"layers must be one of {LAYERS}, got {layers!r}")
     fmt, act = weight_format(kind, bits, granularity, symmetric), act_format(activations)
     names = list(llm.decoder_linears(lab.model, None if layers == LAYERS[0] else [layers]))
     shapes = [tuple(llm.decoder_linears(lab.model)[n].weight.shape) for n in names]
     tensors = llm.quantized_weight_tensors(lab.model, fmt, names)
-    ppl = lab.ppl(tensors, acts=act)
+    return {"format": fmt, "act": act, "ppl": lab.ppl(tensors, acts=act),
+            "reference": lab.reference, "bits_per_weight": llm.model_bits_per_weight(fmt, shapes),
+            "layers": layers}
+
+
+def _input_histogram(lab, activations: str, histogram_of: str) -> dict:
+    """The histogram half of :func:`quantize_and_measure`: one linear's float32 input on the
+    first calibration window, and the same after activation quantization."""
+    import torch
+
+    act = act_format(activations)
     target = f"model.layers.{HISTOGRAM_LAYER}." + (
         "self_attn." if histogram_of in llm.LINEAR_KINDS[:4] else "mlp.") + histogram_of
     x = llm.capture_linear_inputs(lab.model, lab.calib[:1], [target],
                                   keep_inputs=True)[target].inputs.astype(np.float64)
     xq = x if act is None else act(torch.from_numpy(x), target).numpy()
-    return {"format": fmt, "act": act, "ppl": ppl, "reference": lab.reference,
-            "bits_per_weight": llm.model_bits_per_weight(fmt, shapes), "x": x, "xq": xq,
-            "target": target, "layers": layers}
+    return {"x": x, "xq": xq, "target": target}
 
 
 HISTOGRAM_LAYER = 29     #: the layer whose inputs the explorer's histogram shows (the last)
 
 
 def quantization_explorer(lab) -> Explorer:
-    """Menus: weight format, bits, granularity, zero point, layers, activations, histogram."""
+    """Menus: weight format, bits, granularity, zero point, layers, activations, histogram.
+
+    A perplexity is computed once per weight format, layers and activations, and a histogram
+    once per activations and linear: choosing another histogram, or going back to a setting
+    already seen, only redraws.
+    """
     style = {"description_width": "initial"}
     controls = {
         "kind": widgets.Dropdown(options=KINDS, value="INT", description="weights", style=style),
@@ -253,11 +270,21 @@ def quantization_explorer(lab) -> Explorer:
                                          style=style),
     }
 
-    def compute(**values):
-        int_only = values["kind"] != "INT"
+    measured, histograms = {}, {}   # what each setting computed: moving back costs nothing
+
+    def compute(kind, bits, granularity, symmetric, layers, activations, histogram_of):
+        int_only = kind != "INT"
         for k in ("bits", "granularity", "symmetric"):
             controls[k].disabled = int_only
-        return quantize_and_measure(lab, **values)
+        # bits, granularity and zero point describe INT formats only: other kinds ignore them
+        fmt = (kind,) if int_only else (kind, bits, granularity, symmetric)
+        if (fmt, layers, activations) not in measured:
+            measured[fmt, layers, activations] = _measure(lab, kind, bits, granularity,
+                                                          symmetric, layers, activations)
+        if (activations, histogram_of) not in histograms:
+            histograms[activations, histogram_of] = _input_histogram(lab, activations,
+                                                                     histogram_of)
+        return {**measured[fmt, layers, activations], **histograms[activations, histogram_of]}
 
     return Explorer("Quantize SmolLM2-135M and measure it", controls, compute, _draw_explorer,
                     rows=[["kind", "bits", "granularity", "symmetric"],
@@ -265,7 +292,7 @@ def quantization_explorer(lab) -> Explorer:
 
 
 def _draw_explorer(s: dict) -> Figure:
-    fig = Figure(figsize=(10, 3.8))
+    fig = Figure(figsize=(10, 3.8), layout="constrained")
     ax1, ax2 = fig.subplots(1, 2)
     ax1.bar(["float32", "quantized"], [s["reference"], s["ppl"]], color=["0.6", "C3"],
             label=f"{s['format'].label} on {s['layers']}, {s['bits_per_weight']:.2f} bits/weight")

@@ -11,6 +11,8 @@ A thin layer over lecture 09's demo functions:
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib
 
 import ipywidgets as widgets
@@ -48,14 +50,40 @@ def plot_output_error(r) -> Figure:
     return fig
 
 
-def explorer_point(bits: int, group, act_order: bool, correlated: bool, seed: int = 0) -> dict:
-    """RTN and GPTQ on a (64, 256) layer of lecture 09's recipe: errors as fractions."""
+def _one_blas_thread():
+    """numpy's BLAS limited to one thread, where threadpoolctl (scikit-learn's) is installed.
+
+    GPTQ's Cholesky and inverses of a 256 x 256 Hessian take 0.02 s of CPU on one thread, but
+    about 0.55 s once torch (which notebook 09 imports) has started its own thread pool: the
+    two pools then spin against each other on two cores (measured here, numpy 2 / torch 2.13).
+    """
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return contextlib.nullcontext()
+    return threadpool_limits(1, user_api="blas")
+
+
+@functools.lru_cache(maxsize=4)
+def _explorer_layer(seed: int, correlated: bool) -> tuple:
+    """The explorer's (64, 256) corner of lecture 09's synthetic layer, its held-out inputs
+    and its calibration Hessian: what does not depend on bits, group or act-order."""
     d = L.synthetic_layer(seed, correlated)
     out, cols = EXPLORER_SHAPE
     w, xc, xe = d["w"][:out, :cols], d["x_calib"][:, :cols], d["x_eval"][:, :cols]
+    return w, xe, hessian(xc)
+
+
+@functools.lru_cache(maxsize=128)
+def explorer_point(bits: int, group, act_order: bool, correlated: bool, seed: int = 0) -> dict:
+    """RTN and GPTQ on a (64, 256) layer of lecture 09's recipe: errors as fractions.
+
+    Results are cached by their arguments (the control space has 112 points)."""
+    w, xe, H = _explorer_layer(seed, correlated)
     g = None if group == "per row" else int(group)
     r = rtn(w, bits, g).weight
-    q = gptq(w, hessian(xc), bits, g, act_order=act_order).weight
+    with _one_blas_thread():
+        q = gptq(w, H, bits, g, act_order=act_order).weight
     return {"bits": bits, "group": group, "act_order": act_order, "correlated": correlated,
             "rtn": (rel_error(r, w), L.output_error(r, w, xe)),
             "gptq": (rel_error(q, w), L.output_error(q, w, xe))}
@@ -77,7 +105,7 @@ def gptq_explorer(seed: int = 0) -> Explorer:
 
 
 def _draw_point(s: dict) -> Figure:
-    fig = Figure(figsize=(6, 3.5))
+    fig = Figure(figsize=(6, 3.5), layout="constrained")
     ax = fig.add_subplot()
     x = np.arange(2)
     ax.bar(x - 0.2, [s["rtn"][0] * 100, s["gptq"][0] * 100], 0.4, label="weight error")
@@ -89,7 +117,6 @@ def _draw_point(s: dict) -> Figure:
     ax.set_title(f"INT{s['bits']}, group {s['group']}, "
                  + ("correlated" if s["correlated"] else "i.i.d.") + " inputs")
     ax.legend(fontsize=8)
-    fig.tight_layout()
     return fig
 
 

@@ -1,0 +1,86 @@
+"""The Explorer pattern itself: no backlog of redraws while a slider is dragged, and the PNG it
+sends. Each widget module's explorers are checked in tests/test_widgetsNN.py."""
+
+import importlib
+import inspect
+import struct
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import ipywidgets as widgets  # noqa: E402
+import pytest  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from lectures.widgets.explorer import Explorer  # noqa: E402
+
+WIDGETS = Path(__file__).resolve().parents[1] / "lectures" / "widgets"
+
+
+def every_kind_of_control():
+    return {"int": widgets.IntSlider(value=3, min=0, max=9),
+            "float": widgets.FloatSlider(value=0.5, min=0.0, max=1.0),
+            "log": widgets.FloatLogSlider(value=1.0, base=10, min=-2, max=2),
+            "choice": widgets.SelectionSlider(options=[1, 2, 3], value=2),
+            "range": widgets.IntRangeSlider(value=(1, 4), min=0, max=9),
+            "text": widgets.Text(value="a"),
+            "number": widgets.FloatText(value=1.0),
+            "menu": widgets.Dropdown(options=["a", "b"], value="a")}
+
+
+def figure_of(state, layout="constrained"):
+    fig = Figure(figsize=(4, 3), dpi=50, layout=layout)
+    fig.subplots().plot([0, 1], [0, state["int"]])
+    return fig
+
+
+def test_no_control_sends_values_while_it_is_dragged():
+    controls = every_kind_of_control()
+    assert all(w.continuous_update for w in controls.values()
+               if isinstance(w, (widgets.IntSlider, widgets.FloatSlider)))  # ipywidgets' default
+    Explorer("t", controls, lambda **v: v, figure_of)
+    with_setting = [k for k, w in controls.items() if hasattr(w, "continuous_update")]
+    assert set(with_setting) == {"int", "float", "log", "choice", "range", "text", "number"}
+    assert not any(controls[k].continuous_update for k in with_setting)
+
+
+def test_a_change_recomputes_and_redraws_once():
+    calls = []
+    controls = {"int": widgets.IntSlider(value=3, min=0, max=9)}
+    ex = Explorer("t", controls, lambda **v: calls.append(v) or v, figure_of)
+    controls["int"].value = 7
+    assert calls == [{"int": 3}, {"int": 7}]
+    assert ex.state == {"int": 7} and ex.figure.axes[0].lines[0].get_ydata()[1] == 7
+
+
+def png_size(data: bytes) -> tuple:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_png_is_the_whole_figure_when_it_has_a_layout_engine():
+    ex = Explorer("t", {"int": widgets.IntSlider(value=3)}, lambda **v: v, figure_of)
+    assert png_size(ex.png()) == (4 * 50, 3 * 50)   # rendered as it is, not cropped
+
+
+def test_png_is_cropped_as_the_inline_backend_does_without_one():
+    ex = Explorer("t", {"int": widgets.IntSlider(value=3)}, lambda **v: v,
+                  lambda s: figure_of(s, layout=None))
+    w, h = png_size(ex.png())
+    assert w < 4 * 50 and h < 3 * 50                # bbox_inches="tight" trims the margins
+
+
+@pytest.mark.parametrize("path", sorted(WIDGETS.glob("lecture*.py")), ids=lambda p: p.stem)
+def test_every_explorer_is_an_Explorer(path):
+    """So that the settings above reach every explorer of every notebook."""
+    source = path.read_text()
+    assert "continuous_update=True" not in source
+    module = importlib.import_module(f"lectures.widgets.{path.stem}")
+    found = [fn for name, fn in inspect.getmembers(module, inspect.isfunction)
+             if name.endswith("_explorer") and not name.startswith("_")
+             and fn.__module__ == module.__name__]
+    assert found
+    for fn in found:
+        assert inspect.signature(fn).return_annotation in (Explorer, "Explorer"), fn.__name__
