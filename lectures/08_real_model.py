@@ -745,7 +745,7 @@ def main(argv=None) -> None:
     except llm.ModelUnavailableError as err:
         sys.exit(f"\n{err}")
     from tqdm import tqdm
-    with tqdm(total=evaluations(workload), desc="perplexities", leave=False,
+    with tqdm(total=evaluations(workload), desc=_("perplexities"), leave=False,
               disable=not sys.stderr.isatty()) as bar:
         lab.progress = bar
         model = demo1_model(lab)
