@@ -47,30 +47,34 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from console import (OBSERVATIONS_WIDTH, print_header, print_observations, print_table,
+from console import (OBSERVATIONS_WIDTH, _wrap, print_header, print_observations, print_table,
                      print_title, run_lecture)
+from console.i18n import N_, current_language
 from lectures import llm
+from lectures.i18n import domain
+
+_ = domain("lecture08").gettext
 
 # The number formats of demo 2, in the order of the table.
 WEIGHT_FORMATS = (
-    llm.WeightFormat("FP8 E4M3, per channel", "fp8"),
-    llm.WeightFormat("INT8, per channel", "int", 8),
-    llm.WeightFormat("INT4, per channel", "int", 4),
-    llm.WeightFormat("INT4, groups of 128", "int", 4, "group", 128),
-    llm.WeightFormat("INT4, groups of 32", "int", 4, "group", 32),
-    llm.WeightFormat("INT3, groups of 128", "int", 3, "group", 128),
-    llm.WeightFormat("INT3, groups of 32", "int", 3, "group", 32),
-    llm.WeightFormat("INT4 + zero point, groups of 128", "int", 4, "group", 128, False),
-    llm.WeightFormat("INT4 + zero point, groups of 32", "int", 4, "group", 32, False),
-    llm.WeightFormat("INT3 + zero point, groups of 128", "int", 3, "group", 128, False),
-    llm.WeightFormat("INT3 + zero point, groups of 32", "int", 3, "group", 32, False),
-    llm.WeightFormat("MXFP4 (E2M1, E8M0 per 32)", "mxfp4"),
-    llm.WeightFormat("NVFP4 (E2M1, E4M3 per 16)", "nvfp4"),
-    llm.WeightFormat("NF4 (per 64, FP32 absmax)", "nf4"),
-    llm.WeightFormat("NF4 + double quantization", "nf4", double_quant=True),
+    llm.WeightFormat(N_("FP8 E4M3, per channel"), "fp8"),
+    llm.WeightFormat(N_("INT8, per channel"), "int", 8),
+    llm.WeightFormat(N_("INT4, per channel"), "int", 4),
+    llm.WeightFormat(N_("INT4, groups of 128"), "int", 4, "group", 128),
+    llm.WeightFormat(N_("INT4, groups of 32"), "int", 4, "group", 32),
+    llm.WeightFormat(N_("INT3, groups of 128"), "int", 3, "group", 128),
+    llm.WeightFormat(N_("INT3, groups of 32"), "int", 3, "group", 32),
+    llm.WeightFormat(N_("INT4 + zero point, groups of 128"), "int", 4, "group", 128, False),
+    llm.WeightFormat(N_("INT4 + zero point, groups of 32"), "int", 4, "group", 32, False),
+    llm.WeightFormat(N_("INT3 + zero point, groups of 128"), "int", 3, "group", 128, False),
+    llm.WeightFormat(N_("INT3 + zero point, groups of 32"), "int", 3, "group", 32, False),
+    llm.WeightFormat(N_("MXFP4 (E2M1, E8M0 per 32)"), "mxfp4"),
+    llm.WeightFormat(N_("NVFP4 (E2M1, E4M3 per 16)"), "nvfp4"),
+    llm.WeightFormat(N_("NF4 (per 64, FP32 absmax)"), "nf4"),
+    llm.WeightFormat(N_("NF4 + double quantization"), "nf4", double_quant=True),
 )
-SENSITIVITY_FORMAT = llm.WeightFormat("INT3, groups of 128", "int", 3, "group", 128)
-FORENSICS_LABEL = "INT4 + zero point, groups of 32"     # Q4_1's block and step, demo 1
+SENSITIVITY_FORMAT = llm.WeightFormat(N_("INT3, groups of 128"), "int", 3, "group", 128)
+FORENSICS_LABEL = N_("INT4 + zero point, groups of 32")  # Q4_1's block and step, demo 1
 # Layers whose input statistics demo 3 prints (first, early, middle, last).
 SHOWN_LAYERS = (0, 1, 2, 7, 14, 21, 28, 29)
 INT8_OUTLIER = 6.0       # LLM.int8's outlier magnitude (Dettmers et al. 2022, section 4.1)
@@ -82,8 +86,12 @@ CLOSE = 0.10            # demo 6: "close" means within 10% of FP8's perplexity
 
 
 def say(text: str) -> None:
-    """Print a paragraph wrapped at the lectures' 100 columns."""
-    print(textwrap.fill(text, OBSERVATIONS_WIDTH))
+    """Print a paragraph wrapped at the lectures' 100 columns (display columns, breaking
+    between Chinese characters where the text is Chinese; English as textwrap wraps it)."""
+    if current_language() == "en":
+        print(textwrap.fill(text, OBSERVATIONS_WIDTH))
+    else:
+        print("\n".join(_wrap(text, OBSERVATIONS_WIDTH)))
 
 
 @dataclass(frozen=True)
@@ -225,9 +233,9 @@ def demo1_model(lab: Lab) -> ModelResult:
     types = llm.gguf_tensor_types(lab.checkpoint.gguf_path)
     kinds = {}
     for name, t in types.items():
-        what = ("norm gains" if "norm" in name else
-                "token embedding (tied to the output layer)" if "token_embd" in name
-                else "linear weights")
+        what = (N_("norm gains") if "norm" in name else
+                N_("token embedding (tied to the output layer)") if "token_embd" in name
+                else N_("linear weights"))
         kinds.setdefault((t, what), 0)
         kinds[(t, what)] += 1
     storage = [[t, n, what] for (t, what), n in sorted(kinds.items(), key=lambda kv: -kv[1])]
@@ -246,33 +254,44 @@ def demo1_model(lab: Lab) -> ModelResult:
 
 
 def show_demo1(r: ModelResult) -> None:
-    print_header("Demo 1: the model, its reference perplexity, and where its weights came from")
+    print_header(_("Demo 1: the model, its reference perplexity, and where its weights came "
+                   "from"))
     c = r.config
-    say(f"SmolLM2-135M-Instruct: {c['layers']} layers, hidden size {c['hidden']}, MLP "
-        f"{c['mlp']}, {c['heads']} query heads sharing {c['kv heads']} K/V heads, vocabulary "
-        f"{c['vocabulary']:,}. Parameters: {r.params['linears']:,} in the decoder's linears, "
-        f"{r.params['embedding']:,} in the embedding, {r.params['norms']:,} in norms.")
-    say(f"Text: the language reference of CPython (pydoc_data.topics), {r.tokens:,} tokens; "
-        f"each perplexity scores {r.eval_tokens:,} of them.")
-    print(f"\nReference perplexity (float32 weights): {r.reference:.2f}\n")
-    print("How the file stores it (GGUF storage types, read with the gguf package):")
-    print_table(["storage type", "tensors", "what"], r.storage)
+    say(_("SmolLM2-135M-Instruct: {layers} layers, hidden size {hidden}, MLP {mlp}, {heads} "
+          "query heads sharing {kv_heads} K/V heads, vocabulary {vocabulary:,}. Parameters: "
+          "{linears:,} in the decoder's linears, {embedding:,} in the embedding, {norms:,} in "
+          "norms.").format(layers=c["layers"], hidden=c["hidden"], mlp=c["mlp"],
+                           heads=c["heads"], kv_heads=c["kv heads"], vocabulary=c["vocabulary"],
+                           linears=r.params["linears"], embedding=r.params["embedding"],
+                           norms=r.params["norms"]))
+    say(_("Text: the language reference of CPython (pydoc_data.topics), {tokens:,} tokens; "
+          "each perplexity scores {scored:,} of them.").format(tokens=r.tokens,
+                                                               scored=r.eval_tokens))
+    print("\n" + _("Reference perplexity (float32 weights): {ppl:.2f}").format(ppl=r.reference)
+          + "\n")
+    print(_("How the file stores it (GGUF storage types, read with the gguf package):"))
+    print_table([_("storage type"), _("tensors"), _("what")],
+                [[t, n, _(what)] for t, n, what in r.storage])
     int4 = r.requant["INT4, groups of 32"]
     asym = r.requant[FORENSICS_LABEL]
     print_observations([
-        f"Every block of 32 weights of every linear holds at most {r.max_distinct} distinct "
-        f"values ({r.full_blocks * 100:.1f}% of the blocks use all 16): the float32 weights are "
-        "dequantized Q4_1 codes. The embedding (Q8_0, 8-bit codes) has up to "
-        f"{r.emb_max_distinct} distinct values in a block of 32.",
-        "So the reference is a 4-bit model already, and this lecture measures how much *more* "
-        "each format loses; against the original BF16 weights, every format would lose more.",
-        "Which grid would be free? Only Q4_1's own (its step and its float minimum per 32). "
-        "INT4 with a zero point in the same groups of 32 has the same step but an integer zero "
-        "point, which shifts the grid by a fraction of a step: it moves the weights by "
-        f"{asym * 100:.2f}% (relative error), against {int4 * 100:.2f}% for symmetric INT4 in "
-        "groups of 32. The bias towards blocks of 32 is real but small.",
-        "Perplexity is exp(mean negative log-likelihood): the model is as unsure as a uniform "
-        f"choice among {r.reference:.0f} tokens.",
+        _("Every block of 32 weights of every linear holds at most {max_distinct} distinct "
+          "values ({full:.1f}% of the blocks use all 16): the float32 weights are dequantized "
+          "Q4_1 codes. The embedding (Q8_0, 8-bit codes) has up to {emb_max_distinct} distinct "
+          "values in a block of 32.").format(max_distinct=r.max_distinct,
+                                              full=r.full_blocks * 100,
+                                              emb_max_distinct=r.emb_max_distinct),
+        _("So the reference is a 4-bit model already, and this lecture measures how much *more* "
+          "each format loses; against the original BF16 weights, every format would lose "
+          "more."),
+        _("Which grid would be free? Only Q4_1's own (its step and its float minimum per 32). "
+          "INT4 with a zero point in the same groups of 32 has the same step but an integer "
+          "zero point, which shifts the grid by a fraction of a step: it moves the weights by "
+          "{asym:.2f}% (relative error), against {sym:.2f}% for symmetric INT4 in groups of 32. "
+          "The bias towards blocks of 32 is real but small.").format(asym=asym * 100,
+                                                                      sym=int4 * 100),
+        _("Perplexity is exp(mean negative log-likelihood): the model is as unsure as a uniform "
+          "choice among {ppl:.0f} tokens.").format(ppl=r.reference),
     ])
 
 
@@ -330,16 +349,17 @@ def _complete(measured: dict, settings) -> bool:
 
 
 def show_demo2(r: WeightOnlyResult) -> None:
-    print_header("Demo 2: weight-only formats at their real bits per weight")
-    say(f"Every decoder linear quantized with round-to-nearest; reference {r.reference:.2f}.")
-    print_table(["weight format", "bits / weight", "weight error", "perplexity",
-                 "x reference"], r.rows)
+    print_header(_("Demo 2: weight-only formats at their real bits per weight"))
+    say(_("Every decoder linear quantized with round-to-nearest; reference {reference:.2f}.")
+        .format(reference=r.reference))
+    print_table([_("weight format"), _("bits / weight"), _("weight error"), _("perplexity"),
+                 _("x reference")], [[_(row[0])] + row[1:] for row in r.rows])
     print()
-    say(f"One kind of linear at a time in {r.sensitivity_format} (all 30 layers of that kind; "
-        "the rest float32):")
+    say(_("One kind of linear at a time in {format} (all 30 layers of that kind; the rest "
+          "float32):").format(format=_(r.sensitivity_format)))
     rows = [[k, f"{r.share[k] * 100:.1f}%", f"{p:.2f}", f"{p / r.reference:.2f}x"]
             for k, p in r.sensitivity.items()]
-    print_table(["linear", "share of weights", "perplexity", "x reference"], rows)
+    print_table([_("linear"), _("share of weights"), _("perplexity"), _("x reference")], rows)
     if not _complete(r.ppl, WEIGHT_FORMATS) or len(r.sensitivity) < len(llm.LINEAR_KINDS):
         return
     p = r.ppl
@@ -347,33 +367,41 @@ def show_demo2(r: WeightOnlyResult) -> None:
     mild = min(r.sensitivity, key=r.sensitivity.get)
     small, big = size_against_damage(r)
     int8, fp8 = p["INT8, per channel"], p["FP8 E4M3, per channel"]
+    nf4, nf4_dq = p["NF4 (per 64, FP32 absmax)"], p["NF4 + double quantization"]
     print_observations([
-        f"Eight bits cost little: INT8 per channel {int8:.2f} "
-        f"({(int8 / r.reference - 1) * 100:+.1f}%), FP8 E4M3 per channel {fp8:.2f} "
-        f"({(fp8 / r.reference - 1) * 100:+.1f}%), against {r.reference:.2f}.",
-        f"Four bits need small groups: INT4 with one scale per row gives "
-        f"{p['INT4, per channel']:.1f}, groups of 128 {p['INT4, groups of 128']:.1f}, groups of "
-        f"32 {p['INT4, groups of 32']:.1f}. The extra scales cost "
-        f"{r.bits['INT4, groups of 32'] - r.bits['INT4, per channel']:.2f} bits per weight.",
-        f"Three bits in groups of 128 break the model (perplexity "
-        f"{p['INT3, groups of 128']:.0f}); a zero point brings it to "
-        f"{p['INT3 + zero point, groups of 128']:.1f}, and groups of 32 with a zero point to "
-        f"{p['INT3 + zero point, groups of 32']:.1f}. Symmetric INT3 spreads 7 levels over "
-        "±max|w| of the group; with a zero point, 8 levels span its [min, max]. At three bits, "
-        "one more level and a tighter range are a large part of the grid.",
-        f"At about 4.25-4.5 bits: MXFP4 (power-of-two scales, blocks of 32) "
-        f"{p['MXFP4 (E2M1, E8M0 per 32)']:.2f}, NVFP4 (E4M3 scales, blocks of 16) "
-        f"{p['NVFP4 (E2M1, E4M3 per 16)']:.2f}, NF4 {p['NF4 (per 64, FP32 absmax)']:.2f}, INT4 "
-        f"with a zero point in groups of 32 {p[FORENSICS_LABEL]:.2f}. "
-        "Double quantization of NF4's scales changes the perplexity by "
-        f"{p['NF4 + double quantization'] - p['NF4 (per 64, FP32 absmax)']:+.2f} for "
-        f"{r.bits['NF4 (per 64, FP32 absmax)'] - r.bits['NF4 + double quantization']:.2f} "
-        "bits per weight less.",
-        f"Alone, {worst} hurts most ({r.sensitivity[worst]:.1f}) and {mild} least "
-        f"({r.sensitivity[mild]:.2f}). Sensitivity is not size: {small} holds "
-        f"{r.share[small] * 100:.1f}% of the weights and costs more ({r.sensitivity[small]:.2f}) "
-        f"than {big} with {r.share[big] * 100:.1f}% ({r.sensitivity[big]:.2f}). This is why "
-        "mixed-precision recipes keep a few kinds of layers at higher precision.",
+        _("Eight bits cost little: INT8 per channel {int8:.2f} ({int8_change:+.1f}%), FP8 E4M3 "
+          "per channel {fp8:.2f} ({fp8_change:+.1f}%), against {reference:.2f}.").format(
+            int8=int8, int8_change=(int8 / r.reference - 1) * 100, fp8=fp8,
+            fp8_change=(fp8 / r.reference - 1) * 100, reference=r.reference),
+        _("Four bits need small groups: INT4 with one scale per row gives {per_row:.1f}, groups "
+          "of 128 {g128:.1f}, groups of 32 {g32:.1f}. The extra scales cost {extra:.2f} bits "
+          "per weight.").format(
+            per_row=p["INT4, per channel"], g128=p["INT4, groups of 128"],
+            g32=p["INT4, groups of 32"],
+            extra=r.bits["INT4, groups of 32"] - r.bits["INT4, per channel"]),
+        _("Three bits in groups of 128 break the model (perplexity {int3:.0f}); a zero point "
+          "brings it to {zp128:.1f}, and groups of 32 with a zero point to {zp32:.1f}. "
+          "Symmetric INT3 spreads 7 levels over ±max|w| of the group; with a zero point, 8 "
+          "levels span its [min, max]. At three bits, one more level and a tighter range are a "
+          "large part of the grid.").format(
+            int3=p["INT3, groups of 128"], zp128=p["INT3 + zero point, groups of 128"],
+            zp32=p["INT3 + zero point, groups of 32"]),
+        _("At about 4.25-4.5 bits: MXFP4 (power-of-two scales, blocks of 32) {mxfp4:.2f}, NVFP4 "
+          "(E4M3 scales, blocks of 16) {nvfp4:.2f}, NF4 {nf4:.2f}, INT4 with a zero point in "
+          "groups of 32 {int4_zp:.2f}. Double quantization of NF4's scales changes the "
+          "perplexity by {dq_change:+.2f} for {dq_saving:.2f} bits per weight less.").format(
+            mxfp4=p["MXFP4 (E2M1, E8M0 per 32)"], nvfp4=p["NVFP4 (E2M1, E4M3 per 16)"],
+            nf4=nf4, int4_zp=p[FORENSICS_LABEL], dq_change=nf4_dq - nf4,
+            dq_saving=(r.bits["NF4 (per 64, FP32 absmax)"]
+                       - r.bits["NF4 + double quantization"])),
+        _("Alone, {worst} hurts most ({worst_ppl:.1f}) and {mild} least ({mild_ppl:.2f}). "
+          "Sensitivity is not size: {small} holds {small_share:.1f}% of the weights and costs "
+          "more ({small_ppl:.2f}) than {big} with {big_share:.1f}% ({big_ppl:.2f}). This is why "
+          "mixed-precision recipes keep a few kinds of layers at higher precision.").format(
+            worst=worst, worst_ppl=r.sensitivity[worst], mild=mild,
+            mild_ppl=r.sensitivity[mild], small=small, small_share=r.share[small] * 100,
+            small_ppl=r.sensitivity[small], big=big, big_share=r.share[big] * 100,
+            big_ppl=r.sensitivity[big]),
     ])
 
 
@@ -408,8 +436,8 @@ class OutlierResult:
     seq_len: int
 
 
-INPUT_OF = {"q_proj": "attention (q, k, v)", "o_proj": "o_proj", "gate_proj": "MLP (gate, up)",
-            "down_proj": "down_proj"}
+INPUT_OF = {"q_proj": N_("attention (q, k, v)"), "o_proj": "o_proj",
+            "gate_proj": N_("MLP (gate, up)"), "down_proj": "down_proj"}
 
 
 def demo3_outliers(lab: Lab) -> OutlierResult:
@@ -463,39 +491,54 @@ def demo3_outliers(lab: Lab) -> OutlierResult:
                          raw[best].inputs, lab.calib.shape[1])
 
 
+def _join(items) -> str:
+    """A list inside a sentence: "a, b, c" in English, "a、b、c" in Chinese."""
+    # TRANSLATORS: the separator between the items of a list inside a sentence
+    return _(", ").join(items)
+
+
 def show_demo3(r: OutlierResult) -> None:
-    print_header("Demo 3: real activation outliers (inputs of the linears)")
-    print("Per-channel max |x| over the calibration windows, for a few layers:")
-    print_table(["layer", "input of", "largest channel", "median channel", "ratio",
-                 "largest at channel"], r.rows)
+    print_header(_("Demo 3: real activation outliers (inputs of the linears)"))
+    print(_("Per-channel max |x| over the calibration windows, for a few layers:"))
+    print_table([_("layer"), _("input of"), _("largest channel"), _("median channel"),
+                 _("ratio"), _("largest at channel")],
+                [[row[0], _(row[1])] + row[2:] for row in r.rows])
     layer, kind = llm.layer_of(r.peak["name"])
     channel, count = r.common_channel
-    detail = ", ".join(f"channel {c} ({lf * 100:.0f}% of layers, {pf * 100:.0f}% of positions)"
-                       for c, (lf, pf) in r.int8_detail.items()) or "none"
+    detail = _join(_("channel {channel} ({layers:.0f}% of layers, {positions:.0f}% of "
+                     "positions)").format(channel=c, layers=lf * 100, positions=pf * 100)
+                   for c, (lf, pf) in r.int8_detail.items()) or _("none")
+    step = r.peak["value"] / 127
     print_observations([
-        f"The largest input of any linear is {r.peak['value']:.0f} at channel "
-        f"{r.peak['channel']} of layer {layer}'s {kind}, where the median channel reaches "
-        f"{r.peak['median']:.1f}: a per-tensor INT8 scale set by it has a step of "
-        f"{r.peak['value'] / 127:.2f}, {r.peak['value'] / 127 / r.peak['median']:.1f}x the "
-        "median channel's largest value.",
-        f"Outliers live in fixed channels: channel {channel} is the largest input of the "
-        f"attention block in {count} of 30 layers (it is a dimension of the residual stream, "
-        "which every layer reads).",
-        "And on a few tokens: the largest token of a window is its first one in "
-        + ", ".join(f"{r.first_token[k] * 100:.0f}% ({INPUT_OF[k]})" for k in INPUT_OF)
-        + f" of (layer, window) pairs, against {100 / r.seq_len:.1f}% by chance. The tokens "
-        "that most often carry down_proj's largest input: "
-        + ", ".join(f"{t} ({n}x)" for t, n in r.top_tokens)
-        + ". Sun et al. (2024, 'Massive Activations in Large Language Models') find such "
-        "activations on the first token and on delimiters. Inputs straight out of an RMSNorm "
-        "(attention, MLP) are divided by each token's own RMS, so one token rarely dominates "
-        "there. Per-token scales give each token its own range.",
-        f"LLM.int8()'s outlier features (|x| >= {INT8_OUTLIER:g} in at least "
-        f"{INT8_LAYERS * 100:.0f}% of layers and {INT8_POSITIONS * 100:.0f}% of positions of the "
-        f"attention input; Dettmers et al. 2022, section 4.1): {len(r.int8_channels)} of 576 "
-        f"channels here, {detail}. Dettmers et al. report that such features become "
-        "systematic (in all layers) from about 6.7B parameters; this 135M model already has "
-        f"{len(r.int8_channels)}.",
+        _("The largest input of any linear is {value:.0f} at channel {channel} of layer "
+          "{layer}'s {kind}, where the median channel reaches {median:.1f}: a per-tensor INT8 "
+          "scale set by it has a step of {step:.2f}, {step_ratio:.1f}x the median channel's "
+          "largest value.").format(value=r.peak["value"], channel=r.peak["channel"],
+                                   layer=layer, kind=kind, median=r.peak["median"], step=step,
+                                   step_ratio=step / r.peak["median"]),
+        _("Outliers live in fixed channels: channel {channel} is the largest input of the "
+          "attention block in {count} of 30 layers (it is a dimension of the residual stream, "
+          "which every layer reads).").format(channel=channel, count=count),
+        _("And on a few tokens: the largest token of a window is its first one in {shares} of "
+          "(layer, window) pairs, against {chance:.1f}% by chance. The tokens that most often "
+          "carry down_proj's largest input: {tokens}. Sun et al. (2024, 'Massive Activations in "
+          "Large Language Models') find such activations on the first token and on delimiters. "
+          "Inputs straight out of an RMSNorm (attention, MLP) are divided by each token's own "
+          "RMS, so one token rarely dominates there. Per-token scales give each token its own "
+          "range.").format(
+            shares=_join(_("{share:.0f}% ({input})").format(share=r.first_token[k] * 100,
+                                                            input=_(INPUT_OF[k]))
+                         for k in INPUT_OF),
+            chance=100 / r.seq_len,
+            tokens=_join(_("{token} ({count}x)").format(token=t, count=n)
+                         for t, n in r.top_tokens)),
+        _("LLM.int8()'s outlier features (|x| >= {threshold:g} in at least {layers:.0f}% of "
+          "layers and {positions:.0f}% of positions of the attention input; Dettmers et al. "
+          "2022, section 4.1): {n} of 576 channels here, {detail}. Dettmers et al. report that "
+          "such features become systematic (in all layers) from about 6.7B parameters; this "
+          "135M model already has {n}.").format(
+            threshold=INT8_OUTLIER, layers=INT8_LAYERS * 100, positions=INT8_POSITIONS * 100,
+            n=len(r.int8_channels), detail=detail),
     ])
 
 
@@ -503,14 +546,14 @@ def show_demo3(r: OutlierResult) -> None:
 # Demo 4: weights and activations
 # ---------------------------------------------------------------------------------------------
 W8A8 = (  # label, weight format, activation kind, dynamic
-    ("INT8 weights, INT8 per-tensor static", llm.WeightFormat("", "int", 8), "int8", False),
-    ("INT8 weights, INT8 per-token dynamic", llm.WeightFormat("", "int", 8), "int8", True),
-    ("FP8 weights, FP8 E4M3 per-tensor static", llm.WeightFormat("", "fp8"), "fp8", False),
-    ("FP8 weights, FP8 E4M3 per-token dynamic", llm.WeightFormat("", "fp8"), "fp8", True),
+    (N_("INT8 weights, INT8 per-tensor static"), llm.WeightFormat("", "int", 8), "int8", False),
+    (N_("INT8 weights, INT8 per-token dynamic"), llm.WeightFormat("", "int", 8), "int8", True),
+    (N_("FP8 weights, FP8 E4M3 per-tensor static"), llm.WeightFormat("", "fp8"), "fp8", False),
+    (N_("FP8 weights, FP8 E4M3 per-token dynamic"), llm.WeightFormat("", "fp8"), "fp8", True),
 )
 W4A4 = (
-    ("MXFP4 weights and activations", llm.WeightFormat("", "mxfp4"), "mxfp4", True),
-    ("NVFP4 weights and activations", llm.WeightFormat("", "nvfp4"), "nvfp4", True),
+    (N_("MXFP4 weights and activations"), llm.WeightFormat("", "mxfp4"), "mxfp4", True),
+    (N_("NVFP4 weights and activations"), llm.WeightFormat("", "nvfp4"), "nvfp4", True),
 )
 
 
@@ -548,27 +591,31 @@ def demo4_weights_and_activations(lab: Lab, reference: float, outliers: OutlierR
 
 
 def show_demo4(r: ActivationResult) -> None:
-    print_header("Demo 4: weights and activations (W8A8, W4A4)")
-    say(f"Weights per channel (W8) or in their blocks (W4); the input of every decoder linear "
-        f"quantized too. Reference {r.reference:.2f}.")
-    print_table(["weights, activations", "perplexity", "x reference"], r.rows)
+    print_header(_("Demo 4: weights and activations (W8A8, W4A4)"))
+    say(_("Weights per channel (W8) or in their blocks (W4); the input of every decoder linear "
+          "quantized too. Reference {reference:.2f}.").format(reference=r.reference))
+    print_table([_("weights, activations"), _("perplexity"), _("x reference")],
+                [[_(row[0])] + row[1:] for row in r.rows])
     if not _complete(r.ppl, W8A8 + W4A4):
         return
     p = r.ppl
     int8s, int8d = p[W8A8[0][0]], p[W8A8[1][0]]
     fp8s, fp8d = p[W8A8[2][0]], p[W8A8[3][0]]
     print_observations([
-        f"INT8 with one static scale per tensor: perplexity {int8s:.1f}. In the layer of demo "
-        f"3's peak, {r.zero_fraction['static'] * 100:.0f}% of the nonzero inputs round to 0 "
-        f"(per-token scales: {r.zero_fraction['dynamic'] * 100:.1f}%). Per-token dynamic "
-        f"scales give {int8d:.2f}: the outliers now cost only their own token's precision.",
-        f"FP8 E4M3 static per tensor: {fp8s:.2f}; dynamic per token: {fp8d:.2f}. A float "
-        "format keeps relative precision over its whole range, so small values next to large "
-        "ones survive one scale; this is why FP8 inference can use per-tensor scales.",
-        f"W4A4: MXFP4 {p[W4A4[0][0]]:.2f}, NVFP4 {p[W4A4[1][0]]:.2f}. With 16 or 32 elements "
-        "per scale, an outlier spoils only its block; NVFP4's finer E4M3 scales and smaller "
-        "blocks pay off once activations are quantized too. SmoothQuant, rotations and GPTQ "
-        "(lecture 09) exist to close the remaining gap.",
+        _("INT8 with one static scale per tensor: perplexity {static:.1f}. In the layer of demo "
+          "3's peak, {zero_static:.0f}% of the nonzero inputs round to 0 (per-token scales: "
+          "{zero_dynamic:.1f}%). Per-token dynamic scales give {dynamic:.2f}: the outliers now "
+          "cost only their own token's precision.").format(
+            static=int8s, zero_static=r.zero_fraction["static"] * 100,
+            zero_dynamic=r.zero_fraction["dynamic"] * 100, dynamic=int8d),
+        _("FP8 E4M3 static per tensor: {static:.2f}; dynamic per token: {dynamic:.2f}. A float "
+          "format keeps relative precision over its whole range, so small values next to large "
+          "ones survive one scale; this is why FP8 inference can use per-tensor scales.")
+        .format(static=fp8s, dynamic=fp8d),
+        _("W4A4: MXFP4 {mxfp4:.2f}, NVFP4 {nvfp4:.2f}. With 16 or 32 elements per scale, an "
+          "outlier spoils only its block; NVFP4's finer E4M3 scales and smaller blocks pay off "
+          "once activations are quantized too. SmoothQuant, rotations and GPTQ (lecture 09) "
+          "exist to close the remaining gap.").format(mxfp4=p[W4A4[0][0]], nvfp4=p[W4A4[1][0]]),
     ])
 
 
@@ -576,11 +623,11 @@ def show_demo4(r: ActivationResult) -> None:
 # Demo 5: the KV cache
 # ---------------------------------------------------------------------------------------------
 KV = (  # label, kind, granularity
-    ("INT8, per token", "int8", "token"),
-    ("INT8, per head", "int8", "head"),
-    ("FP8 E4M3, per token", "fp8", "token"),
-    ("MXFP4 (per 32 of a token's head)", "mxfp4", "token"),
-    ("NVFP4 (per 16 of a token's head)", "nvfp4", "token"),
+    (N_("INT8, per token"), "int8", "token"),
+    (N_("INT8, per head"), "int8", "head"),
+    (N_("FP8 E4M3, per token"), "fp8", "token"),
+    (N_("MXFP4 (per 32 of a token's head)"), "mxfp4", "token"),
+    (N_("NVFP4 (per 16 of a token's head)"), "nvfp4", "token"),
 )
 
 
@@ -612,20 +659,23 @@ def demo5_kv_cache(lab: Lab, reference: float, settings=KV) -> KVResult:
 
 
 def show_demo5(r: KVResult) -> None:
-    print_header("Demo 5: the KV cache")
-    say("K and V of every layer (3 heads of 64 per token) quantized; weights float32. Bits per "
-        "element count an FP16 scale per token and head where there is one.")
-    print_table(["K and V in", "bits / element", "perplexity", "x reference"], r.rows)
+    print_header(_("Demo 5: the KV cache"))
+    say(_("K and V of every layer (3 heads of 64 per token) quantized; weights float32. Bits per "
+          "element count an FP16 scale per token and head where there is one."))
+    print_table([_("K and V in"), _("bits / element"), _("perplexity"), _("x reference")],
+                [[_(row[0])] + row[1:] for row in r.rows])
     if not _complete(r.ppl, KV):
         return
     p = r.ppl
     print_observations([
-        f"INT8 per token {p[KV[0][0]]:.2f} and FP8 {p[KV[2][0]]:.2f} against {r.reference:.2f}: "
-        "an 8-bit KV cache halves the memory of a 16-bit one for almost nothing. One INT8 "
-        f"scale per head for the whole window gives {p[KV[1][0]]:.2f}.",
-        f"Four bits: MXFP4 {p[KV[3][0]]:.2f}, NVFP4 {p[KV[4][0]]:.2f}. The cache is where long "
-        "contexts spend their memory, so 4-bit K/V is attractive; KIVI (Liu et al. 2024) "
-        "finds outliers in fixed channels of the keys and gives keys per-channel scales.",
+        _("INT8 per token {int8:.2f} and FP8 {fp8:.2f} against {reference:.2f}: an 8-bit KV "
+          "cache halves the memory of a 16-bit one for almost nothing. One INT8 scale per head "
+          "for the whole window gives {per_head:.2f}.").format(
+            int8=p[KV[0][0]], fp8=p[KV[2][0]], reference=r.reference, per_head=p[KV[1][0]]),
+        _("Four bits: MXFP4 {mxfp4:.2f}, NVFP4 {nvfp4:.2f}. The cache is where long contexts "
+          "spend their memory, so 4-bit K/V is attractive; KIVI (Liu et al. 2024) finds "
+          "outliers in fixed channels of the keys and gives keys per-channel scales.").format(
+            mxfp4=p[KV[3][0]], nvfp4=p[KV[4][0]]),
     ])
 
 
@@ -647,9 +697,9 @@ def demo6_nvfp4_vs_fp8(w: WeightOnlyResult, a: ActivationResult, kv: KVResult) -
     gap widens. "Close" depends on what is quantized, and round-to-nearest is the worst case.
     """
     pairs = {
-        "weights only": (w.ppl["FP8 E4M3, per channel"], w.ppl["NVFP4 (E2M1, E4M3 per 16)"]),
-        "weights and activations": (a.ppl[W8A8[3][0]], a.ppl[W4A4[1][0]]),
-        "KV cache only": (kv.ppl[KV[2][0]], kv.ppl[KV[4][0]]),
+        N_("weights only"): (w.ppl["FP8 E4M3, per channel"], w.ppl["NVFP4 (E2M1, E4M3 per 16)"]),
+        N_("weights and activations"): (a.ppl[W8A8[3][0]], a.ppl[W4A4[1][0]]),
+        N_("KV cache only"): (kv.ppl[KV[2][0]], kv.ppl[KV[4][0]]),
     }
     rows, gaps = [], {}
     for what, (fp8, nv) in pairs.items():
@@ -659,49 +709,56 @@ def demo6_nvfp4_vs_fp8(w: WeightOnlyResult, a: ActivationResult, kv: KVResult) -
 
 
 def show_demo6(r: ClaimResult) -> None:
-    print_header('Demo 6: "NVFP4 stays close to FP8", measured')
-    print_table(["quantized", "FP8 E4M3", "NVFP4", "NVFP4 against FP8"], r.rows)
+    print_header(_('Demo 6: "NVFP4 stays close to FP8", measured'))
+    print_table([_("quantized"), "FP8 E4M3", "NVFP4", _("NVFP4 against FP8")],
+                [[_(row[0])] + row[1:] for row in r.rows])
     g = r.gaps
-    close = [w for w in g if g[w] < CLOSE]
-    far = [w for w in g if g[w] >= CLOSE]
+    close = [_(w) for w in g if g[w] < CLOSE]
+    far = [_(w) for w in g if g[w] >= CLOSE]
     print_observations([
-        f"Weights only, NVFP4 costs {g['weights only'] * 100:.1f}% more perplexity than FP8; "
-        f"with activations too, {g['weights and activations'] * 100:.1f}%; in the KV cache "
-        f"alone, {g['KV cache only'] * 100:.1f}%.",
-        f"Within {CLOSE * 100:.0f}% of FP8: {', '.join(close) or 'none'}; not: "
-        f"{', '.join(far) or 'none'}. That is the measured version of lecture 05's sentence, "
-        "for plain round-to-nearest on a small model. The published NVFP4 results add "
-        "calibration, mixed precision and training in the format (NVIDIA, 2025); lecture 09 "
-        "adds the post-training methods.",
+        _("Weights only, NVFP4 costs {weights:.1f}% more perplexity than FP8; with activations "
+          "too, {activations:.1f}%; in the KV cache alone, {kv:.1f}%.").format(
+            weights=g["weights only"] * 100, activations=g["weights and activations"] * 100,
+            kv=g["KV cache only"] * 100),
+        _("Within {close:.0f}% of FP8: {within}; not: {beyond}. That is the measured version of "
+          "lecture 05's sentence, for plain round-to-nearest on a small model. The published "
+          "NVFP4 results add calibration, mixed precision and training in the format (NVIDIA, "
+          "2025); lecture 09 adds the post-training methods.").format(
+            close=CLOSE * 100, within=_join(close) or _("none"),
+            beyond=_join(far) or _("none")),
     ])
 
 
 # ---------------------------------------------------------------------------------------------
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="Lecture 08: a real language model in low "
-                                     "precision.")
+    parser = argparse.ArgumentParser(description=_("Lecture 08: a real language model in low "
+                                                   "precision."))
     parser.add_argument("--quick", action="store_true",
-                        help="a smaller text sample: 2 windows of 256 tokens (about 4x faster)")
+                        help=_("a smaller text sample: 2 windows of 256 tokens (about 4x "
+                               "faster)"))
     return parser.parse_args(argv)
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
     workload = QUICK if args.quick else FULL
-    print_title("Lecture 08: a real language model in low precision", [
-        "SmolLM2-135M-Instruct, quantized with numfmt, scored by perplexity on CPython's "
-        "language reference. Six demos: the model and its Q4_1 origin; weight-only formats; "
-        "real activation outliers; W8A8 and W4A4; the KV cache; NVFP4 against FP8.",
-        f"Each perplexity scores {workload.n_eval} windows of {workload.seq_len} tokens"
-        + (" (--quick)." if args.quick else ".")
-        + " Lower is better; the float32 model is the reference. Round-to-nearest throughout.",
+    windows = (_("Each perplexity scores {n} windows of {seq_len} tokens (--quick). Lower is "
+                 "better; the float32 model is the reference. Round-to-nearest throughout.")
+               if args.quick else
+               _("Each perplexity scores {n} windows of {seq_len} tokens. Lower is better; the "
+                 "float32 model is the reference. Round-to-nearest throughout."))
+    print_title(_("Lecture 08: a real language model in low precision"), [
+        _("SmolLM2-135M-Instruct, quantized with numfmt, scored by perplexity on CPython's "
+          "language reference. Six demos: the model and its Q4_1 origin; weight-only formats; "
+          "real activation outliers; W8A8 and W4A4; the KV cache; NVFP4 against FP8."),
+        windows.format(n=workload.n_eval, seq_len=workload.seq_len),
     ])
     try:
         lab = open_lab(workload)
     except llm.ModelUnavailableError as err:
         sys.exit(f"\n{err}")
     from tqdm import tqdm
-    with tqdm(total=evaluations(workload), desc="perplexities", leave=False,
+    with tqdm(total=evaluations(workload), desc=_("perplexities"), leave=False,
               disable=not sys.stderr.isatty()) as bar:
         lab.progress = bar
         model = demo1_model(lab)

