@@ -47,8 +47,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from console import (OBSERVATIONS_WIDTH, _wrap, print_header, print_observations, print_table,
-                     print_title, run_lecture)
+from console import (OBSERVATIONS_WIDTH, print_header, print_observations, print_paragraph,
+                     print_table, print_title, run_lecture)
 from console.i18n import N_, current_language
 from lectures import llm
 from lectures.i18n import domain
@@ -91,7 +91,7 @@ def say(text: str) -> None:
     if current_language() == "en":
         print(textwrap.fill(text, OBSERVATIONS_WIDTH))
     else:
-        print("\n".join(_wrap(text, OBSERVATIONS_WIDTH)))
+        print_paragraph(text, width=OBSERVATIONS_WIDTH)
 
 
 @dataclass(frozen=True)
