@@ -27,13 +27,12 @@ How to read the output
     relative, ‖Ŵ − W‖/‖W‖ and ‖X(Ŵ − W)ᵀ‖/‖XWᵀ‖, in percent. "What to notice" closes each demo.
 
 Run
-    python lectures/09_ptq_algorithms.py       (demo 1 alone: --synthetic)
-    Demo 1 takes about 10 s. The real-model demos run 6 sequential GPTQ and 3 AWQ
-    calibrations and about 25 perplexity evaluations (a tqdm bar on stderr shows progress);
-    on the shared, loaded 2-core machine this was written on, one GPTQ calibration took about
-    3 minutes and one evaluation 30-60 s, so the whole run took far longer than its 5-minute
-    target, which remains to be measured on an idle machine. Without the model package,
-    demos 2-6 print how to install it.
+    python lectures/09_ptq_algorithms.py       (demo 1 alone: --synthetic; --quick: 2 windows
+                                                of 256 tokens and two settings, the tests')
+    Demo 1 takes about 10 s. The real-model demos run 6 sequential GPTQ calibrations, one
+    AWQ pass for its 3 settings and 20 perplexity evaluations (a tqdm bar on stderr shows
+    progress); the groups of linears of each layer are quantized on torch's threads. Without
+    the model package, demos 2-6 print how to install it.
 """
 
 from __future__ import annotations
@@ -847,7 +846,7 @@ def demo6_summary(m: Model, g: GPTQRealResult, a: AWQRealResult) -> list:
             "GPTQ": f"{n} tokens, Hessians, sequential",
             "GPTQ-act": f"{n} tokens, as GPTQ, by diag H"}
     rows = [["float32 (reference)", "32", f"{m.reference_ppl:.2f}", "—"]]
-    for bits, group in GPTQ_SETTINGS:
+    for bits, group in m.workload.settings:
         for method in ("RTN", "AWQ", "GPTQ", "GPTQ-act"):
             v = g.ppl.get((method, bits, group), a.ppl.get((method, bits, group)))
             rows.append([f"{method} INT{bits} g{group}", f"{bits_per_weight(m, bits, group):.3f}",
