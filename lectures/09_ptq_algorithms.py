@@ -30,7 +30,7 @@ Run
     python lectures/09_ptq_algorithms.py       (demo 1 alone: --synthetic; --quick: 2 windows
                                                 of 256 tokens and two settings, the tests')
     Demo 1 takes about 10 s. The real-model demos run 6 sequential GPTQ calibrations, one
-    AWQ pass for its 3 settings and 20 perplexity evaluations (a tqdm bar on stderr shows
+    AWQ pass for its 3 settings and 24 perplexity evaluations (a tqdm bar on stderr shows
     progress); the groups of linears of each layer are quantized on torch's threads. Without
     the model package, demos 2-6 print how to install it.
 """
