@@ -27,13 +27,12 @@ How to read the output
     relative, ‖Ŵ − W‖/‖W‖ and ‖X(Ŵ − W)ᵀ‖/‖XWᵀ‖, in percent. "What to notice" closes each demo.
 
 Run
-    python lectures/09_ptq_algorithms.py       (demo 1 alone: --synthetic)
-    Demo 1 takes about 10 s. The real-model demos run 6 sequential GPTQ and 3 AWQ
-    calibrations and about 25 perplexity evaluations (a tqdm bar on stderr shows progress);
-    on the shared, loaded 2-core machine this was written on, one GPTQ calibration took about
-    3 minutes and one evaluation 30-60 s, so the whole run took far longer than its 5-minute
-    target, which remains to be measured on an idle machine. Without the model package,
-    demos 2-6 print how to install it.
+    python lectures/09_ptq_algorithms.py       (demo 1 alone: --synthetic; --quick: 2 windows
+                                                of 256 tokens and two settings, the tests')
+    Demo 1 takes about 10 s. The real-model demos run 6 sequential GPTQ calibrations, one
+    AWQ pass for its 3 settings and 24 perplexity evaluations (a tqdm bar on stderr shows
+    progress); the groups of linears of each layer are quantized on torch's threads. Without
+    the model package, demos 2-6 print how to install it.
 """
 
 from __future__ import annotations
@@ -232,14 +231,31 @@ GPTQ_SETTINGS = ((4, 128), (3, 128), (3, 32))   # (bits, group size), asymmetric
 ZERO_BITS_STORED = True      # GPTQ storage: an FP16 scale and a b-bit zero point per group
 
 
+@dataclass(frozen=True)
+class Workload:
+    """How much text the real-model demos read, and which weight settings demos 2-3 run."""
+
+    n_eval: int = N_EVAL          # evaluation windows
+    n_calib: int = N_CALIB        # calibration windows
+    seq_len: int = 512            # tokens per window
+    settings: tuple = GPTQ_SETTINGS
+
+
+FULL = Workload()
+#: The tests' workload (``--quick``): the same code on 4x fewer tokens and the first two
+#: settings (INT4 g128 against INT3 g128 still shows where GPTQ gains most).
+QUICK = Workload(n_eval=2, n_calib=2, seq_len=256, settings=GPTQ_SETTINGS[:2])
+
+
 @dataclass
 class Model:
     """The loaded reference model with its fixed windows (see lectures/llm)."""
 
     ck: object               # lectures.llm.Checkpoint
-    eval_windows: np.ndarray  # (N_EVAL, 512) token ids
-    calib_windows: np.ndarray  # (N_CALIB, 512) token ids
+    eval_windows: np.ndarray  # (n_eval, seq_len) token ids
+    calib_windows: np.ndarray  # (n_calib, seq_len) token ids
     reference_ppl: float
+    workload: Workload = FULL
 
 
 def harness():
@@ -248,14 +264,16 @@ def harness():
     return llm
 
 
-def load_model(ck=None) -> Model:
+def load_model(ck=None, workload: Workload = FULL) -> Model:
     """SmolLM2-135M through the harness (``ck``: an already loaded lectures.llm.Checkpoint),
-    with its evaluation and calibration windows and its reference perplexity."""
+    with the evaluation and calibration windows of ``workload`` and its reference perplexity."""
     llm = harness()
     ck = llm.load_checkpoint() if ck is None else ck
     tokens = llm.corpus_tokens(ck.tokenizer)
-    ev, cal = llm.eval_windows(tokens, N_EVAL), llm.calibration_windows(tokens, N_CALIB)
-    return Model(ck, ev, cal, llm.perplexity(ck.model, ev))
+    w = workload
+    ev = llm.eval_windows(tokens, w.n_eval, w.seq_len)
+    cal = llm.calibration_windows(tokens, w.n_calib, w.seq_len)
+    return Model(ck, ev, cal, llm.perplexity(ck.model, ev), w)
 
 
 def ppl(m: Model, weights: dict | None = None, inputs=None) -> float:
@@ -318,60 +336,103 @@ def _first_layer_inputs(model, windows) -> list:
     return seen
 
 
+def workers() -> int:
+    """Threads that quantize a layer's groups of linears at once: torch's thread count (the
+    cores it uses). numpy releases the GIL inside its array operations, and every group is
+    independent, so the results do not depend on it."""
+    import torch
+    return max(1, torch.get_num_threads())
+
+
+def _quantize_groups(tasks: dict) -> dict:
+    """Run ``tasks`` (key -> (callable, weight, inputs)) on :func:`workers` threads, largest
+    weight first (the MLP's 3072 × 576 gate/up stack balances the rest of a layer); returns
+    key -> what the callable returned, in the order of ``tasks``."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    order = sorted(tasks, key=lambda k: -tasks[k][1].size)
+    with one_blas_thread(), ThreadPoolExecutor(max_workers=workers()) as pool:
+        futures = {k: pool.submit(tasks[k][0], tasks[k][1], tasks[k][2]) for k in order}
+        return {k: futures[k].result() for k in tasks}
+
+
 def calibrate_layers(m: Model, quantize_group, sequential: bool = True, desc: str = "layers",
-                     windows=None) -> dict:
+                     windows=None, results: dict | None = None) -> dict:
     """Quantize the decoder layer by layer on the calibration windows.
 
     For each layer in order: run the calibration tokens through it, recording the input of each
     group of linears that read one tensor (``INPUT_GROUPS``, float64 (tokens, in)); call
     ``quantize_group(weight, x)`` with the group's weights stacked by rows (out_total, in)
-    and its inputs, which returns the new stacked weight; and, when ``sequential``, compute the
-    next layer's inputs with this layer already quantized (GPTQ's sequential calibration:
-    later layers see, and compensate, the errors of earlier ones). Otherwise they come from the
-    float layer. Returns name -> new weight for every decoder linear; the model is unchanged.
+    and its inputs, which returns the new stacked weight (an array, or a result with a
+    ``weight`` field, such as numfmt.ptq's); and, when ``sequential``, compute the next layer's
+    inputs with this layer already quantized (GPTQ's sequential calibration: later layers see,
+    and compensate, the errors of earlier ones). Otherwise they come from the float layer, and
+    ``quantize_group`` may be a dict key -> callable: every callable then sees the same inputs
+    from one pass, and the return value is key -> (name -> weight).
+
+    The groups of a layer are quantized on :func:`workers` threads. Returns name -> new weight
+    for every decoder linear; ``results``, if given, receives (key,) layer index, group name
+    -> what each call returned; the model is unchanged.
     """
     import torch
+    many = isinstance(quantize_group, dict)
+    if many and sequential:
+        raise ValueError("several quantizers share one pass only without sequential "
+                         "calibration (each would need its own quantized layers)")
+    quantizers = quantize_group if many else {None: quantize_group}
     model = m.ck.model
     states = _first_layer_inputs(model, m.calib_windows if windows is None else windows)
-    new = {}
+    new = {k: {} for k in quantizers}
     layers = model.model.layers
+    last_group = next(reversed(INPUT_GROUPS))
     for li in progress(range(len(layers)), desc):
         layer = layers[li]
         seen = {g: [] for g in INPUT_GROUPS}
+
         def record(g):
             def hook(module, args):
                 x = args[0].detach()
                 seen[g].append(x.reshape(-1, x.shape[-1]).double().cpu().numpy())
+                if sequential and g == last_group:
+                    raise _Stop       # this pass's outputs are not needed: stop before down_proj
             return hook
 
         hooks = [layer.get_submodule(names[0]).register_forward_pre_hook(record(g))
                  for g, names in INPUT_GROUPS.items()]
+        outs = []
         with torch.inference_mode():
             try:
-                outs = [layer(h, **kw) for h, kw in states]
+                for h, kw in states:
+                    with contextlib.suppress(_Stop):
+                        outs.append(layer(h, **kw))
             finally:
                 for hk in hooks:
                     hk.remove()
+        mods = {g: [layer.get_submodule(n) for n in names] for g, names in INPUT_GROUPS.items()}
+        ws = {g: [mod.weight.detach().double().cpu().numpy() for mod in mods[g]]
+              for g in INPUT_GROUPS}
+        done = _quantize_groups({(k, g): (q, np.concatenate(ws[g]), np.concatenate(seen[g]))
+                                 for k, q in quantizers.items() for g in INPUT_GROUPS})
         saved = {}
-        for g, names in INPUT_GROUPS.items():
-            mods = [layer.get_submodule(n) for n in names]
-            ws = [mod.weight.detach().double().cpu().numpy() for mod in mods]
-            with one_blas_thread():
-                stacked = quantize_group(np.concatenate(ws), np.concatenate(seen[g]))
-            bounds = np.cumsum([0] + [w.shape[0] for w in ws])
-            for n, mod, a, b in zip(names, mods, bounds[:-1], bounds[1:]):
-                new[f"model.layers.{li}.{n}"] = stacked[a:b]
+        for (k, g), r in done.items():
+            if results is not None:
+                results[(k, li, g) if many else (li, g)] = r
+            stacked = getattr(r, "weight", r)
+            bounds = np.cumsum([0] + [w.shape[0] for w in ws[g]])
+            for n, mod, a, b in zip(INPUT_GROUPS[g], mods[g], bounds[:-1], bounds[1:]):
+                new[k][f"model.layers.{li}.{n}"] = stacked[a:b]
                 if sequential:
                     saved[n] = mod.weight.data
                     mod.weight.data = torch.as_tensor(stacked[a:b], dtype=mod.weight.dtype,
                                                       device=mod.weight.device)
         if sequential:
-            with torch.inference_mode():
-                outs = [layer(h, **kw) for h, kw in states]
+            if li + 1 < len(layers):          # the last layer's outputs feed nothing here
+                with torch.inference_mode():
+                    outs = [layer(h, **kw) for h, kw in states]
             for n, data in saved.items():
                 layer.get_submodule(n).weight.data = data
         states = [(o, kw) for o, (_, kw) in zip(outs, states)]
-    return new
+    return new if many else new[None]
 
 
 def weight_rtn(w: np.ndarray, bits: int, group: int) -> np.ndarray:
@@ -380,9 +441,17 @@ def weight_rtn(w: np.ndarray, bits: int, group: int) -> np.ndarray:
     return rtn(w, bits, group, symmetric=False, partial_last_group=True).weight
 
 
+def map_weights(f, weights: dict) -> dict:
+    """``{name: f(name, w)}`` over a dict of weights, on :func:`workers` threads (every
+    weight is independent; the order of ``weights`` is kept)."""
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(max_workers=workers()) as pool:
+        return dict(zip(weights, pool.map(f, weights, weights.values())))
+
+
 def rtn_weights(m: Model, bits: int, group: int) -> dict:
     """Every decoder linear quantized by :func:`weight_rtn`."""
-    return {n: weight_rtn(w, bits, group) for n, w in float_weights(m).items()}
+    return map_weights(lambda n, w: weight_rtn(w, bits, group), float_weights(m))
 
 
 def bits_per_weight(m: Model, bits: int, group: int) -> float:
@@ -406,10 +475,11 @@ class GPTQRealResult:
     weights: dict = field(default_factory=dict, repr=False)  # first setting, act-order only
 
 
-def demo2_gptq(m: Model, settings=GPTQ_SETTINGS) -> GPTQRealResult:
+def demo2_gptq(m: Model, settings=None) -> GPTQRealResult:
     """GPTQ (asymmetric, damp 0.01, lazy batches of 128) against RTN on every decoder linear,
     calibrated sequentially layer by layer on 2048 tokens. Notice how much more GPTQ buys at 3
     bits than at 4, and what act-order adds."""
+    settings = m.workload.settings if settings is None else settings
     out, weights, rows = {}, {}, []
     for bits, group in settings:
         rtn = rtn_weights(m, bits, group)
@@ -480,27 +550,32 @@ class AWQRealResult:
 
 
 def demo3_awq(m: Model, gptq_result: GPTQRealResult | None = None,
-              settings=GPTQ_SETTINGS) -> AWQRealResult:
+              settings=None) -> AWQRealResult:
     """AWQ: per-input-channel scales s = mean|x|^α, α on a grid of 10, folded into the layer
     (the weight becomes Q(W·s)/s), then its clip search; calibrated on the float model's
     inputs (AWQ is not sequential). Notice how much a search over scales alone recovers."""
+    settings = m.workload.settings if settings is None else settings
+
+    def search(bits, group):
+        def q(w, x):
+            r = awq_search(w, x[:AWQ_TOKENS], lambda v: weight_rtn(v, bits, group),
+                           grid=AWQ_GRID, clip_search=True, group_size=group)
+            # float32, as the model will hold it: the settings' weights live at once
+            return r._replace(weight=r.weight.astype(np.float32))
+        return q
+
+    # AWQ calibrates on the float model's inputs: one pass serves every setting, and only the
+    # windows that hold its AWQ_TOKENS tokens need to run
+    found = {}
+    new = calibrate_layers(m, {s: search(*s) for s in settings}, sequential=False,
+                           desc="AWQ " + ", ".join(f"INT{b} g{g}" for b, g in settings),
+                           windows=m.calib_windows[:-(-AWQ_TOKENS // m.calib_windows.shape[1])],
+                           results=found)
     out, alphas, rows = {}, {}, []
     for bits, group in settings:
-        def quant(w, bits=bits, group=group):
-            return weight_rtn(w, bits, group)
-
-        chosen = []
-
-        def q(w, x, group=group, chosen=chosen, quant=quant):
-            r = awq_search(w, x[:AWQ_TOKENS], quant, grid=AWQ_GRID, clip_search=True,
-                           group_size=group)
-            chosen.append(r.alpha)
-            return r.weight
-
         key = ("AWQ", bits, group)
-        out[key] = ppl(m, calibrate_layers(m, q, sequential=False,
-                                           desc=f"AWQ INT{bits} g{group}"))
-        alphas[key] = chosen
+        out[key] = ppl(m, new[(bits, group)])
+        alphas[key] = [r.alpha for (k, _, _), r in found.items() if k == (bits, group)]
         rtn = gptq_result.ppl[("RTN", bits, group)] if gptq_result else ppl(
             m, rtn_weights(m, bits, group))
         out[("RTN", bits, group)] = rtn
@@ -589,8 +664,8 @@ def w8a8_smoothquant(m: Model, stats: dict, weights: dict, alpha: float | None) 
     scales = {} if alpha is None else _smoothing_scales(m, stats, weights, alpha)
     one = {n: np.ones(w.shape[1]) for n, w in weights.items()}
     s = {**one, **scales}
-    wq = {n: quantize_int(w * s[n], 8, granularity="channel").values / s[n]
-          for n, w in weights.items()}
+    wq = map_weights(lambda n, w: quantize_int(w * s[n], 8, granularity="channel").values / s[n],
+                     weights)
 
     def act(x, name):
         return _per_tensor(np.asarray(x, np.float64) / s[name]) * s[name]
@@ -622,14 +697,23 @@ def w4a4(m: Model, weights: dict, rotated: bool, group: int = 32) -> float:
     quantized layer computes Q(x·H)·Q(W·H)ᵀ, equal to x·Wᵀ before rounding."""
     import torch
     wq = {}
-    for n, w in weights.items():
-        h = hadamard(w.shape[1])
+    # the linears of one kind (q_proj, ..., down_proj) across all layers, stacked by rows:
+    # one fused rotation (and one orthogonality check of H) per kind instead of per linear;
+    # rows are independent, so each weight comes out as it would alone
+    kinds = {}
+    for n in weights:
+        kinds.setdefault(harness().layer_of(n)[1], []).append(n)
+    for names in kinds.values():
+        w = np.concatenate([weights[n] for n in names])
+        h = hadamard(w.shape[1]) if rotated else None
         wr = fuse_rotation(w, h) if rotated else w
         # the harness multiplies its input by the weight it holds: hand it Q(W·H)·Hᵀ and the
         # activations Q(x·H)·Hᵀ, whose product is Q(x·H)·Q(W·H)ᵀ
-        wq[n] = quantize_int(wr, 4, True, "group", group).values
+        q = quantize_int(wr, 4, True, "group", group).values
         if rotated:
-            wq[n] = wq[n] @ h.T
+            q = q @ h.T
+        bounds = np.cumsum([0] + [weights[n].shape[0] for n in names])
+        wq.update({n: q[a:b] for n, a, b in zip(names, bounds[:-1], bounds[1:])})
 
     def act(x, name):
         xr = rotate(x, x.shape[-1]) if rotated else x
@@ -655,8 +739,13 @@ def demo4_activations(m: Model) -> ActivationResult:
 
     llm = harness()
     last = f"model.layers.{len(m.ck.model.model.layers) - 1}.mlp.down_proj"
-    x = llm.capture_linear_inputs(m.ck.model, m.calib_windows[:1], [last],
-                                  keep_inputs=True)[last].inputs.astype(np.float64)
+    # one pass over the first calibration window for the last down_proj and the table's
+    # linears (the last down_proj is among them)
+    inputs = llm.capture_linear_inputs(m.ck.model, m.calib_windows[:1],
+                                       [f"model.layers.{li}.{n}" for li in (0, 15, 29)
+                                        for n in ("self_attn.q_proj", "mlp.down_proj")],
+                                       keep_inputs=True)
+    x = inputs[last].inputs.astype(np.float64)
     before = np.abs(x).max(axis=0)
     after = np.abs(x @ hadamard(x.shape[1])).max(axis=0)
     outlier = {"name": last, "before_max": float(before.max()),
@@ -664,10 +753,6 @@ def demo4_activations(m: Model) -> ActivationResult:
                "after_median": float(np.median(after))}
 
     int8_rows, n_float, n_all = [], 0, 0
-    inputs = llm.capture_linear_inputs(m.ck.model, m.calib_windows[:1],
-                                       [f"model.layers.{li}.{n}" for li in (0, 15, 29)
-                                        for n in ("self_attn.q_proj", "mlp.down_proj")],
-                                       keep_inputs=True)
     for n, s in inputs.items():
         xs, w = s.inputs.astype(np.float64), weights[n]
         r = llm_int8_matmul(xs, w)
@@ -745,13 +830,18 @@ def _clip(method: str, x: np.ndarray) -> float:
     return calibrate_kl(x, 8, bins=1024)
 
 
-def demo5_calibration(m: Model, tokens: int = 512) -> CalibrationResult:
+def demo5_calibration(m: Model, tokens: int = 512,
+                      dynamic_per_tensor: float | None = None) -> CalibrationResult:
     """W8A8 with static per-tensor activation scales fixed on calibration tokens by four
     calibrators, against dynamic scales computed on every batch. Notice what cutting the
-    tail buys a per-tensor scale, and what per-token scales buy without any calibration."""
+    tail buys a per-tensor scale, and what per-token scales buy without any calibration.
+
+    ``dynamic_per_tensor``: the perplexity with dynamic per-tensor scales when already
+    measured: demo 4's W8A8 without smoothing is that very model (s = 1 leaves its weights
+    and activations bit for bit as here)."""
     llm = harness()
     weights = float_weights(m)
-    wq = {n: quantize_int(w, 8, granularity="channel").values for n, w in weights.items()}
+    wq = map_weights(lambda n, w: quantize_int(w, 8, granularity="channel").values, weights)
     names = [n for n in weights if any(n.endswith(ns[0]) for ns in INPUT_GROUPS.values())]
     caps = llm.capture_linear_inputs(m.ck.model, m.calib_windows[:max(1, tokens // 512)],
                                      names, keep_inputs=True)
@@ -767,7 +857,8 @@ def demo5_calibration(m: Model, tokens: int = 512) -> CalibrationResult:
             return np.clip(np.rint(np.asarray(x, np.float64) / scale), -127, 127) * scale
 
         out[method] = ppl(m, wq, act)
-    out["dynamic per-tensor"] = ppl(m, wq, lambda x, n: _per_tensor(x))
+    out["dynamic per-tensor"] = (ppl(m, wq, lambda x, n: _per_tensor(x))
+                                 if dynamic_per_tensor is None else dynamic_per_tensor)
     out["dynamic per-token"] = ppl(m, wq, lambda x, n: _per_token(x, 8))
     rows = [[k, v] for k, v in out.items()]
     return CalibrationResult(rows, out, ratio, int(caps[names[0]].n_tokens))
@@ -810,7 +901,7 @@ def demo6_summary(m: Model, g: GPTQRealResult, a: AWQRealResult) -> list:
             "GPTQ": f"{n} tokens, Hessians, sequential",
             "GPTQ-act": f"{n} tokens, as GPTQ, by diag H"}
     rows = [["float32 (reference)", "32", f"{m.reference_ppl:.2f}", "—"]]
-    for bits, group in GPTQ_SETTINGS:
+    for bits, group in m.workload.settings:
         for method in ("RTN", "AWQ", "GPTQ", "GPTQ-act"):
             v = g.ppl.get((method, bits, group), a.ppl.get((method, bits, group)))
             rows.append([f"{method} INT{bits} g{group}", f"{bits_per_weight(m, bits, group):.3f}",
@@ -831,7 +922,7 @@ def show_demo6(rows: list) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-def real_model_demos() -> None:
+def real_model_demos(workload: Workload = FULL) -> None:
     try:
         llm = harness()
     except ImportError as e:
@@ -840,7 +931,7 @@ def real_model_demos() -> None:
             error=e, command='pip install -e ".[model]"'))
         return
     try:
-        m = load_model()
+        m = load_model(workload=workload)
     except llm.ModelUnavailableError as e:   # its message names the install command
         print_header(_("Demos 2-6: the real model"))
         print(_("Skipped: {error}").format(error=e))
@@ -849,8 +940,9 @@ def real_model_demos() -> None:
     show_demo2(g)
     a = demo3_awq(m, g)
     show_demo3(a)
-    show_demo4(demo4_activations(m))
-    show_demo5(demo5_calibration(m))
+    d4 = demo4_activations(m)
+    show_demo4(d4)
+    show_demo5(demo5_calibration(m, dynamic_per_tensor=d4.smooth_ppl[None]))
     show_demo6(demo6_summary(m, g, a))
 
 
@@ -866,7 +958,7 @@ def main(argv=None) -> None:
     ])
     show_demo1(demo1_output_error())
     if "--synthetic" not in args:
-        real_model_demos()
+        real_model_demos(QUICK if "--quick" in args else FULL)
 
 
 if __name__ == "__main__":

@@ -123,8 +123,10 @@ def test_hadamard_factors_are_the_kronecker_form():
 # ------------------------------------------------------------------------ the real model
 @pytest.fixture(scope="module")
 def model(checkpoint):
-    """Lecture 09's model bundle around conftest's once-per-session checkpoint (or its skip)."""
-    return L.load_model(checkpoint)
+    """Lecture 09's model bundle around conftest's once-per-session checkpoint (or its skip),
+    on the lecture's --quick workload: the same code on 2 windows of 256 tokens for evaluation
+    and calibration, and the first two weight settings (INT4 g128, INT3 g128)."""
+    return L.load_model(checkpoint, L.QUICK)
 
 
 @pytest.fixture(scope="module")
@@ -143,14 +145,16 @@ def d4(model):
 
 
 @pytest.fixture(scope="module")
-def d5(model):
-    return L.demo5_calibration(model)
+def d5(model, d4):
+    return L.demo5_calibration(model, dynamic_per_tensor=d4.smooth_ppl[None])
 
 
 @pytest.mark.slow
 def test_demo2_gptq_beats_rtn_more_at_three_bits(d2):
     gains = {}
-    for bits, group in L.GPTQ_SETTINGS:
+    settings = L.QUICK.settings
+    assert (4, 128) in settings and (3, 128) in settings
+    for bits, group in settings:
         rtn = d2.ppl[("RTN", bits, group)]
         # the issue's probe (act-order, float-model Hessians): 20.3 -> 17.4, 78.1 -> 42.8,
         # 31.7 -> 24.1; sequential calibration must not lose that
@@ -159,9 +163,9 @@ def test_demo2_gptq_beats_rtn_more_at_three_bits(d2):
     assert gains[(3, 128)] > gains[(4, 128)]       # printed: the gain is largest at 3 bits
     assert max(gains, key=gains.get)[0] == 3
     c = L.gptq_counts(d2)
-    assert c["act"] == len(L.GPTQ_SETTINGS)
+    assert c["act"] == len(settings)
     assert c["plain"] == sum(d2.ppl[("GPTQ", b, g)] < d2.ppl[("RTN", b, g)]
-                             for b, g in L.GPTQ_SETTINGS)
+                             for b, g in settings)
     assert all(d2.ppl[k] > d2.reference for k in d2.ppl)
     assert_fits(printed(L.show_demo2, d2))
 
@@ -225,16 +229,26 @@ def test_demo5_claims(d5):
     # printed: the calibrator that clips hardest is the worst (massive activations are signal)
     hardest = min(d5.clip_ratio, key=d5.clip_ratio.get)
     assert max(static, key=static.get) == hardest
-    assert d5.tokens == 512
+    assert d5.tokens == 512                    # 2 windows of 256 in the quick workload
     assert d5.clip_ratio["min-max"] == 1.0
     assert all(0.0 < r <= 1.0 for r in d5.clip_ratio.values())
     assert_fits(printed(L.show_demo5, d5))
 
 
 @pytest.mark.slow
+def test_demo5_reuses_demo4s_w8a8_exactly(model, d4, d5):
+    # demo 4's W8A8 without smoothing (s = 1) is demo 5's dynamic per-tensor model: measured
+    # here the way demo 5 measured it on its own
+    weights = L.float_weights(model)
+    wq = {n: L.quantize_int(w, 8, granularity="channel").values for n, w in weights.items()}
+    assert L.ppl(model, wq, lambda x, n: L._per_tensor(x)) == d5.ppl["dynamic per-tensor"]
+    assert d5.ppl["dynamic per-tensor"] == d4.smooth_ppl[None]
+
+
+@pytest.mark.slow
 def test_demo6_summary(model, d2, d3):
     rows = L.demo6_summary(model, d2, d3)
-    assert len(rows) == 1 + 4 * len(L.GPTQ_SETTINGS)
+    assert len(rows) == 1 + 4 * len(model.workload.settings)
     # bits per weight by hand: 4 + 20 / 128 on 1536-input linears, 4 groups + 1 of 64 on 576
     bpw = float(next(r for r in rows if r[0] == "RTN INT4 g128")[1])
     assert 4 + 20 / 128 < bpw < 4 + 5 * 20 / 576

@@ -102,6 +102,22 @@ def test_gptq_partial_last_group(symmetric, act_order):
         gptq(w, h, 3, 12)
 
 
+@pytest.mark.parametrize("symmetric,act_order", [(True, True), (False, False)])
+def test_gptq_groups_across_inner_batches(symmetric, act_order):
+    # 70 columns, groups of 12 (the last of 10), lazy batches of 37 and 128: groups start
+    # inside numfmt's inner batches of SUB_BLOCK = 16 columns, run across their ends and
+    # across the ends of lazy batches; every layout must be the column-at-a-time OBS result
+    from numfmt.ptq import gptq_algorithm
+    assert gptq_algorithm.SUB_BLOCK == 16
+    w, x = correlated_problem(3, rows=8, cols=70, n=512)
+    h = hessian(x)
+    expect = reference_gptq(w, h, 3, 12, symmetric, act_order, 0.01)
+    for block_size in (1, 37, 128):
+        got = gptq(w, h, 3, 12, symmetric, act_order, block_size=block_size,
+                   partial_last_group=True)
+        np.testing.assert_allclose(got.weight, expect, rtol=1e-9, atol=1e-15)
+
+
 @pytest.mark.parametrize("symmetric", [True, False])
 @pytest.mark.parametrize("group", [None, 16, 24])
 def test_rtn_is_gptq_with_a_diagonal_hessian(symmetric, group):

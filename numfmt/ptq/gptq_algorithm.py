@@ -37,6 +37,10 @@ from ._checks import as_matrix, check_bool, check_positive_int
 
 __all__ = ["GPTQResult", "gptq", "hessian", "rtn"]
 
+#: Columns whose rank-1 updates are applied one by one inside a lazy batch (an inner batch;
+#: any value gives the same result up to float rounding, as ``block_size`` does).
+SUB_BLOCK = 16
+
 #: Relative asymmetry |H - H^T| / max|H| accepted as float rounding of a symmetric matrix.
 SYMMETRY_RTOL = 1e-8
 
@@ -180,7 +184,9 @@ def gptq(weight, hessian, bits: int = 4, group_size: int | None = None, symmetri
         Adds ``damp * mean(diag(H))`` to the diagonal (the reference's ``percdamp``).
     block_size : int > 0, default 128
         Columns per lazy batch. Any value gives the column-at-a-time result up to float
-        rounding; it changes only the speed.
+        rounding; it changes only the speed. Inside a batch the rank-1 updates stay within
+        inner batches of :data:`SUB_BLOCK` columns (of ``min(SUB_BLOCK, block_size)``; so
+        ``block_size=1`` is column-at-a-time throughout).
     partial_last_group : bool, default False
         Accept a ``group_size`` that does not divide ``in``: the last group (in quantization
         order) holds the ``in % group_size`` remaining columns, as in the reference
@@ -251,32 +257,44 @@ def gptq(weight, hessian, bits: int = 4, group_size: int | None = None, symmetri
     codes = np.empty((cols, rows))
     deq = np.empty((cols, rows))
     err = np.empty((cols, rows))
+    # Two levels of lazy batches: the rank-1 updates stay inside SUB_BLOCK columns, and each
+    # sub-block's errors reach the rest of its block, and each block's the later columns, as
+    # one matrix product. Rank-1 updates are memory-bound; the products run at BLAS speed.
+    sub = min(SUB_BLOCK, block_size)
+    buf = np.empty((sub, rows))
     for i1 in range(0, cols, block_size):
         i2 = min(i1 + block_size, cols)
-        w1 = wt[i1:i2]                                     # (B, out) view: the current block
-        u1 = u[i1:i2, i1:i2]
-        for i in range(i2 - i1):
-            j = i1 + i
-            if j % group == 0:
-                if group_size is None:
-                    s, z = row_scale[:, 0], row_zero[:, 0]
-                else:
-                    s, z = _group_params(wt, err, u, i1, i2, j, group, bits, symmetric)
-                scales[:, j // group], zeros[:, j // group] = s, z
-            # numfmt.quantize_int's steps, in its order, so a diagonal H reproduces RTN bits
-            q = codes[j]
-            np.divide(w1[i], s, out=q)
-            np.rint(q, out=q)
-            q += z
-            np.clip(q, qmin, qmax, out=q)
-            d = deq[j]
-            np.subtract(q, z, out=d)
-            d *= s
-            e = err[j]
-            np.subtract(w1[i], d, out=e)
-            e /= u1[i, i]
-            if i + 1 < i2 - i1:
-                w1[i + 1:] -= u1[i, i + 1:, None] * e[None, :]
+        for j1 in range(i1, i2, sub):
+            j2 = min(j1 + sub, i2)
+            w1 = wt[j1:j2]                                 # (b, out) view: the sub-block
+            u1 = u[j1:j2, j1:j2]
+            for i in range(j2 - j1):
+                j = j1 + i
+                if j % group == 0:
+                    if group_size is None:
+                        s, z = row_scale[:, 0], row_zero[:, 0]
+                    else:
+                        s, z = _group_params(wt, err, u, (i1, i2), (j1, j2), j, group, bits,
+                                             symmetric)
+                    scales[:, j // group], zeros[:, j // group] = s, z
+                # numfmt.quantize_int's steps, in its order, so a diagonal H reproduces RTN
+                q = codes[j]
+                np.divide(w1[i], s, out=q)
+                np.rint(q, out=q)
+                q += z
+                np.clip(q, qmin, qmax, out=q)
+                d = deq[j]
+                np.subtract(q, z, out=d)
+                d *= s
+                e = err[j]
+                np.subtract(w1[i], d, out=e)
+                e /= u1[i, i]
+                if i + 1 < j2 - j1:
+                    t = buf[:j2 - j1 - i - 1]
+                    np.multiply(u1[i, i + 1:, None], e[None, :], out=t)
+                    w1[i + 1:] -= t
+            if j2 < i2:
+                wt[j2:i2] -= u[j1:j2, j2:i2].T @ err[j1:j2]
         if i2 < cols:
             wt[i2:] -= u[i1:i2, i2:].T @ err[i1:i2]
     codes, deq = codes.T.astype(np.int64), deq.T
@@ -315,34 +333,91 @@ def rtn(weight, bits: int = 4, group_size: int | None = None, symmetric: bool = 
     int_range(bits, symmetric=check_bool(symmetric, "symmetric"))
     group = _check_group(cols, group_size, partial_last_group)
     deq, codes = np.empty_like(w), np.empty(w.shape, np.int64)
+    full = cols // group * group
+    # consecutive groups of `group` columns, then (with partial_last_group) the remainder
+    segments = [(0, full, group)] if full else []
+    if full < cols:
+        segments.append((full, cols, cols - full))
     scales, zeros = [], []
-    if group_size is None:
-        deq, codes, s, z = quantize_int(w, bits, symmetric, "channel")
-        scales, zeros = [s], [z]
-    else:
-        full = cols // group * group
-        if full:
-            q = quantize_int(w[:, :full], bits, symmetric, "group", group)
-            deq[:, :full], codes[:, :full] = q.values, q.codes
-            scales.append(q.scale[..., 0])
-            zeros.append(q.zero_point[..., 0])
-        if full < cols:
-            q = quantize_int(w[:, full:], bits, symmetric, "channel")
-            deq[:, full:], codes[:, full:] = q.values, q.codes
-            scales.append(q.scale)
-            zeros.append(q.zero_point)
+    for a, b, g in segments:
+        s, z = _round_groups(w[:, a:b], g, bits, symmetric, deq[:, a:b], codes[:, a:b])
+        scales.append(s)
+        zeros.append(z)
     perm = np.arange(cols)
     return GPTQResult(deq, codes, np.concatenate(scales, axis=1),
                       np.concatenate(zeros, axis=1), perm, _group_index(perm, group))
 
 
-def _group_params(wt, err, u, i1, i2, j, group, bits, symmetric):
-    """Scale and zero point (out,) of the group starting at column j of block [i1, i2), from
-    the weights as a column-at-a-time GPTQ would hold them now: the block's rows of ``wt``
-    (in, out) are current; the rows beyond the block still owe the block's errors so far."""
-    cur = wt[j:min(j + group, i2)]
-    if j + group > i2 and i2 < wt.shape[0]:
-        rest = wt[i2:j + group] - u[i1:j, i2:j + group].T @ err[i1:j]
-        cur = np.concatenate([cur, rest])
+def _round_groups(x, g, bits, symmetric, values, codes):
+    """``quantize_int(x, bits, symmetric, "group", g)`` on a finite (rows, k) block, g | k,
+    written into ``values`` (float64) and ``codes`` (int64) of the block's shape; returns the
+    scales and zero points, (rows, k // g).
+
+    The same operations as numfmt.quantize_int in the same order (so the same bits, and the
+    same errors for scales that are not normal numbers or grids past float64), on a chunk of
+    rows at a time and without quantize_int's whole-array copies: rtn runs 15 times per
+    layer group inside AWQ's search.
+    """
+    from numfmt._chunks import rows_per_chunk
+    from numfmt.intquant import _affine_scale, _check_calibrated_scale
+
+    qmin, qmax = int_range(bits, symmetric)
+    rows, k = x.shape
+    scales = np.empty((rows, k // g))
+    zeros = np.zeros((rows, k // g), np.int64)
+    step = rows_per_chunk(k)
+    for i in range(0, rows, step):
+        v = x[i:i + step].reshape(-1, k // g, g)          # (r, G, g), a copy if x is strided
+        if symmetric:
+            amax = np.maximum(v.max(axis=-1, keepdims=True), -v.min(axis=-1, keepdims=True))
+            s = amax * (1.0 / qmax)                        # quantize_int's clip / qmax, clip = 1
+            _check_calibrated_scale(s, amax > 0, 1.0)
+            s[s == 0] = 1.0
+        else:
+            mn, mx = v.min(axis=-1, keepdims=True), v.max(axis=-1, keepdims=True)
+            lo, hi = np.minimum(mn, 0.0) * 1.0, np.maximum(mx, 0.0) * 1.0
+            s = _affine_scale(lo, hi, qmax)
+            _check_calibrated_scale(s, (mn != 0) | (mx != 0), 1.0)
+            s[s == 0] = 1.0
+            z = np.clip(np.rint(-lo / s), qmin, qmax).astype(np.int64)
+            with np.errstate(over="ignore"):
+                ends = np.abs(np.concatenate([(qmin - z) * s, (qmax - z) * s], axis=-1))
+            if not np.isfinite(ends).all():
+                raise ValueError("the asymmetric grid over x's range reaches beyond float64's "
+                                 f"range (an end of the grid is {float(ends.max()):.6g}); "
+                                 "scale x down or quantize it symmetrically")
+            zeros[i:i + step] = z[..., 0]
+        scales[i:i + step] = s[..., 0]
+        q = np.empty(v.shape)
+        with np.errstate(over="ignore"):
+            np.divide(v, s, out=q)
+        np.rint(q, out=q)
+        if not symmetric:
+            q += z
+        np.maximum(q, qmin, out=q)
+        np.minimum(q, qmax, out=q)
+        codes[i:i + step] = q.reshape(-1, k)
+        if not symmetric:
+            q -= z
+        q *= s
+        values[i:i + step] = q.reshape(-1, k)
+    return scales, zeros
+
+
+def _group_params(wt, err, u, block, sub, j, group, bits, symmetric):
+    """Scale and zero point (out,) of the group starting at column j, inside sub-block
+    ``sub = (j1, j2)`` of lazy batch ``block = (i1, i2)``, from the weights as a
+    column-at-a-time GPTQ would hold them now: the sub-block's rows of ``wt`` (in, out) are
+    current; the rest of the block still owes the sub-block's errors so far, and the rows
+    beyond the block owe the block's."""
+    (i1, i2), (j1, j2) = block, sub
+    end = min(j + group, wt.shape[0])
+    parts = [wt[j:min(end, j2)]]
+    if end > j2:
+        b = min(end, i2)
+        parts.append(wt[j2:b] - u[j1:j, j2:b].T @ err[j1:j] if j > j1 else wt[j2:b])
+    if end > i2:
+        parts.append(wt[i2:end] - u[i1:j, i2:end].T @ err[i1:j] if j > i1 else wt[i2:end])
+    cur = parts[0] if len(parts) == 1 else np.concatenate(parts)
     _, _, s, z = quantize_int(cur.T, bits, symmetric, "channel")
     return s[:, 0], z[:, 0]
