@@ -12,6 +12,10 @@ import pytest
 for _var in ("LANGUAGE", "LC_ALL", "LC_MESSAGES"):
     os.environ.pop(_var, None)
 os.environ["LANG"] = "C.UTF-8"
+# torch's OpenMP threads spin while they wait for work by default, taking the CPU from numpy's
+# BLAS and from the next test's subprocess on a 2-core machine; passive waiting changes no
+# result (it is how long idle threads spin, not how work is split).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 @pytest.fixture(scope="session")
