@@ -23,4 +23,14 @@ __all__ = [
     "quantize_affine", "quantize_int", "rel_error", "sqnr_db",
     "FP8_E4M3FNUZ", "FP8_E5M2FNUZ", "SCALE_RULES", "e8m0_exponent",
 ]
-from numfmt import packing  # noqa: E402,F401  -- storage layouts: nibbles, GPTQ, Marlin, NF4
+
+# Submodules load on first use (PEP 562), so ``import numfmt`` costs formats, blocks, intquant
+# and metrics only: ``numfmt.packing.pack_int4`` works after ``import numfmt`` all the same.
+_SUBMODULES = ("anatomy", "packing", "ptq", "qat", "rounding", "scaling")
+
+
+def __getattr__(name):
+    if name in _SUBMODULES:
+        import importlib
+        return importlib.import_module(f"numfmt.{name}")
+    raise AttributeError(f"module 'numfmt' has no attribute {name!r}")

@@ -21,6 +21,10 @@ from numfmt._chunks import absmax_rows, rows_per_chunk
 from numfmt._validate import as_calibration_array, check_block
 from numfmt.formats import E8M0, FP4_E2M1, FP8_E4M3, FP32, FloatFormat
 
+__all__ = ["SCALE_BITS", "CLIP_TOLERANCE", "fp32_tensor_scale", "exact_scales",
+           "BlockQuantized", "SCALE_RULES", "e8m0_exponent", "block_quantize",
+           "mx_quantize", "nvfp4_quantize", "tensor_scaled"]
+
 #: Scale kinds of :func:`block_quantize` and the bits each stored scale costs.
 SCALE_BITS = {"e8m0": 8, "e4m3": 8, "exact": 32}
 

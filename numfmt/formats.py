@@ -32,6 +32,9 @@ import numpy as np
 from numfmt._chunks import CHUNK as _CHUNK
 from numfmt._validate import as_integer_array, as_real_array, check_bool
 
+__all__ = ["FloatFormat", "FP32", "FP16", "BF16", "FP8_E4M3", "FP8_E5M2", "FP6_E2M3",
+           "FP6_E3M2", "FP4_E2M1", "E8M0", "FP8_E4M3FNUZ", "FP8_E5M2FNUZ", "FORMATS"]
+
 _SPECIALS = ("ieee", "fn", "none", "fnuz")
 _MODES = ("nearest", "stochastic")
 _U64 = np.uint64

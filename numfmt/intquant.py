@@ -21,6 +21,9 @@ from numfmt._chunks import absmax_rows, rows_per_chunk
 from numfmt._validate import (as_calibration_array, as_integer_array, as_real_array, check_block,
                               check_bool, check_clip, check_code_range)
 
+__all__ = ["GRANULARITIES", "IntQuantized", "int_range", "grouped_view_shape",
+           "quantize_affine", "dequantize_affine", "quantize_int"]
+
 GRANULARITIES = ("tensor", "channel", "group")
 MIN_BITS, MAX_BITS = 2, 16
 

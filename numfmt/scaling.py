@@ -20,6 +20,8 @@ import numpy as np
 from numfmt._validate import as_calibration_array, as_real_array, check_real_scalar
 from numfmt.formats import FloatFormat
 
+__all__ = ["Scaled", "scale_from_amax", "quantize_with_scale", "delayed_scales"]
+
 
 class Scaled(NamedTuple):
     """Result of :func:`quantize_with_scale`."""

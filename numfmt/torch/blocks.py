@@ -19,6 +19,9 @@ from numfmt.torch._core import as_calibration_tensor, floor_log2, pow2
 from numfmt.torch.formats import CHUNK
 from numfmt.torch.formats import round as round_to
 
+__all__ = ["BlockQuantized", "block_quantize", "mx_quantize", "nvfp4_quantize",
+           "tensor_scaled"]
+
 
 def _exact_scales(amax: torch.Tensor, max_value: float) -> torch.Tensor:
     """The twin of :func:`numfmt.blocks.exact_scales`: ``amax / max_value``, one ulp moved
@@ -93,7 +96,7 @@ def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0",
     -----
     A tensor that requires grad is accepted (no warning); the rounding is a step function,
     so the gradient of ``values`` with respect to ``x`` is exactly 0 almost everywhere for
-    MX and NVFP4 alike (not a straight-through estimator: see :mod:`numfmt.qat_torch`).
+    MX and NVFP4 alike (not a straight-through estimator: see :mod:`numfmt.torch.qat`).
     """
     shape = _shape_of(x)
     given = x

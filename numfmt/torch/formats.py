@@ -16,6 +16,8 @@ from numfmt.formats import FloatFormat
 from numfmt._validate import as_integer_array, check_bool
 from numfmt.torch._core import F64, as_real_tensor, check_device, check_tensor, floor_log2, pow2
 
+__all__ = ["CHUNK", "NATIVE_DTYPES", "round", "encode", "decode", "to_native"]
+
 CHUNK = 1 << 17  # elements per chunk of round on large tensors
 
 _MODES = ("nearest", "stochastic")
@@ -80,7 +82,7 @@ def round(x, fmt: FloatFormat, saturate: bool = True, mode: str = "nearest",  # 
     -----
     A tensor that requires grad is accepted; rounding is a step function, so the gradient of
     the result is exactly 0 almost everywhere (not a straight-through estimator; see
-    :mod:`numfmt.qat_torch` for that).
+    :mod:`numfmt.torch.qat` for that).
     """
     fmt = _check_fmt(fmt)
     check_bool(saturate, "saturate")

@@ -17,6 +17,8 @@ from numfmt.intquant import _TINY, grouped_view_shape, int_range
 from numfmt.torch._core import F64, as_calibration_tensor, as_real_tensor
 from numfmt.torch.formats import CHUNK
 
+__all__ = ["IntQuantized", "quantize_affine", "dequantize_affine", "quantize_int"]
+
 
 class IntQuantized(NamedTuple):
     """Result of :func:`quantize_int`; unpacks as ``values, codes, scale, zero_point``."""
