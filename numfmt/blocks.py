@@ -19,11 +19,17 @@ import numpy as np
 
 from numfmt._chunks import absmax_rows, rows_per_chunk
 from numfmt._validate import as_calibration_array, check_block
-from numfmt.formats import E8M0, FP4_E2M1, FP8_E4M3, FP32, FloatFormat
+from numfmt.formats import (E8M0, FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E5M2, FP32,
+                            FloatFormat)
 
-__all__ = ["SCALE_BITS", "CLIP_TOLERANCE", "fp32_tensor_scale", "exact_scales",
+__all__ = ["MX_ELEMENTS", "SCALE_BITS", "CLIP_TOLERANCE", "fp32_tensor_scale", "exact_scales",
            "BlockQuantized", "SCALE_RULES", "e8m0_exponent", "block_quantize",
            "mx_quantize", "nvfp4_quantize", "tensor_scaled"]
+
+#: The element formats OCP MX v1.0 defines (section 5, table 1): MXFP8 E4M3 and E5M2, MXFP6
+#: E2M3 and E3M2, MXFP4 E2M1. ``block_quantize`` takes any signed FloatFormat; these are the
+#: standard ones.
+MX_ELEMENTS = (FP8_E4M3, FP8_E5M2, FP6_E2M3, FP6_E3M2, FP4_E2M1)
 
 #: Scale kinds of :func:`block_quantize` and the bits each stored scale costs.
 SCALE_BITS = {"e8m0": 8, "e4m3": 8, "exact": 32}

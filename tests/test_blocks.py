@@ -7,12 +7,11 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from numfmt import (E8M0, FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E5M2, block_quantize,
-                    mx_quantize, nvfp4_quantize, tensor_scaled)
+from numfmt import (E8M0, FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E5M2, MX_ELEMENTS,
+                    block_quantize, mx_quantize, nvfp4_quantize, tensor_scaled)
+from numfmt._reference import reference_dtypes
 
-ML = {FP4_E2M1: ml_dtypes.float4_e2m1fn, FP6_E2M3: ml_dtypes.float6_e2m3fn,
-      FP6_E3M2: ml_dtypes.float6_e3m2fn, FP8_E4M3: ml_dtypes.float8_e4m3fn,
-      FP8_E5M2: ml_dtypes.float8_e5m2}
+ML = reference_dtypes(MX_ELEMENTS)  # the OCP MX element formats and their ml_dtypes twins
 ML_MAX = {f: float(ml_dtypes.finfo(t).max) for f, t in ML.items()}
 
 
@@ -73,7 +72,7 @@ def test_mxfp8_saturates_a_block_maximum_above_448():
     assert r.clipped == 1 / 32
 
 
-@pytest.mark.parametrize("fmt", [FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E5M2], ids=str)
+@pytest.mark.parametrize("fmt", MX_ELEMENTS, ids=str)
 def test_mx_matches_the_spec_reference(fmt):
     rng = np.random.default_rng(5)
     x = rng.standard_t(4, 32 * 64) * np.exp(rng.uniform(-8, 8, 32 * 64).repeat(1))
@@ -157,7 +156,7 @@ def test_bad_input(call, exc, msg):
         call()
 
 
-@pytest.mark.parametrize("fmt", [FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E5M2], ids=str)
+@pytest.mark.parametrize("fmt", MX_ELEMENTS, ids=str)
 def test_exact_scale_reports_no_clipping_despite_division_rounding(fmt):
     # Found by the notebook's tests: amax / (amax / 448) can be 448.00000000000006 in float64,
     # which is not a clipped value. Student-t data, blocks of 32, every element format.
@@ -165,7 +164,7 @@ def test_exact_scale_reports_no_clipping_despite_division_rounding(fmt):
     assert block_quantize(x, fmt, 32, "exact").clipped == 0.0
 
 
-ELEMS = [FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E5M2]
+ELEMS = list(MX_ELEMENTS)
 SCALINGS = [lambda x, f: tensor_scaled(x, f)] + [
     (lambda s: lambda x, f: block_quantize(x, f, 2, s))(s) for s in ("e8m0", "e4m3", "exact")]
 
@@ -257,7 +256,7 @@ def test_torch_twin_of_float32_blocks_is_bit_identical_across_chunks(quantize):
 
 
 # ---------------------------------------------------------------------------- MX scale rules
-MX_ELEMS = (FP8_E4M3, FP8_E5M2, FP6_E2M3, FP6_E3M2, FP4_E2M1)
+MX_ELEMS = MX_ELEMENTS
 
 
 def rceil_reference(x32, fmt, block=32):
