@@ -22,8 +22,8 @@ from numfmt._validate import as_calibration_array, check_block
 from numfmt.formats import (E8M0, FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E5M2, FP32,
                             FloatFormat)
 
-__all__ = ["MX_ELEMENTS", "SCALE_BITS", "CLIP_TOLERANCE", "fp32_tensor_scale", "exact_scales",
-           "BlockQuantized", "SCALE_RULES", "e8m0_exponent", "block_quantize",
+__all__ = ["MX_ELEMENTS", "SCALE_BITS", "CLIP_TOLERANCE", "saturated", "scaled_round",
+           "fp32_tensor_scale", "exact_scales", "BlockQuantized", "SCALE_RULES", "e8m0_exponent", "block_quantize",
            "mx_quantize", "nvfp4_quantize", "tensor_scaled"]
 
 #: The element formats OCP MX v1.0 defines (section 5, table 1): MXFP8 E4M3 and E5M2, MXFP6
@@ -66,6 +66,58 @@ def exact_scales(amax: np.ndarray, max_value: float) -> np.ndarray:
     if over.any() or low.any():
         s = np.where(over, np.nextafter(s, 0.0), np.where(low, np.nextafter(s, np.inf), s))
     return s
+
+
+def saturated(y, fmt: FloatFormat) -> np.ndarray:
+    """True where ``y`` rounds (nearest-even, unbounded exponent) beyond ``fmt.max_value``.
+
+    numfmt's one definition of "saturated": where the clamp to ``max_value``, not rounding,
+    sets the stored value. The boundary is the midpoint between ``max_value`` and the next
+    step ``max_value + 2^(emax - man_bits)``; at the midpoint itself the tie goes to the even
+    mantissa, which is ``max_value``'s only in "fn" formats such as E4M3 (top mantissa 110,
+    the all-ones code being NaN), so E4M3 saturates above 464, E5M2 from 61440, E2M1 from 7.
+    It is the STE mask of :func:`numfmt.qat.fake_quantize_float` (``mask = ~saturated``) and
+    the rate :func:`numfmt.scaling.quantize_with_scale` reports as ``clipped``.
+
+    Parameters
+    ----------
+    y : ndarray of real numbers, any shape (the quotient ``x / scale``); +-Inf saturates
+    fmt : FloatFormat
+
+    Returns
+    -------
+    ndarray of bool, the shape of ``y``.
+    """
+    boundary = fmt.max_value + np.ldexp(1.0, fmt.emax - fmt.man_bits) / 2
+    tie_stays = fmt.specials == "fn" and fmt.man_bits > 0
+    a = np.abs(y)
+    return (a > boundary) if tie_stays else (a >= boundary)
+
+
+def scaled_round(x: np.ndarray, fmt: FloatFormat, scale, mode: str = "nearest", rng=None):
+    """``y = x / scale``, ``elements = fmt.round(y)`` (saturating), ``values = elements * scale``.
+
+    The one scaled-float quantizer behind :func:`tensor_scaled`, :func:`block_quantize`,
+    :func:`numfmt.scaling.quantize_with_scale` and :func:`numfmt.qat.fake_quantize_float`; they
+    differ only in how they choose ``scale`` and what they report about ``y`` (see
+    :func:`saturated`). No input checks: the callers make them.
+
+    Parameters
+    ----------
+    x : ndarray of float32 or float64, any shape
+    fmt : FloatFormat
+    scale : ndarray or float, positive, broadcastable against ``x``
+    mode, rng : as :meth:`FloatFormat.round`
+
+    Returns
+    -------
+    (elements, values, y) : float64 ndarrays of the broadcast shape (``y`` keeps float32 when
+    ``x`` and ``scale`` are float32); a quotient beyond float64 is Inf and saturates.
+    """
+    with np.errstate(over="ignore"):
+        y = x / scale
+    elements = fmt.round(y, saturate=True, mode=mode, rng=rng)
+    return elements, elements * scale, y
 
 
 class BlockQuantized(NamedTuple):
@@ -240,13 +292,14 @@ def _scaled_round(xb: np.ndarray, full: np.ndarray, elem: FloatFormat, pow2: boo
     rows = rows_per_chunk(block)
     for i in range(0, n, rows):
         sl = slice(i, i + rows)
-        y = xb[sl] / divisor[sl]
+        e, v, y = scaled_round(xb[sl], elem, divisor[sl])
+        # "clipped" counts elements beyond max_value (they were moved by more than rounding),
+        # a wider set than saturated(y): (448, 464] rounds to 448 in E4M3 but counts here.
         n_clipped += int(np.count_nonzero(np.abs(y) > limit))
-        e = elements[sl]
-        e[...] = elem.round(y)
         if any_zero:
             e[zero[sl]] = 0.0
-        np.multiply(e, safe[sl], out=values[sl])
+            v[zero[sl]] = 0.0
+        elements[sl], values[sl] = e, v
     return elements, values, n_clipped / xb.size
 
 
@@ -315,6 +368,6 @@ def tensor_scaled(x, elem: FloatFormat) -> BlockQuantized:
     amax = float(np.abs(x).max())
     s = float(exact_scales(np.float64(amax), elem.max_value)) if amax > 0 else 1.0
     # s == 0: amax is a few float64 subnormals and the scale underflows; flush to zero.
-    elements = elem.round(x / s) if s > 0 else np.zeros_like(x)
-    return BlockQuantized((elements * s).reshape(shape), elements.reshape(shape),
+    elements, values, _ = scaled_round(x, elem, s) if s > 0 else (np.zeros_like(x),) * 2 + (x,)
+    return BlockQuantized(values.reshape(shape), elements.reshape(shape),
                           np.ones(x.shape[:-1] + (1,)), s, 0.0, float(elem.bits))

@@ -9,16 +9,16 @@ import numpy as np
 
 from numfmt._validate import (as_calibration_array, as_integer_array, as_real_array,
                               check_code_range)
-from numfmt.blocks import block_quantize, exact_scales
-from numfmt.formats import FP4_E2M1, FP8_E4M3, FP8_E5M2, FloatFormat, _as_generator
+from numfmt.blocks import block_quantize, exact_scales, saturated, scaled_round
+from numfmt.formats import _MODES, FP4_E2M1, FP8_E4M3, FP8_E5M2, FloatFormat, _as_generator
 from numfmt.intquant import _check_scale, dequantize_affine, quantize_affine
 from numfmt.qat.calibration import QParams, _channel_view, calibrate_absmax
 
-__all__ = ["ROUNDINGS", "WEIGHT_FORMATS", "FakeQuantized", "fake_quantize", "fake_quantize_block",
+__all__ = ["MODES", "WEIGHT_FORMATS", "FakeQuantized", "fake_quantize", "fake_quantize_block",
            "fake_quantize_float", "fake_quantize_weight", "round_nearest_even", "round_stochastic",
            "ste_backward"]
 
-ROUNDINGS = ("nearest", "stochastic")
+MODES = _MODES  #: the rounding modes, as FloatFormat.round names them
 
 
 class FakeQuantized(NamedTuple):
@@ -28,9 +28,9 @@ class FakeQuantized(NamedTuple):
     mask: np.ndarray    #: bool, shape of x: True where the gradient passes (not saturated)
 
 
-def _check_rounding(rounding: str) -> None:
-    if rounding not in ROUNDINGS:
-        raise ValueError(f"rounding must be one of {ROUNDINGS}, got {rounding!r}")
+def _check_mode(mode: str) -> None:
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
 
 
 def round_nearest_even(x) -> np.ndarray:
@@ -86,8 +86,8 @@ def round_stochastic(x, rng=None) -> np.ndarray:
     return np.where(finite, low + up, x)
 
 
-def _round_int(v: np.ndarray, rounding: str, rng) -> np.ndarray:
-    return np.rint(v) if rounding == "nearest" else round_stochastic(v, rng)
+def _round_int(v: np.ndarray, mode: str, rng) -> np.ndarray:
+    return np.rint(v) if mode == "nearest" else round_stochastic(v, rng)
 
 
 def _check_qparams(qp) -> QParams:
@@ -98,7 +98,7 @@ def _check_qparams(qp) -> QParams:
     return qp
 
 
-def fake_quantize(x, qparams: QParams, rounding: str = "nearest", rng=None) -> FakeQuantized:
+def fake_quantize(x, qparams: QParams, mode: str = "nearest", rng=None) -> FakeQuantized:
     """Fake-quantize ``x`` on an integer grid and return the STE mask with it.
 
     ``values = (clamp(round(x / scale) + zero_point, qmin, qmax) - zero_point) * scale``;
@@ -109,7 +109,7 @@ def fake_quantize(x, qparams: QParams, rounding: str = "nearest", rng=None) -> F
     x : array_like of real numbers, any shape; +-Inf clamps to the ends of the range
     qparams : QParams
         From :func:`calibrate_minmax` and friends, or built by hand; broadcasts against ``x``.
-    rounding : {"nearest", "stochastic"}
+    mode : {"nearest", "stochastic"}
         Round half to even, or :func:`round_stochastic` (unbiased).
     rng : numpy.random.Generator, int or None
         Draws for stochastic rounding.
@@ -125,7 +125,7 @@ def fake_quantize(x, qparams: QParams, rounding: str = "nearest", rng=None) -> F
     TypeError
         If ``x`` is not real-valued or ``qparams`` is not a QParams.
     ValueError
-        If ``x`` contains NaN, a scale is not positive, or ``rounding`` is unknown.
+        If ``x`` contains NaN, a scale is not positive, or ``mode`` is unknown.
 
     References
     ----------
@@ -133,13 +133,13 @@ def fake_quantize(x, qparams: QParams, rounding: str = "nearest", rng=None) -> F
     ``x / scale`` is exact in float32; Jacob et al., CVPR 2018, section 3.
     """
     qp = _check_qparams(qparams)
-    _check_rounding(rounding)
+    _check_mode(mode)
     x = as_real_array(x)
     if np.isnan(x).any():
         raise ValueError("x contains NaN: it has no place on the grid")
     scale = _check_scale(qp.scale)
     with np.errstate(invalid="ignore", over="ignore"):  # a quotient past float64 is inf
-        t = _round_int(x / scale, rounding, rng)
+        t = _round_int(x / scale, mode, rng)
     # Clamping to a range one code wider keeps "was it saturated?" visible in the codes.
     wide = quantize_affine(t, 1.0, qp.zero_point, qp.qmin - 1, qp.qmax + 1)
     mask = (wide >= qp.qmin) & (wide <= qp.qmax)
@@ -147,18 +147,7 @@ def fake_quantize(x, qparams: QParams, rounding: str = "nearest", rng=None) -> F
     return FakeQuantized(dequantize_affine(codes, qp.scale, qp.zero_point), mask)
 
 
-def _float_mask(y: np.ndarray, fmt: FloatFormat) -> np.ndarray:
-    """True where ``y`` rounds (nearest-even, unbounded exponent) to at most fmt.max_value."""
-    ulp_top = np.ldexp(1.0, fmt.emax - fmt.man_bits)
-    boundary = fmt.max_value + ulp_top / 2
-    # At the midpoint the tie goes to the even mantissa: max_value's mantissa is all ones (odd)
-    # except in "fn" formats such as E4M3, whose all-ones top code is NaN (max mantissa 110).
-    tie_stays = fmt.specials == "fn" and fmt.man_bits > 0
-    a = np.abs(y)
-    return (a <= boundary) if tie_stays else (a < boundary)
-
-
-def fake_quantize_float(x, fmt: FloatFormat, scale=1.0, rounding: str = "nearest",
+def fake_quantize_float(x, fmt: FloatFormat, scale=1.0, mode: str = "nearest",
                         rng=None) -> FakeQuantized:
     """Fake-quantize ``x`` to a floating-point format: ``fmt.round(x / scale) * scale``.
 
@@ -168,7 +157,7 @@ def fake_quantize_float(x, fmt: FloatFormat, scale=1.0, rounding: str = "nearest
     fmt : FloatFormat, signed (e.g. FP8_E4M3, FP4_E2M1)
     scale : array_like, positive and finite, broadcastable against ``x``
         1.0 casts directly; ``amax / fmt.max_value`` maps the tensor's range onto the format's.
-    rounding : {"nearest", "stochastic"}
+    mode : {"nearest", "stochastic"}
         Passed to :meth:`FloatFormat.round` as its ``mode``.
     rng : numpy.random.Generator, int or None
 
@@ -185,19 +174,17 @@ def fake_quantize_float(x, fmt: FloatFormat, scale=1.0, rounding: str = "nearest
     TypeError
         If ``x`` is not real-valued or ``fmt`` is not a signed FloatFormat.
     ValueError
-        If ``x`` contains NaN, a scale is not positive and finite, or ``rounding`` is unknown.
+        If ``x`` contains NaN, a scale is not positive and finite, or ``mode`` is unknown.
     """
     if not isinstance(fmt, FloatFormat) or not fmt.signed:
         raise TypeError(f"fmt must be a signed FloatFormat such as FP8_E4M3, got {fmt!r}")
-    _check_rounding(rounding)
+    _check_mode(mode)
     x = as_real_array(x)
     scale = _check_scale(scale)
     if np.isnan(x).any():
         raise ValueError("x contains NaN: it has no place on the grid")
-    with np.errstate(over="ignore"):  # a quotient past float64 is inf and saturates
-        y = x / scale
-    values = fmt.round(y, saturate=True, mode=rounding, rng=rng) * scale
-    return FakeQuantized(values, _float_mask(y, fmt))
+    _, values, y = scaled_round(x, fmt, scale, mode, rng)  # past float64: Inf, saturates
+    return FakeQuantized(values, ~saturated(y, fmt))
 
 
 def fake_quantize_block(x, elem: FloatFormat, block: int,
@@ -236,7 +223,7 @@ def fake_quantize_block(x, elem: FloatFormat, block: int,
     with np.errstate(divide="ignore", invalid="ignore"):
         # Where the scale is 0 only the zeros are represented exactly (an all-zero block
         # passes its whole gradient, so zero-initialised weights can train).
-        mask = np.where(full > 0, _float_mask(xb / full, elem), xb == 0)
+        mask = np.where(full > 0, ~saturated(xb / full, elem), xb == 0)
     return FakeQuantized(bq.values, mask.reshape(x.shape))
 
 
@@ -246,7 +233,7 @@ _INT_BITS = {"INT8": 8, "INT4": 4, "INT2": 2}
 _FLOATS = {"E4M3": FP8_E4M3, "E5M2": FP8_E5M2, "E2M1": FP4_E2M1}
 
 
-def fake_quantize_weight(w, fmt: str, axis: int | None = None, rounding: str = "nearest",
+def fake_quantize_weight(w, fmt: str, axis: int | None = None, mode: str = "nearest",
                          rng=None) -> FakeQuantized:
     """Fake-quantize a weight tensor to a named format, calibrating the scale from ``w``.
 
@@ -261,7 +248,7 @@ def fake_quantize_weight(w, fmt: str, axis: int | None = None, rounding: str = "
     axis : int or None
         For the integer and float formats: None for one scale per tensor, or the channel axis
         for one scale per channel. Block formats always block the last axis and refuse it.
-    rounding : {"nearest", "stochastic"}
+    mode : {"nearest", "stochastic"}
         Stochastic rounding is available for the integer and float formats only.
     rng : numpy.random.Generator, int or None
 
@@ -279,28 +266,28 @@ def fake_quantize_weight(w, fmt: str, axis: int | None = None, rounding: str = "
     """
     if not isinstance(fmt, str):
         raise TypeError(f"fmt must be a format name, one of {WEIGHT_FORMATS}, got {fmt!r}")
-    fq = _fake_quantize_weight(w, fmt, axis, rounding, rng)
+    fq = _fake_quantize_weight(w, fmt, axis, mode, rng)
     shape = np.shape(w)  # the calibration views a 0-d w as shape (1,): give its shape back
     return FakeQuantized(fq.values.reshape(shape), fq.mask.reshape(shape))
 
 
-def _fake_quantize_weight(w, fmt: str, axis, rounding: str, rng) -> FakeQuantized:
+def _fake_quantize_weight(w, fmt: str, axis, mode: str, rng) -> FakeQuantized:
     w = as_calibration_array(w, "w")  # the calibration's own messages would say "x"
     if fmt in _INT_BITS:
         qp = calibrate_absmax(w, _INT_BITS[fmt], axis=axis)
-        return fake_quantize(w, qp, rounding, rng)
+        return fake_quantize(w, qp, mode, rng)
     if fmt in _FLOATS:
         f = _FLOATS[fmt]
         w = as_calibration_array(w, "w")
         xc, keep = _channel_view(w, axis)
         amax = np.abs(xc).max(axis=1).reshape(keep)
         scale = np.where(amax > 0, exact_scales(amax, f.max_value), 1.0)  # no overflow at FMAX
-        return fake_quantize_float(w, f, scale, rounding, rng)
+        return fake_quantize_float(w, f, scale, mode, rng)
     if fmt in ("MXFP8", "MXFP4", "NVFP4"):
         if axis is not None:
             raise ValueError(f"{fmt} scales blocks along the last axis; axis must be None")
-        if rounding != "nearest":
-            raise ValueError(f"{fmt} supports rounding='nearest' only")
+        if mode != "nearest":
+            raise ValueError(f"{fmt} supports mode='nearest' only")
         if fmt == "NVFP4":
             return fake_quantize_block(w, FP4_E2M1, 16, "e4m3")
         return fake_quantize_block(w, FP8_E4M3 if fmt == "MXFP8" else FP4_E2M1, 32, "e8m0")
