@@ -50,7 +50,7 @@ def fp32_tensor_scale(t_amax: float, elem: FloatFormat) -> float:
     return float(np.clip(FP32.round(ideal), FP32.min_subnormal, FP32.max_value))
 
 
-def exact_scales(amax: np.ndarray, max_value: float) -> np.ndarray:
+def exact_scales(amax: np.ndarray, max_value: float, xp=np) -> np.ndarray:
     """Exact scales ``amax / max_value`` (float64), one ulp moved where rounding misplaces them.
 
     Rounding the quotient up near float64's max puts ``max_value * s`` past it (the top
@@ -58,13 +58,16 @@ def exact_scales(amax: np.ndarray, max_value: float) -> np.ndarray:
     round down so far that ``amax / s`` exceeds ``max_value`` (the top element would saturate
     and the block come back several percent low): take the float above. One step suffices in
     both cases; elsewhere the quotient is unchanged. 0 stays 0 (the quotient underflowed).
+    ``xp`` is the array namespace: ``torch`` for tensors (numfmt.torch uses this very code).
     """
     s = amax / max_value
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-        over = ~np.isfinite(s * max_value)
-        low = (s > 0) & (amax / np.where(s > 0, s, 1.0) > max_value * CLIP_TOLERANCE)
-    if over.any() or low.any():
-        s = np.where(over, np.nextafter(s, 0.0), np.where(low, np.nextafter(s, np.inf), s))
+        over = ~xp.isfinite(s * max_value)
+        low = (s > 0) & (amax / xp.where(s > 0, s, 1.0) > max_value * CLIP_TOLERANCE)
+    if bool(over.any()) or bool(low.any()):
+        down = xp.nextafter(s, xp.zeros_like(s))
+        up = xp.nextafter(s, xp.full_like(s, float("inf")))
+        s = xp.where(over, down, xp.where(low, up, s))
     return s
 
 

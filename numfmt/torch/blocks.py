@@ -13,7 +13,7 @@ import torch
 
 from numfmt._validate import check_block
 from numfmt.blocks import (CLIP_TOLERANCE, SCALE_BITS, _check_elem, _check_scale_rule,
-                           fp32_tensor_scale)
+                           exact_scales, fp32_tensor_scale)
 from numfmt.formats import E8M0, FP4_E2M1, FP8_E4M3, FloatFormat
 from numfmt.torch._core import as_calibration_tensor, floor_log2, pow2
 from numfmt.torch.formats import CHUNK
@@ -24,14 +24,8 @@ __all__ = ["BlockQuantized", "block_quantize", "mx_quantize", "nvfp4_quantize",
 
 
 def _exact_scales(amax: torch.Tensor, max_value: float) -> torch.Tensor:
-    """The twin of :func:`numfmt.blocks.exact_scales`: ``amax / max_value``, one ulp moved
-    where rounding would overflow the top element or make it saturate."""
-    s = amax / max_value
-    over = ~torch.isfinite(s * max_value)
-    low = (s > 0) & (amax / torch.where(s > 0, s, 1.0) > max_value * CLIP_TOLERANCE)
-    down = torch.nextafter(s, torch.zeros_like(s))
-    up = torch.nextafter(s, torch.full_like(s, float("inf")))
-    return torch.where(over, down, torch.where(low, up, s))
+    """:func:`numfmt.blocks.exact_scales` itself, on tensors."""
+    return exact_scales(amax, max_value, xp=torch)
 
 
 class BlockQuantized(NamedTuple):
