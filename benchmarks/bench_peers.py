@@ -37,13 +37,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from console import print_header, print_table  # noqa: E402
-from numfmt import (BF16, E8M0, FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E5M2,  # noqa: E402
-                    FP16, mx_quantize, nvfp4_quantize, quantize_int)
+from numfmt import (BF16, FP4_E2M1, FP8_E4M3, FP16, mx_quantize, nvfp4_quantize,  # noqa: E402
+                    quantize_int)
+from numfmt._reference import reference_dtypes  # noqa: E402
 
-PAIRS = [(FP8_E4M3, ml_dtypes.float8_e4m3fn), (FP8_E5M2, ml_dtypes.float8_e5m2),
-         (FP6_E2M3, ml_dtypes.float6_e2m3fn), (FP6_E3M2, ml_dtypes.float6_e3m2fn),
-         (FP4_E2M1, ml_dtypes.float4_e2m1fn), (E8M0, ml_dtypes.float8_e8m0fnu),
-         (FP16, np.float16), (BF16, ml_dtypes.bfloat16)]
+# (format, its reference type) for every format ml_dtypes or numpy defines, from one table.
+PAIRS = list(reference_dtypes().items())
 SECTIONS = ("round", "encode", "decode", "mx", "torch", "int", "memory", "scaling", "lecture")
 HEAD = ["operation", "numfmt ms", "reference", "ref ms", "ratio", "goal", "met", "agree"]
 
@@ -246,8 +245,7 @@ def peak_bytes(fn) -> int:
 
 def bench_memory(n, repeat):
     rows = []
-    for fmt, ml in ((FP8_E4M3, ml_dtypes.float8_e4m3fn), (FP4_E2M1, ml_dtypes.float4_e2m1fn),
-                    (BF16, ml_dtypes.bfloat16), (FP16, np.float16)):
+    for fmt, ml in ((f, dict(PAIRS)[f]) for f in (FP8_E4M3, FP4_E2M1, BF16, FP16)):
         x = values_in_range(fmt, n)
         u = codes_dtype(fmt)
         for op, ours, ref in (("round", lambda: fmt.round(x),

@@ -16,18 +16,15 @@ import sys
 import warnings
 from pathlib import Path
 
-import ml_dtypes
 import numpy as np
 
 from console import print_header, print_table
-from numfmt import BF16, E8M0, FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E5M2, FP16
+from numfmt._reference import reference_dtypes
 from timing import median_seconds  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-PAIRS = [(FP8_E4M3, ml_dtypes.float8_e4m3fn), (FP8_E5M2, ml_dtypes.float8_e5m2),
-         (FP6_E2M3, ml_dtypes.float6_e2m3fn), (FP6_E3M2, ml_dtypes.float6_e3m2fn),
-         (FP4_E2M1, ml_dtypes.float4_e2m1fn), (E8M0, ml_dtypes.float8_e8m0fnu),
-         (FP16, np.float16), (BF16, ml_dtypes.bfloat16)]
+# (format, its reference type) for every format ml_dtypes or numpy defines, from one table.
+PAIRS = list(reference_dtypes().items())
 
 
 

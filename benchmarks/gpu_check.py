@@ -138,7 +138,7 @@ def main(argv=None) -> int:
               "numerics; run this script on a machine with an NVIDIA GPU.")
         return 0
     import importlib
-    from numfmt.torch.bench import error_text
+    from benchmarks.gpu_timing import error_text
     t0 = time.perf_counter()
     tests = run_gpu_tests()
     try:

@@ -52,7 +52,8 @@ except ImportError:
 
 from numfmt import FORMATS, FP4_E2M1, FP6_E2M3, FP8_E4M3
 import numfmt.torch as nt
-from numfmt.torch import bench, gemm
+from numfmt.torch import gemm
+from benchmarks import gpu_timing as bench
 
 SEED = 0
 M, K, N = 64, 256, 128      # GEMM shape of demos 2 and 3: K and N multiples of 16

@@ -64,7 +64,7 @@ from console import (print_header, print_observations,  # noqa: E402
 from numfmt import FP8_E4M3  # noqa: E402
 from numfmt.qat import (QParams, adam_update, fake_quantize, fake_quantize_float,  # noqa: E402
                         ste_backward)
-from numfmt.qat_torch import QATLinear  # noqa: E402
+from numfmt.torch.qat import QATLinear  # noqa: E402
 
 # ============================================================ 1. the straight-through estimator
 STE_GRID = QParams(np.array(1.0), np.array(0), -8, 7)  # scale 1, codes [-8, 7]

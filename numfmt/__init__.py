@@ -6,21 +6,29 @@ Every rounding of float32 input agrees bit for bit with ml_dtypes where ml_dtype
 result; float64 input is rounded once (ml_dtypes and torch go through float32 first).
 """
 
-from numfmt.blocks import (SCALE_BITS, BlockQuantized, block_quantize, mx_quantize, nvfp4_quantize,
-                           tensor_scaled)
-from numfmt.formats import (BF16, E8M0, FORMATS, FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E5M2,
-                            FP16, FP32, FloatFormat)
-from numfmt.formats import FP8_E4M3FNUZ, FP8_E5M2FNUZ  # AMD MI300's FP8
-from numfmt.blocks import SCALE_RULES, e8m0_exponent
+from numfmt import formats as _formats
+from numfmt.blocks import (MX_ELEMENTS, SCALE_BITS, SCALE_RULES, BlockQuantized, block_quantize,
+                           e8m0_exponent, mx_quantize, nvfp4_quantize, tensor_scaled)
+from numfmt.formats import *  # noqa: F401,F403  -- FloatFormat, every format, FORMATS
 from numfmt.intquant import (IntQuantized, dequantize_affine, int_range, quantize_affine,
                              quantize_int)
 from numfmt.metrics import rel_error, sqnr_db
 
 __all__ = [
-    "BF16", "E8M0", "FORMATS", "FP4_E2M1", "FP6_E2M3", "FP6_E3M2", "FP8_E4M3", "FP8_E5M2", "FP16", "FP32",
-    "FloatFormat", "SCALE_BITS", "BlockQuantized", "block_quantize", "mx_quantize",
-    "nvfp4_quantize", "tensor_scaled", "IntQuantized", "dequantize_affine", "int_range",
-    "quantize_affine", "quantize_int", "rel_error", "sqnr_db",
-    "FP8_E4M3FNUZ", "FP8_E5M2FNUZ", "SCALE_RULES", "e8m0_exponent",
+    *_formats.__all__,
+    "MX_ELEMENTS", "SCALE_BITS", "SCALE_RULES", "BlockQuantized", "block_quantize", "e8m0_exponent",
+    "mx_quantize", "nvfp4_quantize", "tensor_scaled",
+    "IntQuantized", "dequantize_affine", "int_range", "quantize_affine", "quantize_int",
+    "rel_error", "sqnr_db",
 ]
-from numfmt import packing  # noqa: E402,F401  -- storage layouts: nibbles, GPTQ, Marlin, NF4
+
+# Submodules load on first use (PEP 562), so ``import numfmt`` costs formats, blocks, intquant
+# and metrics only: ``numfmt.packing.pack_int4`` works after ``import numfmt`` all the same.
+_SUBMODULES = ("anatomy", "packing", "ptq", "qat", "rounding", "scaling")
+
+
+def __getattr__(name):
+    if name in _SUBMODULES:
+        import importlib
+        return importlib.import_module(f"numfmt.{name}")
+    raise AttributeError(f"module 'numfmt' has no attribute {name!r}")

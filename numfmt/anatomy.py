@@ -18,6 +18,9 @@ import numpy as np
 from numfmt._validate import as_real_array
 from numfmt.formats import FloatFormat
 
+__all__ = ["BitFields", "bit_fields", "bit_string", "neighbours", "spacing",
+           "max_exact_integer", "special_codes"]
+
 
 
 def _check_format(fmt, *, signed: bool = False, small: bool = False) -> FloatFormat:

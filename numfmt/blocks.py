@@ -19,7 +19,17 @@ import numpy as np
 
 from numfmt._chunks import absmax_rows, rows_per_chunk
 from numfmt._validate import as_calibration_array, check_block
-from numfmt.formats import E8M0, FP4_E2M1, FP8_E4M3, FP32, FloatFormat
+from numfmt.formats import (E8M0, FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E5M2, FP32,
+                            FloatFormat)
+
+__all__ = ["MX_ELEMENTS", "SCALE_BITS", "CLIP_TOLERANCE", "saturated", "scaled_round",
+           "fp32_tensor_scale", "exact_scales", "BlockQuantized", "SCALE_RULES", "e8m0_exponent", "block_quantize",
+           "mx_quantize", "nvfp4_quantize", "tensor_scaled"]
+
+#: The element formats OCP MX v1.0 defines (section 5, table 1): MXFP8 E4M3 and E5M2, MXFP6
+#: E2M3 and E3M2, MXFP4 E2M1. ``block_quantize`` takes any signed FloatFormat; these are the
+#: standard ones.
+MX_ELEMENTS = (FP8_E4M3, FP8_E5M2, FP6_E2M3, FP6_E3M2, FP4_E2M1)
 
 #: Scale kinds of :func:`block_quantize` and the bits each stored scale costs.
 SCALE_BITS = {"e8m0": 8, "e4m3": 8, "exact": 32}
@@ -40,7 +50,7 @@ def fp32_tensor_scale(t_amax: float, elem: FloatFormat) -> float:
     return float(np.clip(FP32.round(ideal), FP32.min_subnormal, FP32.max_value))
 
 
-def exact_scales(amax: np.ndarray, max_value: float) -> np.ndarray:
+def exact_scales(amax: np.ndarray, max_value: float, xp=np) -> np.ndarray:
     """Exact scales ``amax / max_value`` (float64), one ulp moved where rounding misplaces them.
 
     Rounding the quotient up near float64's max puts ``max_value * s`` past it (the top
@@ -48,14 +58,69 @@ def exact_scales(amax: np.ndarray, max_value: float) -> np.ndarray:
     round down so far that ``amax / s`` exceeds ``max_value`` (the top element would saturate
     and the block come back several percent low): take the float above. One step suffices in
     both cases; elsewhere the quotient is unchanged. 0 stays 0 (the quotient underflowed).
+    ``xp`` is the array namespace: ``torch`` for tensors (numfmt.torch uses this very code).
     """
     s = amax / max_value
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-        over = ~np.isfinite(s * max_value)
-        low = (s > 0) & (amax / np.where(s > 0, s, 1.0) > max_value * CLIP_TOLERANCE)
-    if over.any() or low.any():
-        s = np.where(over, np.nextafter(s, 0.0), np.where(low, np.nextafter(s, np.inf), s))
+        over = ~xp.isfinite(s * max_value)
+        low = (s > 0) & (amax / xp.where(s > 0, s, 1.0) > max_value * CLIP_TOLERANCE)
+    if bool(over.any()) or bool(low.any()):
+        down = xp.nextafter(s, xp.zeros_like(s))
+        up = xp.nextafter(s, xp.full_like(s, float("inf")))
+        s = xp.where(over, down, xp.where(low, up, s))
     return s
+
+
+def saturated(y, fmt: FloatFormat) -> np.ndarray:
+    """True where ``y`` rounds (nearest-even, unbounded exponent) beyond ``fmt.max_value``.
+
+    numfmt's one definition of "saturated": where the clamp to ``max_value``, not rounding,
+    sets the stored value. The boundary is the midpoint between ``max_value`` and the next
+    step ``max_value + 2^(emax - man_bits)``; at the midpoint itself the tie goes to the even
+    mantissa, which is ``max_value``'s only in "fn" formats such as E4M3 (top mantissa 110,
+    the all-ones code being NaN), so E4M3 saturates above 464, E5M2 from 61440, E2M1 from 7.
+    It is the STE mask of :func:`numfmt.qat.fake_quantize_float` (``mask = ~saturated``) and
+    the rate :func:`numfmt.scaling.quantize_with_scale` reports as ``clipped``.
+
+    Parameters
+    ----------
+    y : ndarray of real numbers, any shape (the quotient ``x / scale``); +-Inf saturates
+    fmt : FloatFormat
+
+    Returns
+    -------
+    ndarray of bool, the shape of ``y``.
+    """
+    boundary = fmt.max_value + np.ldexp(1.0, fmt.emax - fmt.man_bits) / 2
+    tie_stays = fmt.specials == "fn" and fmt.man_bits > 0
+    a = np.abs(y)
+    return (a > boundary) if tie_stays else (a >= boundary)
+
+
+def scaled_round(x: np.ndarray, fmt: FloatFormat, scale, mode: str = "nearest", rng=None):
+    """``y = x / scale``, ``elements = fmt.round(y)`` (saturating), ``values = elements * scale``.
+
+    The one scaled-float quantizer behind :func:`tensor_scaled`, :func:`block_quantize`,
+    :func:`numfmt.scaling.quantize_with_scale` and :func:`numfmt.qat.fake_quantize_float`; they
+    differ only in how they choose ``scale`` and what they report about ``y`` (see
+    :func:`saturated`). No input checks: the callers make them.
+
+    Parameters
+    ----------
+    x : ndarray of float32 or float64, any shape
+    fmt : FloatFormat
+    scale : ndarray or float, positive, broadcastable against ``x``
+    mode, rng : as :meth:`FloatFormat.round`
+
+    Returns
+    -------
+    (elements, values, y) : float64 ndarrays of the broadcast shape (``y`` keeps float32 when
+    ``x`` and ``scale`` are float32); a quotient beyond float64 is Inf and saturates.
+    """
+    with np.errstate(over="ignore"):
+        y = x / scale
+    elements = fmt.round(y, saturate=True, mode=mode, rng=rng)
+    return elements, elements * scale, y
 
 
 class BlockQuantized(NamedTuple):
@@ -230,13 +295,14 @@ def _scaled_round(xb: np.ndarray, full: np.ndarray, elem: FloatFormat, pow2: boo
     rows = rows_per_chunk(block)
     for i in range(0, n, rows):
         sl = slice(i, i + rows)
-        y = xb[sl] / divisor[sl]
+        e, v, y = scaled_round(xb[sl], elem, divisor[sl])
+        # "clipped" counts elements beyond max_value (they were moved by more than rounding),
+        # a wider set than saturated(y): (448, 464] rounds to 448 in E4M3 but counts here.
         n_clipped += int(np.count_nonzero(np.abs(y) > limit))
-        e = elements[sl]
-        e[...] = elem.round(y)
         if any_zero:
             e[zero[sl]] = 0.0
-        np.multiply(e, safe[sl], out=values[sl])
+            v[zero[sl]] = 0.0
+        elements[sl], values[sl] = e, v
     return elements, values, n_clipped / xb.size
 
 
@@ -305,6 +371,6 @@ def tensor_scaled(x, elem: FloatFormat) -> BlockQuantized:
     amax = float(np.abs(x).max())
     s = float(exact_scales(np.float64(amax), elem.max_value)) if amax > 0 else 1.0
     # s == 0: amax is a few float64 subnormals and the scale underflows; flush to zero.
-    elements = elem.round(x / s) if s > 0 else np.zeros_like(x)
-    return BlockQuantized((elements * s).reshape(shape), elements.reshape(shape),
+    elements, values, _ = scaled_round(x, elem, s) if s > 0 else (np.zeros_like(x),) * 2 + (x,)
+    return BlockQuantized(values.reshape(shape), elements.reshape(shape),
                           np.ones(x.shape[:-1] + (1,)), s, 0.0, float(elem.bits))

@@ -631,3 +631,16 @@ FP8_E5M2FNUZ = FloatFormat("E5M2FNUZ", 5, 2, 16, "fnuz")  # AMD MI300: max 57344
 #: codes for a value table).
 FORMATS = {f.name: f for f in (FP16, BF16, FP8_E4M3, FP8_E5M2, FP6_E2M3, FP6_E3M2, FP4_E2M1, E8M0,
                                FP8_E4M3FNUZ, FP8_E5M2FNUZ)}
+
+#: The type each format agrees with bit for bit, by name: a numpy dtype for FP32 and FP16, an
+#: ml_dtypes type for the rest (``numfmt._reference.reference_dtypes`` resolves the names).
+#: The one table tests and benchmarks take their oracle pairs from; a format ml_dtypes lacks
+#: has no entry.
+REFERENCE_DTYPES = {"FP32": "float32", "FP16": "float16", "BF16": "bfloat16",
+                    "E4M3": "float8_e4m3fn", "E5M2": "float8_e5m2", "E2M3": "float6_e2m3fn",
+                    "E3M2": "float6_e3m2fn", "E2M1": "float4_e2m1fn", "E8M0": "float8_e8m0fnu",
+                    "E4M3FNUZ": "float8_e4m3fnuz", "E5M2FNUZ": "float8_e5m2fnuz"}
+
+# Every FloatFormat constant of this module is public: a new format is exported by defining it.
+__all__ = ["FloatFormat", "FORMATS", "REFERENCE_DTYPES",
+           *(n for n, v in list(globals().items()) if isinstance(v, FloatFormat))]

@@ -21,6 +21,9 @@ from numfmt._chunks import absmax_rows, rows_per_chunk
 from numfmt._validate import (as_calibration_array, as_integer_array, as_real_array, check_block,
                               check_bool, check_clip, check_code_range)
 
+__all__ = ["GRANULARITIES", "IntQuantized", "int_range", "grouped_view_shape",
+           "quantize_affine", "dequantize_affine", "quantize_int"]
+
 GRANULARITIES = ("tensor", "channel", "group")
 MIN_BITS, MAX_BITS = 2, 16
 
@@ -83,17 +86,18 @@ def grouped_view_shape(shape: tuple, granularity: str, group) -> tuple:
     return tuple(shape[:-1]) + (shape[-1] // group, group)
 
 
-def _affine_scale(lo: np.ndarray, hi: np.ndarray, levels: int) -> np.ndarray:
+def _affine_scale(lo: np.ndarray, hi: np.ndarray, levels: int, xp=np) -> np.ndarray:
     """``(hi - lo) / levels``, also where ``hi - lo`` overflows float64 (ranges above 1.8e308).
 
     There both bounds are huge, so halving them is exact and ``(hi/2 - lo/2) / levels * 2``
     is the same correctly rounded quotient; elsewhere the first form is used unchanged.
+    ``xp`` is the array namespace (``torch`` in numfmt.torch.intquant).
     """
     with np.errstate(over="ignore"):
         width = hi - lo
-    if np.isfinite(width).all():
+    if bool(xp.isfinite(width).all()):
         return width / levels
-    return np.where(np.isfinite(width), width / levels, (hi * 0.5 - lo * 0.5) / levels * 2.0)
+    return xp.where(xp.isfinite(width), width / levels, (hi * 0.5 - lo * 0.5) / levels * 2.0)
 
 
 _TINY = float(np.finfo(np.float64).tiny)
@@ -106,9 +110,10 @@ def _check_calibrated_scale(scale: np.ndarray, nonzero: np.ndarray, clip: float)
     return the input unchanged (clip = 1e-323 made quantization the identity).
     """
     bad = nonzero & ~(scale >= _TINY)
-    if bad.any():
-        raise ValueError(f"the scale {float(scale[bad].ravel()[0]):.6g} of a non-zero "
-                         f"{'tensor, row or group' if scale.size > 1 else 'tensor'} is below "
+    if bool(bad.any()):  # numpy arrays and torch tensors alike (numfmt.torch.intquant)
+        what = "tensor, row or group" if scale.reshape(-1).shape[0] > 1 else "tensor"
+        raise ValueError(f"the scale {float(scale[bad].reshape(-1)[0]):.6g} of a non-zero "
+                         f"{what} is below "
                          f"float64's smallest normal number {_TINY:.6g} (clip={clip!r}): "
                          "multiply x by a power of two first, or use a larger clip")
 

@@ -6,6 +6,8 @@ import numpy as np
 
 from numfmt._validate import as_real_array
 
+__all__ = ["rel_error", "sqnr_db"]
+
 
 _CHUNK = 1 << 16  # elements; the difference of one chunk stays in cache
 

@@ -20,6 +20,9 @@ import numpy as np
 from numfmt._validate import as_real_array
 from numfmt.formats import FloatFormat
 
+__all__ = ["ROUNDING_MODES", "SUM_METHODS", "round_to_format", "sum_in_format",
+           "cumsum_in_format"]
+
 ROUNDING_MODES = ("nearest_even", "half_away", "toward_zero", "stochastic")
 SUM_METHODS = ("sequential", "pairwise", "kahan")
 

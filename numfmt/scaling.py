@@ -18,7 +18,10 @@ from typing import NamedTuple
 import numpy as np
 
 from numfmt._validate import as_calibration_array, as_real_array, check_real_scalar
+from numfmt.blocks import saturated, scaled_round
 from numfmt.formats import FloatFormat
+
+__all__ = ["Scaled", "scale_from_amax", "quantize_with_scale", "delayed_scales"]
 
 
 class Scaled(NamedTuple):
@@ -90,11 +93,13 @@ def quantize_with_scale(x, fmt: FloatFormat, scale: float) -> Scaled:
     Returns
     -------
     Scaled
-        ``values`` (float64, shape of x); ``clipped``: fraction of elements saturated, i.e. with
-        ``|x / scale|`` beyond the midpoint between ``max_value`` and the next binade's first
-        step, where round to nearest would leave the grid (values between ``max_value`` and
-        that midpoint round to ``max_value`` anyway and are not counted; nor is the element
-        that maps exactly onto ``max_value`` up to float rounding); ``flushed``: fraction of
+        ``values`` (float64, shape of x); ``clipped``: fraction of elements saturated as
+        :func:`numfmt.blocks.saturated` defines it: ``|x / scale|`` rounds past the midpoint
+        between ``max_value`` and the next step, where round to nearest would leave the grid
+        (values between ``max_value`` and that midpoint round to ``max_value`` anyway and are
+        not counted; nor is the element that maps exactly onto ``max_value`` up to float
+        rounding; the midpoint itself counts unless its tie goes to ``max_value``, as in
+        E4M3); ``flushed``: fraction of
         the non-zero elements that round to zero (0 if none).
 
     Raises
@@ -109,13 +114,10 @@ def quantize_with_scale(x, fmt: FloatFormat, scale: float) -> Scaled:
     scale = check_real_scalar(scale, "scale")
     if not (np.isfinite(scale) and scale > 0):
         raise ValueError(f"scale must be positive and finite, got {scale}")
-    with np.errstate(over="ignore"):  # a quotient beyond float64 is inf and saturates
-        y = x / scale
-    values = fmt.round(y) * scale
+    _, values, y = scaled_round(x, fmt, scale)  # a quotient beyond float64 is Inf: saturates
     nonzero = x != 0
     flushed = float(np.mean(values[nonzero] == 0)) if nonzero.any() else 0.0
-    top = fmt.max_value + np.ldexp(1.0, fmt.emax - fmt.man_bits) / 2  # overflow midpoint
-    return Scaled(values, float(np.mean(np.abs(y) > top)), flushed)
+    return Scaled(values, float(np.mean(saturated(y, fmt))), flushed)
 
 
 def delayed_scales(amaxes, fmt: FloatFormat, history: int = 16, margin: int = 0) -> np.ndarray:

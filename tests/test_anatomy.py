@@ -7,13 +7,11 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from numfmt import BF16, E8M0, FORMATS, FP4_E2M1, FP8_E4M3, FP16, FP32
+from numfmt._reference import reference_dtypes
 from numfmt.anatomy import (bit_fields, bit_string, max_exact_integer, neighbours,
                             spacing, special_codes)
 
-ML = {"FP16": np.float16, "BF16": ml_dtypes.bfloat16, "E4M3": ml_dtypes.float8_e4m3fn,
-      "E5M2": ml_dtypes.float8_e5m2, "E2M3": ml_dtypes.float6_e2m3fn,
-      "E3M2": ml_dtypes.float6_e3m2fn, "E2M1": ml_dtypes.float4_e2m1fn,
-      "E8M0": ml_dtypes.float8_e8m0fnu}
+ML = {f.name: t for f, t in reference_dtypes().items()}  # every format with a reference
 SIGNED = [f for f in FORMATS.values() if f.signed]
 
 

@@ -27,7 +27,7 @@ from numfmt import (E8M0, FP4_E2M1, FP8_E4M3, FP8_E5M2, FP16, FP32, FloatFormat,
 from numfmt.packing import (absmax_dequantize, absmax_quantize, double_quantize, gptq_quantize,
                             marlin_fp8_pack, nf4_levels, pack_nibbles, qlora_quantize,
                             unpack_nibbles)
-from numfmt.qat_torch import ActivationFakeQuant, fake_quantize_int
+from numfmt.torch.qat import ActivationFakeQuant, fake_quantize_int
 from numfmt import rounding
 from numfmt.torch import gemm
 

@@ -7,12 +7,12 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from numfmt import (E8M0, FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E5M2, block_quantize,
-                    mx_quantize, nvfp4_quantize, tensor_scaled)
+from numfmt import (E8M0, FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E5M2, MX_ELEMENTS,
+                    block_quantize, mx_quantize, nvfp4_quantize, tensor_scaled)
+from numfmt._reference import reference_dtypes
+from numfmt.blocks import saturated, scaled_round
 
-ML = {FP4_E2M1: ml_dtypes.float4_e2m1fn, FP6_E2M3: ml_dtypes.float6_e2m3fn,
-      FP6_E3M2: ml_dtypes.float6_e3m2fn, FP8_E4M3: ml_dtypes.float8_e4m3fn,
-      FP8_E5M2: ml_dtypes.float8_e5m2}
+ML = reference_dtypes(MX_ELEMENTS)  # the OCP MX element formats and their ml_dtypes twins
 ML_MAX = {f: float(ml_dtypes.finfo(t).max) for f, t in ML.items()}
 
 
@@ -73,7 +73,7 @@ def test_mxfp8_saturates_a_block_maximum_above_448():
     assert r.clipped == 1 / 32
 
 
-@pytest.mark.parametrize("fmt", [FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E5M2], ids=str)
+@pytest.mark.parametrize("fmt", MX_ELEMENTS, ids=str)
 def test_mx_matches_the_spec_reference(fmt):
     rng = np.random.default_rng(5)
     x = rng.standard_t(4, 32 * 64) * np.exp(rng.uniform(-8, 8, 32 * 64).repeat(1))
@@ -157,7 +157,7 @@ def test_bad_input(call, exc, msg):
         call()
 
 
-@pytest.mark.parametrize("fmt", [FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E5M2], ids=str)
+@pytest.mark.parametrize("fmt", MX_ELEMENTS, ids=str)
 def test_exact_scale_reports_no_clipping_despite_division_rounding(fmt):
     # Found by the notebook's tests: amax / (amax / 448) can be 448.00000000000006 in float64,
     # which is not a clipped value. Student-t data, blocks of 32, every element format.
@@ -165,7 +165,7 @@ def test_exact_scale_reports_no_clipping_despite_division_rounding(fmt):
     assert block_quantize(x, fmt, 32, "exact").clipped == 0.0
 
 
-ELEMS = [FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E5M2]
+ELEMS = list(MX_ELEMENTS)
 SCALINGS = [lambda x, f: tensor_scaled(x, f)] + [
     (lambda s: lambda x, f: block_quantize(x, f, 2, s))(s) for s in ("e8m0", "e4m3", "exact")]
 
@@ -257,7 +257,7 @@ def test_torch_twin_of_float32_blocks_is_bit_identical_across_chunks(quantize):
 
 
 # ---------------------------------------------------------------------------- MX scale rules
-MX_ELEMS = (FP8_E4M3, FP8_E5M2, FP6_E2M3, FP6_E3M2, FP4_E2M1)
+MX_ELEMS = MX_ELEMENTS
 
 
 def rceil_reference(x32, fmt, block=32):
@@ -388,3 +388,43 @@ def test_rceil_torch_twin_bit_identical(fmt):
         b = nt.mx_quantize(torch.from_numpy(x), fmt, scale_rule="rceil")
         assert np.array_equal(a.values, b.values.numpy())
         assert np.array_equal(a.scales, b.scales.numpy()) and a.clipped == b.clipped
+
+
+# ------------------------------------------------- one scaled quantizer, one "saturated"
+@pytest.mark.parametrize("fmt", [f for f in reference_dtypes() if f.signed and (f.has_inf
+                                                                               or f.has_nan)],
+                         ids=str)
+def test_saturated_is_where_a_non_saturating_ml_dtypes_cast_leaves_the_grid(fmt):
+    # Oracle: ml_dtypes' own cast without saturation gives Inf or NaN exactly where rounding
+    # goes past max_value (every format here has Inf or NaN to show it).
+    t = reference_dtypes()[fmt]
+    top = fmt.max_value
+    step = 2.0 ** (fmt.emax - fmt.man_bits)
+    y = np.concatenate([np.linspace(0.9 * top, top + 2 * step, 4001),
+                        [top + step / 2, np.nextafter(top + step / 2, 0), np.inf]])
+    with np.errstate(over="ignore"):  # BF16's top + 2 steps is past float32: Inf, saturated
+        y = np.concatenate([y, -y]).astype(np.float32).astype(np.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        left = ~np.isfinite(y.astype(np.float32).astype(t).astype(np.float64))
+    np.testing.assert_array_equal(saturated(y, fmt), left)
+
+
+def test_the_four_quantizers_share_the_rounding_and_the_saturation_rule():
+    from numfmt.qat import fake_quantize_float
+    from numfmt.scaling import quantize_with_scale
+    x = np.random.default_rng(3).standard_t(4, (8, 64)) * 50
+    s = float(np.abs(x).max()) / FP8_E4M3.max_value
+    want_e, want_v, y = scaled_round(x, FP8_E4M3, s)
+    ts = tensor_scaled(x, FP8_E4M3)
+    bq = block_quantize(x, FP8_E4M3, 64, "exact")
+    assert ts.tensor_scale == s and np.array_equal(ts.values, want_v)
+    assert np.array_equal(ts.elements, want_e)
+    assert np.array_equal(bq.values.reshape(8, 64), scaled_round(
+        x, FP8_E4M3, bq.scales)[1])
+    # E5M2's midpoint 61440 ties to Inf (ml_dtypes agrees): saturated, as the STE mask says.
+    assert quantize_with_scale([61440.0, 61439.0], FP8_E5M2, 1.0).clipped == 0.5
+    assert np.isinf(np.float32(61440.0).astype(ml_dtypes.float8_e5m2).astype(np.float64))
+    fq = fake_quantize_float(x * 2, FP8_E4M3, s)
+    assert np.array_equal(fq.mask, ~saturated(x * 2 / s, FP8_E4M3))
+    assert np.array_equal(fq.values, scaled_round(x * 2, FP8_E4M3, s)[1])

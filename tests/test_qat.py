@@ -116,7 +116,7 @@ def test_stochastic_fake_quantize_unbiased_and_grid_values_stable():
 def test_stochastic_float_rounding_unbiased():
     # E4M3 between 1.0 and 1.125 (step 2^-3): 1.03125 is a quarter of the way up.
     n = 200_000
-    v = fake_quantize_float(np.full(n, 1.03125), FP8_E4M3, rounding="stochastic", rng=3).values
+    v = fake_quantize_float(np.full(n, 1.03125), FP8_E4M3, mode="stochastic", rng=3).values
     assert set(np.unique(v)) == {1.0, 1.125}
     se = 0.125 * np.sqrt(0.25 * 0.75 / n)
     assert abs(v.mean() - 1.03125) < 5 * se
@@ -290,8 +290,8 @@ def test_fake_quantize_bad_input():
         fake_quantize([np.nan], GRID)
     with pytest.raises(TypeError, match="QParams"):
         fake_quantize([1.0], (1.0, 0, -8, 7))
-    with pytest.raises(ValueError, match="rounding"):
-        fake_quantize([1.0], GRID, rounding="up")
+    with pytest.raises(ValueError, match="mode must be one of"):
+        fake_quantize([1.0], GRID, mode="up")
     with pytest.raises(ValueError, match="scale"):
         fake_quantize([1.0], QParams(np.array(0.0), np.array(0), -8, 7))
     with pytest.raises(TypeError, match="FloatFormat"):
@@ -307,7 +307,7 @@ def test_fake_quantize_bad_input():
     with pytest.raises(ValueError, match="axis"):
         fake_quantize_weight(np.ones((2, 16)), "NVFP4", axis=0)
     with pytest.raises(ValueError, match="nearest"):
-        fake_quantize_weight(np.ones((2, 32)), "MXFP4", rounding="stochastic")
+        fake_quantize_weight(np.ones((2, 32)), "MXFP4", mode="stochastic")
     with pytest.raises(ValueError, match="shape"):
         ste_backward(np.ones(3), np.ones(2, dtype=bool))
     with pytest.raises(TypeError, match="boolean"):

@@ -1,4 +1,4 @@
-"""numfmt.qat_torch: the STE autograd Function and QATLinear (skipped without torch)."""
+"""numfmt.torch.qat: the STE autograd Function and QATLinear (skipped without torch)."""
 
 import numpy as np
 import pytest
@@ -6,7 +6,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from numfmt.qat import WEIGHT_FORMATS, fake_quantize_weight  # noqa: E402
-from numfmt.qat_torch import (ActivationFakeQuant, QATLinear, fake_quantize_int,  # noqa: E402
+from numfmt.torch.qat import (ActivationFakeQuant, QATLinear, fake_quantize_int,  # noqa: E402
                               fake_quantize_weight_ste)
 
 

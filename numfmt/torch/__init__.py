@@ -7,8 +7,9 @@ Elementwise results (rounding, codes, scales, dequantized values) are bit-identi
 implementation; the two metrics are reductions and agree to float64 summation-order rounding.
 
 Low-precision matrix multiplication (int8 with int32 accumulation, FP8 with tensor or row
-scales, block-scaled MX/NVFP4 emulation) is in :mod:`numfmt.torch.gemm`; timing helpers for
-GPUs in :mod:`numfmt.torch.bench`.
+scales, block-scaled MX/NVFP4 emulation) is in :mod:`numfmt.torch.gemm`; quantization-aware
+training on torch (the STE autograd Functions, ``QATLinear``) in :mod:`numfmt.torch.qat`.
+GPU timing lives outside the library, in ``benchmarks/gpu_timing.py``.
 """
 
 try:

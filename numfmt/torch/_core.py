@@ -80,7 +80,7 @@ def as_real_tensor(x, name: str = "x", device=None) -> torch.Tensor:
 
     A tensor that requires grad is accepted; the result carries the graph, but rounding is a
     step function, so the gradient through round, MX and NVFP4 is exactly 0 almost everywhere
-    (use numfmt.qat_torch for a straight-through estimator).
+    (use numfmt.torch.qat for a straight-through estimator).
 
     Raises
     ------

@@ -13,22 +13,19 @@ import torch
 
 from numfmt._validate import check_block
 from numfmt.blocks import (CLIP_TOLERANCE, SCALE_BITS, _check_elem, _check_scale_rule,
-                           fp32_tensor_scale)
+                           exact_scales, fp32_tensor_scale)
 from numfmt.formats import E8M0, FP4_E2M1, FP8_E4M3, FloatFormat
 from numfmt.torch._core import as_calibration_tensor, floor_log2, pow2
 from numfmt.torch.formats import CHUNK
 from numfmt.torch.formats import round as round_to
 
+__all__ = ["BlockQuantized", "block_quantize", "mx_quantize", "nvfp4_quantize",
+           "tensor_scaled"]
+
 
 def _exact_scales(amax: torch.Tensor, max_value: float) -> torch.Tensor:
-    """The twin of :func:`numfmt.blocks.exact_scales`: ``amax / max_value``, one ulp moved
-    where rounding would overflow the top element or make it saturate."""
-    s = amax / max_value
-    over = ~torch.isfinite(s * max_value)
-    low = (s > 0) & (amax / torch.where(s > 0, s, 1.0) > max_value * CLIP_TOLERANCE)
-    down = torch.nextafter(s, torch.zeros_like(s))
-    up = torch.nextafter(s, torch.full_like(s, float("inf")))
-    return torch.where(over, down, torch.where(low, up, s))
+    """:func:`numfmt.blocks.exact_scales` itself, on tensors."""
+    return exact_scales(amax, max_value, xp=torch)
 
 
 class BlockQuantized(NamedTuple):
@@ -93,7 +90,7 @@ def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0",
     -----
     A tensor that requires grad is accepted (no warning); the rounding is a step function,
     so the gradient of ``values`` with respect to ``x`` is exactly 0 almost everywhere for
-    MX and NVFP4 alike (not a straight-through estimator: see :mod:`numfmt.qat_torch`).
+    MX and NVFP4 alike (not a straight-through estimator: see :mod:`numfmt.torch.qat`).
     """
     shape = _shape_of(x)
     given = x

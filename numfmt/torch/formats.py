@@ -14,7 +14,10 @@ import torch
 
 from numfmt.formats import FloatFormat
 from numfmt._validate import as_integer_array, check_bool
-from numfmt.torch._core import F64, as_real_tensor, check_device, check_tensor, floor_log2, pow2
+from numfmt.torch._core import (F64, as_real_tensor, check_device, check_tensor, default_device,
+                                floor_log2, pow2)
+
+__all__ = ["CHUNK", "NATIVE_DTYPES", "round", "encode", "decode", "to_native"]
 
 CHUNK = 1 << 17  # elements per chunk of round on large tensors
 
@@ -80,7 +83,7 @@ def round(x, fmt: FloatFormat, saturate: bool = True, mode: str = "nearest",  # 
     -----
     A tensor that requires grad is accepted; rounding is a step function, so the gradient of
     the result is exactly 0 almost everywhere (not a straight-through estimator; see
-    :mod:`numfmt.qat_torch` for that).
+    :mod:`numfmt.torch.qat` for that).
     """
     fmt = _check_fmt(fmt)
     check_bool(saturate, "saturate")
@@ -376,8 +379,8 @@ def decode(codes, fmt: FloatFormat, device=None) -> torch.Tensor:
         if arr.dtype == np.bool_ or arr.dtype.kind not in "iu":
             if arr.dtype != object:
                 raise TypeError(f"codes must be integers, got dtype {arr.dtype}")
-        c = torch.as_tensor(as_integer_array(arr, "codes"), device=device if device is not None
-                            else torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+        c = torch.as_tensor(as_integer_array(arr, "codes"),
+                            device=device if device is not None else default_device())
     if c.numel() and (int(c.min()) < 0 or int(c.max()) >= (1 << fmt.bits)):
         bad = int(c.min()) if int(c.min()) < 0 else int(c.max())
         raise ValueError(f"{fmt.name} codes must lie in [0, {(1 << fmt.bits) - 1}], got {bad}")

@@ -28,6 +28,12 @@ from numfmt.torch.blocks import BlockQuantized
 from numfmt.torch.formats import round as round_to
 from numfmt.torch.intquant import quantize_int
 
+__all__ = ["INT32_MAX", "FP8_DTYPES", "GRANULARITIES", "OUT_DTYPES", "int32_safe_k",
+           "int8_mm", "int8_mm_reference", "Int8Linear", "int8_linear", "Fp8Operand",
+           "fp8_quantize", "scaled_mm", "fp8_linear", "block_scaled_mm",
+           "block_scaled_linear", "fp8_kernel_available",
+           "native_block_scaled_available"]
+
 INT32_MAX = 2**31 - 1
 FP8_DTYPES = {"E4M3": torch.float8_e4m3fn, "E5M2": torch.float8_e5m2}
 GRANULARITIES = ("tensor", "row")

@@ -13,9 +13,11 @@ import numpy as np
 import torch
 
 from numfmt._validate import as_integer_array, check_clip, check_code_range
-from numfmt.intquant import _TINY, grouped_view_shape, int_range
+from numfmt.intquant import _affine_scale, _check_calibrated_scale, grouped_view_shape, int_range
 from numfmt.torch._core import F64, as_calibration_tensor, as_real_tensor
 from numfmt.torch.formats import CHUNK
+
+__all__ = ["IntQuantized", "quantize_affine", "dequantize_affine", "quantize_int"]
 
 
 class IntQuantized(NamedTuple):
@@ -25,16 +27,6 @@ class IntQuantized(NamedTuple):
     codes: torch.Tensor       #: integer codes, int64, shape of x
     scale: torch.Tensor       #: float64, see quantize_int for the shape
     zero_point: torch.Tensor  #: int64, same shape as scale
-
-
-def _check_calibrated_scale(scale: torch.Tensor, nonzero: torch.Tensor, clip: float) -> None:
-    """As numfmt.intquant's check: a non-zero tensor's scale must be a normal float64."""
-    bad = nonzero & ~(scale >= _TINY)
-    if bool(bad.any()):
-        raise ValueError(f"the scale {float(scale[bad].reshape(-1)[0]):.6g} of a non-zero "
-                         f"{'tensor, row or group' if scale.numel() > 1 else 'tensor'} is below "
-                         f"float64's smallest normal number {_TINY:.6g} (clip={clip!r}): "
-                         "multiply x by a power of two first, or use a larger clip")
 
 
 def quantize_affine(x, scale, zero_point=0, qmin: int = -127, qmax: int = 127,
@@ -155,8 +147,7 @@ def quantize_int(x, bits: int, symmetric: bool = True, granularity: str = "tenso
         mn, mx = reduce(xg, torch.amin), reduce(xg, torch.amax)
         lo = torch.clamp(mn, max=0.0) * clip
         hi = torch.clamp(mx, min=0.0) * clip
-        width = hi - lo  # beyond float64's max: halve both bounds first, as numfmt does
-        scale = torch.where(torch.isfinite(width), width / qmax, (hi * 0.5 - lo * 0.5) / qmax * 2.0)
+        scale = _affine_scale(lo, hi, qmax, xp=torch)
         _check_calibrated_scale(scale, (mn != 0) | (mx != 0), clip)
         scale = torch.where(scale == 0, 1.0, scale)
         zero_point = torch.clamp(torch.round(-lo / scale), qmin, qmax).to(torch.int64)

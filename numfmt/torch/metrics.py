@@ -14,6 +14,8 @@ import torch
 from numfmt.metrics import _TINY, _noise_to_signal_scaled, _rel_error_of, _sqnr_db_of
 from numfmt.torch._core import as_real_tensor
 
+__all__ = ["rel_error", "sqnr_db"]
+
 
 def _pair(q, x) -> tuple[torch.Tensor, torch.Tensor]:
     dev = x.device if isinstance(x, torch.Tensor) else (q.device if isinstance(q, torch.Tensor)

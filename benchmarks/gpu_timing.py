@@ -12,6 +12,11 @@ from typing import Callable
 
 import torch
 
+__all__ = ["GEMM_KINDS", "QUANT_BYTES", "QUANT_KERNELS", "PEAK_BANDWIDTH_GBS",
+           "median_ms", "gemm_setup", "gemm_tflops", "quantize_setup",
+           "quantize_bandwidth", "quantize_rows", "peak_bandwidth_gbs",
+           "peak_from_properties", "error_text", "throughput_rows"]
+
 GEMM_KINDS = ("bf16", "fp8 per-tensor", "fp8 per-row", "int8")
 #: Quantize-path kernels and the bytes per bf16 element each must move at least.
 QUANT_BYTES = {"amax": 2, "cast to E4M3": 3, "scale + cast (eager, 2 kernels)": 3}
