@@ -843,8 +843,8 @@ def demo5_calibration(m: Model, tokens: int = 512,
     weights = float_weights(m)
     wq = map_weights(lambda n, w: quantize_int(w, 8, granularity="channel").values, weights)
     names = [n for n in weights if any(n.endswith(ns[0]) for ns in INPUT_GROUPS.values())]
-    caps = llm.capture_linear_inputs(m.ck.model, m.calib_windows[:max(1, tokens // 512)],
-                                     names, keep_inputs=True)
+    windows = m.calib_windows[:max(1, tokens // m.calib_windows.shape[1])]
+    caps = llm.capture_linear_inputs(m.ck.model, windows, names, keep_inputs=True)
     out, ratio = {}, {}
     for method in progress(CALIBRATORS, "calibrators"):
         clips = {n: _clip(method, c.inputs.astype(np.float64)) for n, c in caps.items()}

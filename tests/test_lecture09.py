@@ -304,7 +304,8 @@ def test_labels_with_numbers_round_trip():
 def test_skip_messages_in_chinese(monkeypatch, tmp_path):
     # the harness's message is one line of print(), in English too as long as its path
     llm = pytest.importorskip("lectures.llm")
-    monkeypatch.setattr(L, "load_model", lambda: llm.verify_gguf(tmp_path / "missing.gguf"))
+    monkeypatch.setattr(L, "load_model",
+                        lambda **kw: llm.verify_gguf(tmp_path / "missing.gguf"))
     assert_chinese(lambda _: L.real_model_demos(), None, layout=False)
     monkeypatch.setattr(L, "harness", lambda: (_ for _ in ()).throw(
         ImportError("No module named 'torch'")))
