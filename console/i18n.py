@@ -96,7 +96,9 @@ def set_language(tag: str | None) -> str:
         raise TypeError(f"language must be a str or None, got {type(tag).__name__}")
     resolved = None if tag is None else resolve_language(tag)
     if tag is not None and resolved is None:
-        raise ValueError(f"language {tag!r} has no translation; choose en or zh")
+        choices = sorted({"en", *_ALIASES})           # the short tags: en, zh
+        raise ValueError(f"language {tag!r} has no translation; choose one of "
+                         + ", ".join(choices))
     _chosen = resolved
     return current_language()
 

@@ -42,14 +42,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import textwrap
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from console import (OBSERVATIONS_WIDTH, print_header, print_observations, print_paragraph,
                      print_table, print_title, run_lecture)
-from console.i18n import N_, current_language
+from console.i18n import N_
 from lectures import llm
 from lectures.i18n import domain
 
@@ -86,12 +85,8 @@ CLOSE = 0.10            # demo 6: "close" means within 10% of FP8's perplexity
 
 
 def say(text: str) -> None:
-    """Print a paragraph wrapped at the lectures' 100 columns (display columns, breaking
-    between Chinese characters where the text is Chinese; English as textwrap wraps it)."""
-    if current_language() == "en":
-        print(textwrap.fill(text, OBSERVATIONS_WIDTH))
-    else:
-        print_paragraph(text, width=OBSERVATIONS_WIDTH)
+    """Print a paragraph wrapped at the lectures' 100 display columns (Chinese included)."""
+    print_paragraph(text, width=OBSERVATIONS_WIDTH)
 
 
 @dataclass(frozen=True)
