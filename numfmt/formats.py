@@ -240,13 +240,15 @@ class FloatFormat:
         if mode == "nearest" and x.size > _CHUNK:
             # Chunk by chunk, the temporaries stay in cache and only the result is full-size
             # (8 B/element peak, against 26 at once): fresh pages cost more than arithmetic.
+            # A float32 chunk's result is widened by the assignment itself (no float64 copy).
             out = np.empty(x.size)
             for i in range(0, x.size, _CHUNK):
-                out[i:i + _CHUNK] = self.round(x[i:i + _CHUNK], saturate)
+                out[i:i + _CHUNK] = self._nearest_chunk(x[i:i + _CHUNK], saturate)
             return out.reshape(shape)
-        if mode == "nearest" and x.dtype == np.float32 and self._float32_exact:
-            return self._nearest_float32(x, saturate).view(np.float32).astype(np.float64) \
-                .reshape(shape)
+        if mode == "nearest" and x.dtype == np.float32:
+            r = self._nearest_float32_values(x, saturate)
+            if r is not None:
+                return r.astype(np.float64).reshape(shape)
         with np.errstate(invalid="ignore"):  # a float32 signalling NaN widens to a quiet one
             a = np.abs(x, dtype=np.float64)  # float32 input is widened exactly, in the same pass
         if mode == "nearest":
@@ -270,6 +272,46 @@ class FloatFormat:
             np.logical_not(not_positive, out=not_positive)
             np.copyto(r, np.nan, where=not_positive)
         return r.reshape(shape)
+
+    def _nearest_chunk(self, x: np.ndarray, saturate: bool) -> np.ndarray:
+        """``round(x, saturate)`` of a 1-D float32 or float64 ``x`` of at most one chunk,
+        as float32 where a float32 path applies (the caller widens it while storing it)."""
+        r = self._nearest_float32_values(x, saturate) if x.dtype == np.float32 else None
+        return r if r is not None else self.round(x, saturate)
+
+    def _nearest_float32_values(self, x: np.ndarray, saturate: bool) -> np.ndarray | None:
+        """round() of 1-D float32 ``x`` as float32 values, or None where no float32 path
+        applies. Widening the result gives round()'s float64 one bit for bit (NaN becomes
+        the canonical quiet NaN)."""
+        if self._float32_exact:
+            return self._nearest_float32(x, saturate).view(np.float32)
+        if self._pow2_float32:
+            return self._nearest_pow2_float32(x)
+        return None
+
+    @cached_property
+    def _pow2_float32(self) -> bool:
+        """Whether :meth:`_nearest_pow2_float32` applies: an unsigned power-of-two format
+        (E8M0) whose values above 2^-126 are float32 normals."""
+        return (self._standard_flags and not self.signed and not self.subnormals
+                and self.man_bits == 0 and self.emax <= 127)
+
+    def _nearest_pow2_float32(self, x: np.ndarray) -> np.ndarray | None:
+        """round() of 1-D float32 ``x`` for E8M0-like formats, or None if ``x`` needs more.
+
+        Where every value is a float32 normal in ``[2^emin, 1.5 * 2^emax)`` (no NaN, no zero,
+        no negative, no overflow, no float32 subnormal), the nearest power of two with ties
+        up is the pattern plus half the mantissa field, mantissa cleared: a carry moves the
+        exponent up. Other chunks (checked with two reductions) take the float64 path.
+        """
+        with np.errstate(invalid="ignore"):  # a signalling NaN: the comparisons fail below
+            lo, hi = x.min(), x.max()
+        if not (lo >= np.ldexp(1.0, max(self.emin, -126))
+                and hi < 1.5 * np.ldexp(1.0, self.emax)):  # False for NaN
+            return None
+        r = x.view(_U32) + _U32(0x0040_0000)
+        r &= _U32(0x7F80_0000)
+        return r.view(np.float32)
 
     def _nearest_magnitude(self, a: np.ndarray) -> np.ndarray:
         """Round non-negative float64 magnitudes to nearest (ties even; ties up for E8M0)."""
@@ -391,8 +433,10 @@ class FloatFormat:
             sign = t & _F32_SIGN
             r |= sign
             del sign
-        nan = np.isnan(x)
-        if nan.any():
+        with np.errstate(invalid="ignore"):  # a signalling NaN
+            has_nan = np.isnan(x.max())  # max propagates NaN: one read, no mask, most chunks
+        if has_nan:
+            nan = np.isnan(x)
             r[nan] = _F32_QNAN | (t[nan] & _F32_SIGN)
         return r
 

@@ -257,3 +257,48 @@ def test_a_format_with_a_flag_this_module_does_not_know_takes_the_general_path()
     assert Flagged("E4M3", 4, 3, 7, "fn")._float32_path == "fpu"
     assert Flagged("E4M3", 4, 3, 7, "fn", new_flag=True)._float32_path is None
     assert Flagged("BF16", 8, 7, 127, "ieee", new_flag=True)._float32_path is None
+
+
+# ----------------------------------------------------------------- E8M0 from float32
+def e8m0_easy_patterns() -> np.ndarray:
+    """Positive float32 normals from 2^-126 to just below 1.5 * 2^127, with the mantissa tails
+    that decide E8M0's rounding (the tie 0x400000 rounds up)."""
+    exp = np.arange(1, 255, dtype=np.uint32)[:, None] << 23
+    tails = np.array([0, 1, 0x3F_FFFF, 0x40_0000, 0x40_0001, 0x7F_FFFF], dtype=np.uint32)
+    x = (exp | tails).ravel()
+    return x[x < 0x7F40_0000].view(np.float32)  # 0x7F400000 = 1.5 * 2^127 rounds past 2^127
+
+
+def test_e8m0_float32_path_on_easy_values_equals_hand_values_and_ml_dtypes():
+    x = e8m0_easy_patterns()
+    assert E8M0._pow2_float32 and E8M0._nearest_pow2_float32(x) is not None  # path taken
+    ours = E8M0.round(x, saturate=False)
+    assert np.array_equal(bits(ours), bits(ml_round(E8M0, x)))
+    assert np.array_equal(bits(ours), bits(E8M0.round(widen(x), saturate=False)))
+    hand = np.float32([1.5, 3.0, 1.4999999, 0.75, 2.0**-126, np.float32(1.5 * 2.0**127) * 0.99999994])
+    assert E8M0.round(hand).tolist() == [2.0, 4.0, 1.0, 1.0, 2.0**-126, 2.0**127]
+
+
+@pytest.mark.parametrize("saturate", [False, True])
+@pytest.mark.parametrize("odd", [0.0, -1.0, np.nan, -np.nan, np.inf, 1.5 * 2.0**127,
+                                 2.0**-126 * 0.75, 2.0**-127, 2.0**-149])
+def test_e8m0_float32_chunks_the_bit_path_cannot_take_use_the_float64_path(odd, saturate):
+    # One value outside [2^-126, 1.5 * 2^127) sends its chunk (only it) to the float64 path:
+    # zero and negatives give NaN, overflow 2^127 or NaN, E8M0's lowest binade 2^-127 or 2^-126.
+    easy = np.resize(e8m0_easy_patterns(), (1 << 16) + 5)
+    x = np.concatenate([easy, easy])
+    x[(1 << 16) + 100] = np.float32(odd)  # in the second chunk
+    assert E8M0._nearest_pow2_float32(x[(1 << 16):2 << 16]) is None
+    assert E8M0._nearest_pow2_float32(x[:1 << 16]) is not None
+    ours = E8M0.round(x, saturate=saturate)
+    assert np.array_equal(bits(ours), bits(E8M0.round(widen(x), saturate=saturate)))
+    assert np.array_equal(bits(E8M0.round(x[:1000], saturate=saturate)),  # one small chunk
+                          bits(E8M0.round(widen(x[:1000]), saturate=saturate)))
+
+
+def test_e8m0_float32_path_raises_no_numpy_warning():
+    x = np.resize(e8m0_easy_patterns(), 3 << 16)
+    x.view(np.uint32)[7] = 0x7F80_0001  # a signalling NaN
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert np.isnan(E8M0.round(x)[7])
