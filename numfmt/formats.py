@@ -572,27 +572,37 @@ class FloatFormat:
                              f"got {int(bad)}")
         if self.bits > 16:  # FP32: 2^32 codes are too many for a table
             return self._values_of(codes.astype(np.int64))
-        if self._float32_path == "bits" and (self.exp_bits, self.bias) == (8, 127):
+        if (self.exp_bits, self.bias) == (8, 127) and (
+                self._float32_path == "bits" or (self._pow2_float32 and self.specials == "fn")):
             out = self._decode_float32_top(codes)
         else:
             out = self._table[codes]  # indexing takes any integer dtype: no int64 copy first
         return out if codes.ndim else np.asarray(out)  # a 0-d input gives a 0-d array
 
     def _decode_float32_top(self, codes: np.ndarray) -> np.ndarray:
-        """Values of the codes of a format that is the top of float32's pattern (BF16).
+        """Values of the codes of a format that is the top of float32's pattern (BF16, E8M0).
 
         Shifted into place, a code is the float32 pattern of its value (sign, exponent field,
         mantissa; Inf and subnormals included); only NaN is made the table's canonical one.
+        E8M0 (no sign, no mantissa) differs in two codes: 0 is 2^-127, a float32 subnormal
+        (pattern 0x00400000, not 0), and 0xFF is NaN, not Inf.
         """
         flat = codes.reshape(-1)
         out = np.empty(flat.size)
         shift = _U32(23 - self.man_bits)
+        pow2 = self.man_bits == 0
         for i in range(0, flat.size, _CHUNK):
-            u = flat[i:i + _CHUNK].astype(_U32)
+            c = flat[i:i + _CHUNK]
+            u = c.astype(_U32)
             u <<= shift
             f = u.view(np.float32)
-            nan = np.isnan(f)
-            if nan.any():
+            if pow2:
+                if c.min() == 0:
+                    np.maximum(u, _U32(0x0040_0000), out=u)  # every other code is >= 1 << 23
+                if c.max() == 0xFF:
+                    u[c == 0xFF] = _F32_QNAN
+            elif np.isnan(f.max()):  # max propagates NaN: one read, no mask, most chunks
+                nan = np.isnan(f)
                 u[nan] = _F32_QNAN | (u[nan] & _F32_SIGN)
             out[i:i + _CHUNK] = f
         return out.reshape(codes.shape)[()]  # a 0-d input gives a scalar, as indexing does

@@ -302,3 +302,27 @@ def test_e8m0_float32_path_raises_no_numpy_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert np.isnan(E8M0.round(x)[7])
+
+
+@pytest.mark.parametrize("cdtype", [np.uint8, np.uint16, np.int64])
+@pytest.mark.parametrize("fmt", [E8M0, BF16], ids=str)
+def test_shift_decoders_over_chunks_with_and_without_special_codes(fmt, cdtype):
+    # E8M0 and BF16 decode by shifting codes into float32 patterns, chunk by chunk, fixing
+    # E8M0's codes 0 (2^-127) and 0xFF (NaN) and BF16's NaN only in chunks that hold them.
+    n = 1 << 16
+    if fmt is BF16 and cdtype is np.uint8:
+        pytest.skip("BF16 codes need 16 bits")
+    rng = np.random.default_rng(6)
+    plain = rng.integers(1, 0xFF, n) if fmt is E8M0 else rng.integers(0, 0x7F80, n)  # no NaN
+    every = np.arange(1 << fmt.bits)
+    codes = np.concatenate([plain, np.resize(every, n), plain[:77]]).astype(cdtype)
+    ours = fmt.decode(codes)
+    theirs = ml_round(fmt, codes.astype(np.uint16 if fmt.bits > 8 else np.uint8).view(ORACLE[fmt]))
+    nan = np.isnan(theirs)
+    assert nan[n:2 * n].any() and not nan[:n].any()
+    assert np.array_equal(bits(ours[~nan]), bits(theirs[~nan]))
+    sign = np.uint64(1 << 63) * ((codes[nan].astype(np.uint64) >> (fmt.bits - 1)) & 1)
+    expected = np.uint64(CANONICAL_NAN) | (sign if fmt.signed else np.zeros_like(sign))
+    assert np.array_equal(bits(ours[nan]), expected)
+    if fmt is E8M0:
+        assert ours[n] == 2.0**-127 and ours[n + 254] == 2.0**127  # codes 0 and 0xFE by hand
