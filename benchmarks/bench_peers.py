@@ -111,9 +111,14 @@ def bench_round(n, repeat):
         x = values_in_range(fmt, n)
         ref = lambda: x.astype(ml).astype(np.float32)  # noqa: E731
         agree = yes(same_bits(fmt.round(x, saturate=False), quiet(ref)))
+        ref_name = "ml_dtypes round trip" if ml is not np.float16 else "np.float16 trip"
         rows.append(row(f"{fmt.name} round", lambda: fmt.round(x, saturate=False),
-                        "ml_dtypes round trip" if ml is not np.float16 else "np.float16 trip",
-                        ref, 1.0, agree, repeat))
+                        ref_name, ref, 1.0, agree, repeat))
+        # The option that returns float32, as the round trip does (half the bytes written).
+        ours32 = lambda: fmt.round(x, saturate=False, dtype=np.float32)  # noqa: E731
+        agree = yes(ours32().dtype == np.float32 and same_bits(ours32(), quiet(ref)))
+        rows.append(row(f"{fmt.name} round dtype=f32", ours32, ref_name, ref, 1.0, agree,
+                        repeat))
     return rows
 
 
@@ -137,6 +142,9 @@ def bench_decode(n, repeat):
         agree = yes(same_bits(fmt.decode(c), ref()))
         rows.append(row(f"{fmt.name} decode", lambda: fmt.decode(c), "view(dt).astype(f32)",
                         ref, 1.5, agree, repeat))
+        agree = yes(same_bits(fmt.decode(c, dtype=np.float32), ref()))
+        rows.append(row(f"{fmt.name} decode dtype=f32", lambda: fmt.decode(c, dtype=np.float32),
+                        "view(dt).astype(f32)", ref, 1.5, agree, repeat))
     return rows
 
 

@@ -180,7 +180,8 @@ class FloatFormat:
         return np.dtype(np.uint8 if self.bits <= 8 else np.uint16 if self.bits <= 16 else np.uint32)
 
     # ------------------------------------------------------------------ rounding
-    def round(self, x, saturate: bool = True, mode: str = "nearest", rng=None) -> np.ndarray:
+    def round(self, x, saturate: bool = True, mode: str = "nearest", rng=None,
+              dtype=np.float64) -> np.ndarray:
         """Round real numbers onto this format's grid.
 
         Parameters
@@ -199,10 +200,16 @@ class FloatFormat:
         rng : numpy.random.Generator or int or None
             Source of the uniform draws for stochastic rounding (an int seeds a new Generator).
             Only used with ``mode="stochastic"``.
+        dtype : {numpy.float64, numpy.float32}, default float64
+            dtype of the result. ``float32`` is allowed for formats whose every value is a
+            float32 number (all shipped formats but none wider than float32's range); it
+            gives exactly ``round(x, ...).astype(numpy.float32)`` (NaN: float32's quiet NaN,
+            sign kept) while writing half the bytes, which is most of the cost on large
+            arrays (README, Benchmarks).
 
         Returns
         -------
-        ndarray of float64, the shape of ``x``
+        ndarray of float64 (or ``dtype``), the shape of ``x``
             NaN stays NaN. Signed zero is kept. For E8M0 (unsigned, no zero), zero and
             negative numbers give NaN and positive values below 2**-127 give 2**-127.
 
@@ -213,7 +220,8 @@ class FloatFormat:
             included), ``saturate`` is not a bool, or ``rng`` is not a Generator, an int or None.
         ValueError
             If ``mode`` is unknown, or ``x`` holds integers beyond 2**53 or long doubles that
-            float64 does not hold exactly (they would be rounded twice).
+            float64 does not hold exactly (they would be rounded twice), or ``dtype`` is
+            neither float64 nor float32, or float32 cannot hold every value of the format.
 
         Notes
         -----
@@ -233,6 +241,7 @@ class FloatFormat:
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
         check_bool(saturate, "saturate")
+        dtype = self._result_dtype(dtype)
         if type(x) is not np.ndarray or x.dtype.kind != "f" or x.dtype.itemsize > 8:
             x = as_real_array(x)  # ints become float64; anything else is refused
         shape = x.shape
@@ -241,14 +250,14 @@ class FloatFormat:
             # Chunk by chunk, the temporaries stay in cache and only the result is full-size
             # (8 B/element peak, against 26 at once): fresh pages cost more than arithmetic.
             # A float32 chunk's result is widened by the assignment itself (no float64 copy).
-            out = np.empty(x.size)
+            out = np.empty(x.size, dtype)
             for i in range(0, x.size, _CHUNK):
                 out[i:i + _CHUNK] = self._nearest_chunk(x[i:i + _CHUNK], saturate)
             return out.reshape(shape)
         if mode == "nearest" and x.dtype == np.float32:
             r = self._nearest_float32_values(x, saturate)
             if r is not None:
-                return r.astype(np.float64).reshape(shape)
+                return r.astype(dtype, copy=False).reshape(shape)
         with np.errstate(invalid="ignore"):  # a float32 signalling NaN widens to a quiet one
             a = np.abs(x, dtype=np.float64)  # float32 input is widened exactly, in the same pass
         if mode == "nearest":
@@ -271,7 +280,28 @@ class FloatFormat:
             not_positive = x > 0  # False for NaN too
             np.logical_not(not_positive, out=not_positive)
             np.copyto(r, np.nan, where=not_positive)
-        return r.reshape(shape)
+        return r.astype(dtype, copy=False).reshape(shape)  # exact: checked by _result_dtype
+
+    def _result_dtype(self, dtype) -> np.dtype:
+        """``dtype`` as the numpy dtype of round()'s or decode()'s result, checked."""
+        try:  # a type, a dtype or its name (None, numpy's default, is float64)
+            dt = np.dtype(dtype) if dtype is None or isinstance(dtype, (type, np.dtype, str)) \
+                else None
+        except TypeError:
+            dt = None
+        if dt is None or dt not in (np.dtype(np.float64), np.dtype(np.float32)):
+            raise ValueError(f"dtype must be numpy.float64 or numpy.float32, got {dtype!r}")
+        if dt == np.float32 and not self._fits_float32:
+            raise ValueError(f"{self.name}'s values 2^{self.emin - self.man_bits} .. "
+                             f"2^{self.emax} with {self.man_bits} mantissa bits are not all "
+                             "float32 numbers: use dtype=numpy.float64")
+        return dt
+
+    @cached_property
+    def _fits_float32(self) -> bool:
+        """Whether every value of the format (and its Inf, NaN) is a float32 number."""
+        lowest = self.emin - (self.man_bits if self.subnormals else 0)
+        return self.man_bits <= 23 and self.emax <= 127 and lowest >= -149
 
     def _nearest_chunk(self, x: np.ndarray, saturate: bool) -> np.ndarray:
         """``round(x, saturate)`` of a 1-D float32 or float64 ``x`` of at most one chunk,
@@ -542,16 +572,19 @@ class FloatFormat:
             codes[i:i + _CHUNK] = self._codes_of(r)
         return codes.reshape(x.shape)
 
-    def decode(self, codes) -> np.ndarray:
+    def decode(self, codes, dtype=np.float64) -> np.ndarray:
         """Return the values of bit patterns ``codes``.
 
         Parameters
         ----------
         codes : array_like of integers in [0, 2**bits), any shape
+        dtype : {numpy.float64, numpy.float32}, default float64
+            As in :meth:`round`: float32 gives exactly ``decode(codes).astype(numpy.float32)``
+            and is allowed where every value of the format is a float32 number.
 
         Returns
         -------
-        ndarray of float64, the shape of ``codes``
+        ndarray of float64 (or ``dtype``), the shape of ``codes``
 
         Raises
         ------
@@ -559,27 +592,32 @@ class FloatFormat:
             If ``codes`` is not an integer array.
         ValueError
             If a code is negative or does not fit in ``bits`` bits (the message names it),
-            including Python ints beyond int64.
+            including Python ints beyond int64; or ``dtype`` is not allowed (see :meth:`round`).
         """
+        dtype = self._result_dtype(dtype)
         codes = np.asarray(codes)
         if codes.dtype == np.bool_ or codes.dtype.kind not in "iu":
             if codes.dtype != object:
                 raise TypeError(f"codes must be integers, got dtype {codes.dtype}")
             codes = as_integer_array(codes, "codes")  # Python ints beyond int64: refused
-        if codes.size and (codes.min() < 0 or codes.max() >= (1 << self.bits)):
-            bad = codes.min() if codes.min() < 0 else codes.max()
-            raise ValueError(f"{self.name} codes must lie in [0, {(1 << self.bits) - 1}], "
-                             f"got {int(bad)}")
+        if codes.size:
+            lo = codes.min() if codes.dtype.kind == "i" else 0  # unsigned: no reduction needed
+            hi = codes.max()
+            if lo < 0 or hi >= (1 << self.bits):
+                bad = lo if lo < 0 else hi
+                raise ValueError(f"{self.name} codes must lie in [0, {(1 << self.bits) - 1}], "
+                                 f"got {int(bad)}")
         if self.bits > 16:  # FP32: 2^32 codes are too many for a table
-            return self._values_of(codes.astype(np.int64))
+            return self._values_of(codes.astype(np.int64)).astype(dtype, copy=False)
         if (self.exp_bits, self.bias) == (8, 127) and (
                 self._float32_path == "bits" or (self._pow2_float32 and self.specials == "fn")):
-            out = self._decode_float32_top(codes)
+            out = self._decode_float32_top(codes, dtype)
         else:
-            out = self._table[codes]  # indexing takes any integer dtype: no int64 copy first
+            table = self._table if dtype == np.float64 else self._table32
+            out = table[codes]  # indexing takes any integer dtype: no int64 copy first
         return out if codes.ndim else np.asarray(out)  # a 0-d input gives a 0-d array
 
-    def _decode_float32_top(self, codes: np.ndarray) -> np.ndarray:
+    def _decode_float32_top(self, codes: np.ndarray, dtype=np.float64) -> np.ndarray:
         """Values of the codes of a format that is the top of float32's pattern (BF16, E8M0).
 
         Shifted into place, a code is the float32 pattern of its value (sign, exponent field,
@@ -588,7 +626,7 @@ class FloatFormat:
         (pattern 0x00400000, not 0), and 0xFF is NaN, not Inf.
         """
         flat = codes.reshape(-1)
-        out = np.empty(flat.size)
+        out = np.empty(flat.size, dtype)
         shift = _U32(23 - self.man_bits)
         pow2 = self.man_bits == 0
         for i in range(0, flat.size, _CHUNK):
@@ -611,6 +649,13 @@ class FloatFormat:
     def _table(self) -> np.ndarray:
         """Value of every code (formats of 16 bits or fewer)."""
         val = self._values_of(np.arange(1 << self.bits, dtype=np.int64))
+        val.setflags(write=False)
+        return val
+
+    @cached_property
+    def _table32(self) -> np.ndarray:
+        """``_table`` as float32 (exact where ``_fits_float32``, the only case it is used)."""
+        val = self._table.astype(np.float32)
         val.setflags(write=False)
         return val
 

@@ -326,3 +326,87 @@ def test_shift_decoders_over_chunks_with_and_without_special_codes(fmt, cdtype):
     assert np.array_equal(bits(ours[nan]), expected)
     if fmt is E8M0:
         assert ours[n] == 2.0**-127 and ours[n + 254] == 2.0**127  # codes 0 and 0xFE by hand
+
+
+# ----------------------------------------------------------------- dtype=float32 results
+def bits32(a) -> np.ndarray:
+    return np.asarray(a, np.float32).view(np.uint32)
+
+
+FORMATS32 = list(reference_dtypes()) + CUSTOM[:3]
+
+
+@pytest.mark.parametrize("saturate", [False, True])
+@pytest.mark.parametrize("fmt", FORMATS32, ids=str)
+def test_round_to_float32_is_the_float64_result_narrowed(fmt, saturate):
+    # Every value of these formats is a float32 number: narrowing round()'s float64 result is
+    # exact, and dtype=float32 must give those very bits, on each path (float32 chunks,
+    # float64 input, one small array, stochastic rounding), with no numpy warning.
+    x32 = edge_patterns(min(fmt.man_bits, 22), seed=7)
+    if fmt.name == "FP32":
+        x32 = x32[np.isfinite(x32)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for x in (x32, widen(x32), x32[:999]):
+            ours = fmt.round(x, saturate=saturate, dtype=np.float32)
+            assert ours.dtype == np.float32 and ours.shape == x.shape
+            ref = fmt.round(x, saturate=saturate)
+            with np.errstate(invalid="ignore"):
+                assert np.array_equal(bits32(ours), bits32(ref))
+        s = fmt.round(x32[:5000], saturate, "stochastic", rng=3, dtype="float32")
+        assert np.array_equal(bits32(s), bits32(fmt.round(x32[:5000], saturate, "stochastic",
+                                                           rng=3)))
+
+
+@pytest.mark.parametrize("fmt", list(ORACLE), ids=str)
+def test_round_to_float32_equals_the_ml_dtypes_round_trip(fmt):
+    # The round trip x.astype(ml_dtype).astype(float32) a user would otherwise write.
+    x = edge_patterns(min(fmt.man_bits, 22), seed=8)
+    ours = fmt.round(x, saturate=False, dtype=np.float32)
+    keep = checkable(fmt, x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        with np.errstate(invalid="ignore"):
+            theirs = x[keep].astype(ORACLE[fmt]).astype(np.float32)
+    assert np.array_equal(bits32(ours[keep]), bits32(theirs))
+    sign = x.view(np.uint32)[~keep & np.isnan(x)] & np.uint32(1 << 31)
+    expected = np.uint32(0x7FC0_0000) | (sign if fmt.signed else np.zeros_like(sign))
+    assert np.array_equal(bits32(ours[~keep & np.isnan(x)]), expected)
+
+
+REFERENCE = reference_dtypes()
+
+
+@pytest.mark.parametrize("fmt", list(REFERENCE), ids=str)
+def test_decode_to_float32_is_the_float64_result_narrowed_and_ml_dtypes(fmt):
+    if fmt.bits > 16:
+        codes = np.random.default_rng(9).integers(0, 1 << 32, 1 << 17, dtype=np.uint32)
+    else:
+        codes = np.resize(np.arange(1 << fmt.bits), (1 << 17) + 3).astype(fmt.code_dtype)
+    ours = fmt.decode(codes, dtype=np.float32)
+    assert ours.dtype == np.float32
+    assert np.array_equal(bits32(ours), bits32(fmt.decode(codes)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        theirs = codes.view(REFERENCE[fmt]).astype(np.float32)
+    nan = np.isnan(theirs)
+    assert np.array_equal(bits32(ours[~nan]), bits32(theirs[~nan]))
+    assert np.isnan(ours[nan]).all()
+    assert fmt.decode(codes[3], dtype=np.float32).dtype == np.float32  # 0-d stays 0-d
+    assert fmt.decode(codes[3], dtype=np.float32).shape == ()
+
+
+def test_float32_results_are_refused_where_float32_cannot_hold_the_values():
+    wide = CUSTOM[3]  # E8M2 with bias 100: binades up to 2^154
+    assert not wide._fits_float32 and FP8_E4M3._fits_float32 and E8M0._fits_float32
+    with pytest.raises(ValueError, match="not all float32 numbers"):
+        wide.round(np.float32([1.0]), dtype=np.float32)
+    with pytest.raises(ValueError, match="not all float32 numbers"):
+        wide.decode([1], dtype=np.float32)
+    assert FP8_E4M3.round([1.1], dtype=None).dtype == np.float64  # numpy's default
+    for bad in (np.float16, "int32", object, 3, np.zeros(2)):
+        with pytest.raises(ValueError, match="dtype must be"):
+            FP8_E4M3.round([1.0], dtype=bad)
+        with pytest.raises(ValueError, match="dtype must be"):
+            FP8_E4M3.decode([1], dtype=bad)
+    assert FP8_E4M3.round([1.1]).dtype == np.float64  # the default is unchanged
