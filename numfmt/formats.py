@@ -437,13 +437,20 @@ class FloatFormat:
             # With float32's top binade (BF16), overflow is the carry into float32's Inf.
             top_is_float32s = self.has_inf and self.emax == 127
             mag = np.abs(f) if not (saturate or top_is_float32s) else None
+            fmax = None
         else:
             # Adding C = 2^(e + shift), with e the binade of |x| clamped to [emin, emax + 1],
             # puts the format's quantum 2^(e - man_bits) at the last place of float32, so the
             # FPU's round-to-nearest-even rounds, subnormals included; subtracting C is exact.
             f = np.abs(x)
+            with np.errstate(invalid="ignore"):  # a signalling NaN
+                fmax = f.max()  # max propagates NaN: NaN is restored below
             c = t & _U32(0x7F80_0000)
-            np.clip(c, _U32((self.emin + 127) << 23), _U32((self.emax + 128) << 23), out=c)
+            lo = _U32((self.emin + 127) << 23)
+            if fmax < np.ldexp(np.float32(1), self.emax + 1):  # no binade to clamp from above
+                np.maximum(c, lo, out=c)
+            else:
+                np.clip(c, lo, _U32((self.emax + 128) << 23), out=c)
             c += _U32(shift << 23)
             cf = c.view(np.float32)
             with np.errstate(invalid="ignore"):  # a signalling NaN; NaN is restored below
@@ -454,7 +461,10 @@ class FloatFormat:
             mag = f
         top = np.float32(self.max_value)
         if saturate or self.specials == "none":
-            np.clip(f, -top, top, out=f)
+            if fmax is None:
+                np.clip(f, -top, top, out=f)
+            elif not fmax <= top:  # |x| <= top rounds to at most top (on the grid); NaN clamps
+                np.minimum(f, top, out=f)  # f = |x| rounded: the lower bound is moot
         elif mag is not None:
             over = mag > top  # False for NaN
             if over.any():
@@ -463,9 +473,10 @@ class FloatFormat:
             sign = t & _F32_SIGN
             r |= sign
             del sign
-        with np.errstate(invalid="ignore"):  # a signalling NaN
-            has_nan = np.isnan(x.max())  # max propagates NaN: one read, no mask, most chunks
-        if has_nan:
+        if fmax is None:
+            with np.errstate(invalid="ignore"):  # a signalling NaN
+                fmax = x.max()  # max propagates NaN: one read, no mask, most chunks
+        if np.isnan(fmax):
             nan = np.isnan(x)
             r[nan] = _F32_QNAN | (t[nan] & _F32_SIGN)
         return r

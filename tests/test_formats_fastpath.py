@@ -410,3 +410,22 @@ def test_float32_results_are_refused_where_float32_cannot_hold_the_values():
         with pytest.raises(ValueError, match="dtype must be"):
             FP8_E4M3.decode([1], dtype=bad)
     assert FP8_E4M3.round([1.1]).dtype == np.float64  # the default is unchanged
+
+
+@pytest.mark.parametrize("saturate", [False, True])
+@pytest.mark.parametrize("fmt", [f for f in ALL if f._float32_path == "fpu"] + CUSTOM[1:3],
+                         ids=str)
+def test_fpu_path_on_arrays_without_large_values(fmt, saturate):
+    # The "fpu" path skips its upper exponent clamp when no |x| reaches 2^(emax + 1), and its
+    # saturation when none exceeds max_value (scaled MX blocks are such arrays): both kinds of
+    # array, NaN-free and with NaN, against the float64 path (and ml_dtypes where it exists).
+    x = edge_patterns(min(fmt.man_bits, 22), seed=10)
+    below_binade = np.resize(x[np.abs(x) < 2.0 ** (fmt.emax + 1)], 3 << 16)  # 3 chunks
+    below_top = np.resize(x[np.abs(x) <= fmt.max_value], 3 << 16)
+    assert below_binade.max() > fmt.max_value
+    for y in (below_binade, below_top, np.append(below_top, np.float32(np.nan))):
+        ours = fmt.round(y, saturate=saturate)
+        assert np.array_equal(bits(ours), bits(fmt.round(widen(y), saturate=saturate)))
+        if fmt in ORACLE and not saturate:
+            keep = checkable(fmt, y)
+            assert np.array_equal(bits(ours[keep]), bits(ml_round(fmt, y[keep])))
