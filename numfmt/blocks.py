@@ -240,16 +240,22 @@ def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0",
         ``scale_rule`` is unknown, or ``scale_rule="rceil"`` is asked of a non-E8M0 scale.
     """
     shape = np.shape(x)
-    given = x if isinstance(x, np.ndarray) else None  # float32 input is kept below
-    x = as_calibration_array(x)
+    if _is_plain_float32(x):
+        # float32 input is used as it is, never copied to float64 whole: |x| and its block
+        # maxima are exact in float32, and x / scale is exact in float32 (power-of-two scale)
+        # or widened chunk by chunk (below). Two reductions check it is finite.
+        src = x
+        with np.errstate(invalid="ignore"):
+            if not (np.isfinite(x.min()) and np.isfinite(x.max())):
+                as_calibration_array(x)  # raises its error about the first non-finite value
+    else:
+        src = as_calibration_array(x)
     elem = _check_elem(elem)
     if scale_format not in SCALE_BITS:
         raise ValueError(f"scale_format must be one of {tuple(SCALE_BITS)}, got {scale_format!r}")
     _check_scale_rule(scale_rule, scale_format)
-    block = check_block(x.shape[-1], block)
-    # float32 input is used as it is where that is exact: |x| and its block maxima always,
-    # x / scale when the scale is a power of two (below).
-    src = given.reshape(x.shape) if given is not None and given.dtype == np.float32 else x
+    block = check_block(src.shape[-1], block)
+    x = src
     xb = src.reshape(x.shape[:-1] + (x.shape[-1] // block, block))  # (..., n_blocks, block)
     amax = absmax_rows(src.reshape(-1, block)).astype(np.float64).reshape(xb.shape[:-1])
     tensor_scale = 1.0
@@ -271,6 +277,12 @@ def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0",
                           tensor_scale, clipped, elem.bits + SCALE_BITS[scale_format] / block)
 
 
+def _is_plain_float32(x) -> bool:
+    """Whether ``x`` is a non-empty float32 ndarray (not a subclass such as a masked array)
+    of at least one dimension: one that needs no conversion, only the finiteness check."""
+    return type(x) is np.ndarray and x.dtype == np.float32 and x.ndim >= 1 and x.size > 0
+
+
 def _scaled_round(xb: np.ndarray, full: np.ndarray, elem: FloatFormat, pow2: bool):
     """``elements = elem.round(xb / full)`` (0 where full == 0), ``values = elements * full``
     and the clipped fraction, for blocks ``xb`` (n, block) and their scales ``full`` (n,).
@@ -283,11 +295,13 @@ def _scaled_round(xb: np.ndarray, full: np.ndarray, elem: FloatFormat, pow2: boo
     n, block = xb.shape
     f32 = pow2 and xb.dtype == np.float32 and elem._float32_exact \
         and elem.min_subnormal / 2 >= 2.0**-126
-    if not f32:
-        xb = xb.astype(np.float64, copy=False)
+    # Otherwise a float32 chunk divided by the float64 scale is widened first, exactly.
     limit = np.float32(elem.max_value) if f32 else elem.max_value * CLIP_TOLERANCE
     safe = np.where(full > 0, full, 1.0)[:, None]                  # (n, 1)
     divisor = safe.astype(np.float32) if f32 else safe             # exact: powers of two
+    # A power of two's reciprocal is one too (2^-127 .. 2^127 in float32), and x * 2^-k is
+    # x / 2^k bit for bit (both are the correctly rounded x * 2^-k); multiplying is faster.
+    reciprocal = (np.float32(1) / divisor) if f32 else None
     zero = full == 0
     any_zero = bool(zero.any())
     elements, values = np.empty((n, block)), np.empty((n, block))
@@ -295,14 +309,22 @@ def _scaled_round(xb: np.ndarray, full: np.ndarray, elem: FloatFormat, pow2: boo
     rows = rows_per_chunk(block)
     for i in range(0, n, rows):
         sl = slice(i, i + rows)
-        e, v, y = scaled_round(xb[sl], elem, divisor[sl])
+        if f32:
+            # scaled_round's arithmetic, written into the results: the float32 elements are
+            # widened as they are stored, and multiplied by the scale in float64 there.
+            with np.errstate(over="ignore"):  # as in scaled_round
+                y = xb[sl] * reciprocal[sl]
+            elements[sl] = elem._nearest_float32_values(y.reshape(-1), True).reshape(y.shape)
+            np.multiply(elements[sl], safe[sl], out=values[sl])
+        else:
+            elements[sl], values[sl], y = scaled_round(xb[sl], elem, divisor[sl])
         # "clipped" counts elements beyond max_value (they were moved by more than rounding),
         # a wider set than saturated(y): (448, 464] rounds to 448 in E4M3 but counts here.
-        n_clipped += int(np.count_nonzero(np.abs(y) > limit))
+        np.abs(y, out=y)
+        n_clipped += int(np.count_nonzero(y > limit))
         if any_zero:
-            e[zero[sl]] = 0.0
-            v[zero[sl]] = 0.0
-        elements[sl], values[sl] = e, v
+            elements[sl][zero[sl]] = 0.0
+            values[sl][zero[sl]] = 0.0
     return elements, values, n_clipped / xb.size
 
 

@@ -180,7 +180,8 @@ class FloatFormat:
         return np.dtype(np.uint8 if self.bits <= 8 else np.uint16 if self.bits <= 16 else np.uint32)
 
     # ------------------------------------------------------------------ rounding
-    def round(self, x, saturate: bool = True, mode: str = "nearest", rng=None) -> np.ndarray:
+    def round(self, x, saturate: bool = True, mode: str = "nearest", rng=None,
+              dtype=np.float64) -> np.ndarray:
         """Round real numbers onto this format's grid.
 
         Parameters
@@ -199,10 +200,16 @@ class FloatFormat:
         rng : numpy.random.Generator or int or None
             Source of the uniform draws for stochastic rounding (an int seeds a new Generator).
             Only used with ``mode="stochastic"``.
+        dtype : {numpy.float64, numpy.float32}, default float64
+            dtype of the result. ``float32`` is allowed for formats whose every value is a
+            float32 number (all shipped formats but none wider than float32's range); it
+            gives exactly ``round(x, ...).astype(numpy.float32)`` (NaN: float32's quiet NaN,
+            sign kept) while writing half the bytes, which is most of the cost on large
+            arrays (README, Benchmarks).
 
         Returns
         -------
-        ndarray of float64, the shape of ``x``
+        ndarray of float64 (or ``dtype``), the shape of ``x``
             NaN stays NaN. Signed zero is kept. For E8M0 (unsigned, no zero), zero and
             negative numbers give NaN and positive values below 2**-127 give 2**-127.
 
@@ -213,7 +220,8 @@ class FloatFormat:
             included), ``saturate`` is not a bool, or ``rng`` is not a Generator, an int or None.
         ValueError
             If ``mode`` is unknown, or ``x`` holds integers beyond 2**53 or long doubles that
-            float64 does not hold exactly (they would be rounded twice).
+            float64 does not hold exactly (they would be rounded twice), or ``dtype`` is
+            neither float64 nor float32, or float32 cannot hold every value of the format.
 
         Notes
         -----
@@ -233,6 +241,7 @@ class FloatFormat:
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
         check_bool(saturate, "saturate")
+        dtype = self._result_dtype(dtype)
         if type(x) is not np.ndarray or x.dtype.kind != "f" or x.dtype.itemsize > 8:
             x = as_real_array(x)  # ints become float64; anything else is refused
         shape = x.shape
@@ -240,13 +249,15 @@ class FloatFormat:
         if mode == "nearest" and x.size > _CHUNK:
             # Chunk by chunk, the temporaries stay in cache and only the result is full-size
             # (8 B/element peak, against 26 at once): fresh pages cost more than arithmetic.
-            out = np.empty(x.size)
+            # A float32 chunk's result is widened by the assignment itself (no float64 copy).
+            out = np.empty(x.size, dtype)
             for i in range(0, x.size, _CHUNK):
-                out[i:i + _CHUNK] = self.round(x[i:i + _CHUNK], saturate)
+                out[i:i + _CHUNK] = self._nearest_chunk(x[i:i + _CHUNK], saturate)
             return out.reshape(shape)
-        if mode == "nearest" and x.dtype == np.float32 and self._float32_exact:
-            return self._nearest_float32(x, saturate).view(np.float32).astype(np.float64) \
-                .reshape(shape)
+        if mode == "nearest" and x.dtype == np.float32:
+            r = self._nearest_float32_values(x, saturate)
+            if r is not None:
+                return r.astype(dtype, copy=False).reshape(shape)
         with np.errstate(invalid="ignore"):  # a float32 signalling NaN widens to a quiet one
             a = np.abs(x, dtype=np.float64)  # float32 input is widened exactly, in the same pass
         if mode == "nearest":
@@ -269,7 +280,68 @@ class FloatFormat:
             not_positive = x > 0  # False for NaN too
             np.logical_not(not_positive, out=not_positive)
             np.copyto(r, np.nan, where=not_positive)
-        return r.reshape(shape)
+        return r.astype(dtype, copy=False).reshape(shape)  # exact: checked by _result_dtype
+
+    def _result_dtype(self, dtype) -> np.dtype:
+        """``dtype`` as the numpy dtype of round()'s or decode()'s result, checked."""
+        try:  # a type, a dtype or its name (None, numpy's default, is float64)
+            dt = np.dtype(dtype) if dtype is None or isinstance(dtype, (type, np.dtype, str)) \
+                else None
+        except TypeError:
+            dt = None
+        if dt is None or dt not in (np.dtype(np.float64), np.dtype(np.float32)):
+            raise ValueError(f"dtype must be numpy.float64 or numpy.float32, got {dtype!r}")
+        if dt == np.float32 and not self._fits_float32:
+            raise ValueError(f"{self.name}'s values 2^{self.emin - self.man_bits} .. "
+                             f"2^{self.emax} with {self.man_bits} mantissa bits are not all "
+                             "float32 numbers: use dtype=numpy.float64")
+        return dt
+
+    @cached_property
+    def _fits_float32(self) -> bool:
+        """Whether every value of the format (and its Inf, NaN) is a float32 number."""
+        lowest = self.emin - (self.man_bits if self.subnormals else 0)
+        return self.man_bits <= 23 and self.emax <= 127 and lowest >= -149
+
+    def _nearest_chunk(self, x: np.ndarray, saturate: bool) -> np.ndarray:
+        """``round(x, saturate)`` of a 1-D float32 or float64 ``x`` of at most one chunk,
+        as float32 where a float32 path applies (the caller widens it while storing it)."""
+        r = self._nearest_float32_values(x, saturate) if x.dtype == np.float32 else None
+        return r if r is not None else self.round(x, saturate)
+
+    def _nearest_float32_values(self, x: np.ndarray, saturate: bool) -> np.ndarray | None:
+        """round() of 1-D float32 ``x`` as float32 values, or None where no float32 path
+        applies. Widening the result gives round()'s float64 one bit for bit (NaN becomes
+        the canonical quiet NaN)."""
+        if self._float32_exact:
+            return self._nearest_float32(x, saturate).view(np.float32)
+        if self._pow2_float32:
+            return self._nearest_pow2_float32(x)
+        return None
+
+    @cached_property
+    def _pow2_float32(self) -> bool:
+        """Whether :meth:`_nearest_pow2_float32` applies: an unsigned power-of-two format
+        (E8M0) whose values above 2^-126 are float32 normals."""
+        return (self._standard_flags and not self.signed and not self.subnormals
+                and self.man_bits == 0 and self.emax <= 127)
+
+    def _nearest_pow2_float32(self, x: np.ndarray) -> np.ndarray | None:
+        """round() of 1-D float32 ``x`` for E8M0-like formats, or None if ``x`` needs more.
+
+        Where every value is a float32 normal in ``[2^emin, 1.5 * 2^emax)`` (no NaN, no zero,
+        no negative, no overflow, no float32 subnormal), the nearest power of two with ties
+        up is the pattern plus half the mantissa field, mantissa cleared: a carry moves the
+        exponent up. Other chunks (checked with two reductions) take the float64 path.
+        """
+        with np.errstate(invalid="ignore"):  # a signalling NaN: the comparisons fail below
+            lo, hi = x.min(), x.max()
+        if not (lo >= np.ldexp(1.0, max(self.emin, -126))
+                and hi < 1.5 * np.ldexp(1.0, self.emax)):  # False for NaN
+            return None
+        r = x.view(_U32) + _U32(0x0040_0000)
+        r &= _U32(0x7F80_0000)
+        return r.view(np.float32)
 
     def _nearest_magnitude(self, a: np.ndarray) -> np.ndarray:
         """Round non-negative float64 magnitudes to nearest (ties even; ties up for E8M0)."""
@@ -365,13 +437,20 @@ class FloatFormat:
             # With float32's top binade (BF16), overflow is the carry into float32's Inf.
             top_is_float32s = self.has_inf and self.emax == 127
             mag = np.abs(f) if not (saturate or top_is_float32s) else None
+            fmax = None
         else:
             # Adding C = 2^(e + shift), with e the binade of |x| clamped to [emin, emax + 1],
             # puts the format's quantum 2^(e - man_bits) at the last place of float32, so the
             # FPU's round-to-nearest-even rounds, subnormals included; subtracting C is exact.
             f = np.abs(x)
+            with np.errstate(invalid="ignore"):  # a signalling NaN
+                fmax = f.max()  # max propagates NaN: NaN is restored below
             c = t & _U32(0x7F80_0000)
-            np.clip(c, _U32((self.emin + 127) << 23), _U32((self.emax + 128) << 23), out=c)
+            lo = _U32((self.emin + 127) << 23)
+            if fmax < np.ldexp(np.float32(1), self.emax + 1):  # no binade to clamp from above
+                np.maximum(c, lo, out=c)
+            else:
+                np.clip(c, lo, _U32((self.emax + 128) << 23), out=c)
             c += _U32(shift << 23)
             cf = c.view(np.float32)
             with np.errstate(invalid="ignore"):  # a signalling NaN; NaN is restored below
@@ -382,7 +461,10 @@ class FloatFormat:
             mag = f
         top = np.float32(self.max_value)
         if saturate or self.specials == "none":
-            np.clip(f, -top, top, out=f)
+            if fmax is None:
+                np.clip(f, -top, top, out=f)
+            elif not fmax <= top:  # |x| <= top rounds to at most top (on the grid); NaN clamps
+                np.minimum(f, top, out=f)  # f = |x| rounded: the lower bound is moot
         elif mag is not None:
             over = mag > top  # False for NaN
             if over.any():
@@ -391,8 +473,11 @@ class FloatFormat:
             sign = t & _F32_SIGN
             r |= sign
             del sign
-        nan = np.isnan(x)
-        if nan.any():
+        if fmax is None:
+            with np.errstate(invalid="ignore"):  # a signalling NaN
+                fmax = x.max()  # max propagates NaN: one read, no mask, most chunks
+        if np.isnan(fmax):
+            nan = np.isnan(x)
             r[nan] = _F32_QNAN | (t[nan] & _F32_SIGN)
         return r
 
@@ -498,16 +583,19 @@ class FloatFormat:
             codes[i:i + _CHUNK] = self._codes_of(r)
         return codes.reshape(x.shape)
 
-    def decode(self, codes) -> np.ndarray:
+    def decode(self, codes, dtype=np.float64) -> np.ndarray:
         """Return the values of bit patterns ``codes``.
 
         Parameters
         ----------
         codes : array_like of integers in [0, 2**bits), any shape
+        dtype : {numpy.float64, numpy.float32}, default float64
+            As in :meth:`round`: float32 gives exactly ``decode(codes).astype(numpy.float32)``
+            and is allowed where every value of the format is a float32 number.
 
         Returns
         -------
-        ndarray of float64, the shape of ``codes``
+        ndarray of float64 (or ``dtype``), the shape of ``codes``
 
         Raises
         ------
@@ -515,40 +603,55 @@ class FloatFormat:
             If ``codes`` is not an integer array.
         ValueError
             If a code is negative or does not fit in ``bits`` bits (the message names it),
-            including Python ints beyond int64.
+            including Python ints beyond int64; or ``dtype`` is not allowed (see :meth:`round`).
         """
+        dtype = self._result_dtype(dtype)
         codes = np.asarray(codes)
         if codes.dtype == np.bool_ or codes.dtype.kind not in "iu":
             if codes.dtype != object:
                 raise TypeError(f"codes must be integers, got dtype {codes.dtype}")
             codes = as_integer_array(codes, "codes")  # Python ints beyond int64: refused
-        if codes.size and (codes.min() < 0 or codes.max() >= (1 << self.bits)):
-            bad = codes.min() if codes.min() < 0 else codes.max()
-            raise ValueError(f"{self.name} codes must lie in [0, {(1 << self.bits) - 1}], "
-                             f"got {int(bad)}")
+        if codes.size:
+            lo = codes.min() if codes.dtype.kind == "i" else 0  # unsigned: no reduction needed
+            hi = codes.max()
+            if lo < 0 or hi >= (1 << self.bits):
+                bad = lo if lo < 0 else hi
+                raise ValueError(f"{self.name} codes must lie in [0, {(1 << self.bits) - 1}], "
+                                 f"got {int(bad)}")
         if self.bits > 16:  # FP32: 2^32 codes are too many for a table
-            return self._values_of(codes.astype(np.int64))
-        if self._float32_path == "bits" and (self.exp_bits, self.bias) == (8, 127):
-            out = self._decode_float32_top(codes)
+            return self._values_of(codes.astype(np.int64)).astype(dtype, copy=False)
+        if (self.exp_bits, self.bias) == (8, 127) and (
+                self._float32_path == "bits" or (self._pow2_float32 and self.specials == "fn")):
+            out = self._decode_float32_top(codes, dtype)
         else:
-            out = self._table[codes]  # indexing takes any integer dtype: no int64 copy first
+            table = self._table if dtype == np.float64 else self._table32
+            out = table[codes]  # indexing takes any integer dtype: no int64 copy first
         return out if codes.ndim else np.asarray(out)  # a 0-d input gives a 0-d array
 
-    def _decode_float32_top(self, codes: np.ndarray) -> np.ndarray:
-        """Values of the codes of a format that is the top of float32's pattern (BF16).
+    def _decode_float32_top(self, codes: np.ndarray, dtype=np.float64) -> np.ndarray:
+        """Values of the codes of a format that is the top of float32's pattern (BF16, E8M0).
 
         Shifted into place, a code is the float32 pattern of its value (sign, exponent field,
         mantissa; Inf and subnormals included); only NaN is made the table's canonical one.
+        E8M0 (no sign, no mantissa) differs in two codes: 0 is 2^-127, a float32 subnormal
+        (pattern 0x00400000, not 0), and 0xFF is NaN, not Inf.
         """
         flat = codes.reshape(-1)
-        out = np.empty(flat.size)
+        out = np.empty(flat.size, dtype)
         shift = _U32(23 - self.man_bits)
+        pow2 = self.man_bits == 0
         for i in range(0, flat.size, _CHUNK):
-            u = flat[i:i + _CHUNK].astype(_U32)
+            c = flat[i:i + _CHUNK]
+            u = c.astype(_U32)
             u <<= shift
             f = u.view(np.float32)
-            nan = np.isnan(f)
-            if nan.any():
+            if pow2:
+                if c.min() == 0:
+                    np.maximum(u, _U32(0x0040_0000), out=u)  # every other code is >= 1 << 23
+                if c.max() == 0xFF:
+                    u[c == 0xFF] = _F32_QNAN
+            elif np.isnan(f.max()):  # max propagates NaN: one read, no mask, most chunks
+                nan = np.isnan(f)
                 u[nan] = _F32_QNAN | (u[nan] & _F32_SIGN)
             out[i:i + _CHUNK] = f
         return out.reshape(codes.shape)[()]  # a 0-d input gives a scalar, as indexing does
@@ -557,6 +660,13 @@ class FloatFormat:
     def _table(self) -> np.ndarray:
         """Value of every code (formats of 16 bits or fewer)."""
         val = self._values_of(np.arange(1 << self.bits, dtype=np.int64))
+        val.setflags(write=False)
+        return val
+
+    @cached_property
+    def _table32(self) -> np.ndarray:
+        """``_table`` as float32 (exact where ``_fits_float32``, the only case it is used)."""
+        val = self._table.astype(np.float32)
         val.setflags(write=False)
         return val
 

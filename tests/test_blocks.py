@@ -428,3 +428,36 @@ def test_the_four_quantizers_share_the_rounding_and_the_saturation_rule():
     fq = fake_quantize_float(x * 2, FP8_E4M3, s)
     assert np.array_equal(fq.mask, ~saturated(x * 2 / s, FP8_E4M3))
     assert np.array_equal(fq.values, scaled_round(x * 2, FP8_E4M3, s)[1])
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 6, 12, 16, 32, 96, 100, 4096, 70000])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_absmax_rows_equals_numpys_row_maximum(k, dtype):
+    # Pairs of a chunk's flat |a| halve each row while its length is even; the rest of the row
+    # (odd lengths, or 1) is reduced by numpy. Checked over several chunks and both signs.
+    from numfmt._chunks import CHUNK, absmax_rows
+    rng = np.random.default_rng(k)
+    n = max(3, 3 * CHUNK // k + 1)
+    a = (rng.standard_normal((n, k)) * np.exp2(rng.integers(-60, 60, (n, 1)))).astype(dtype)
+    a[0] = -0.0
+    a[1, -1] = -1e30  # the largest magnitude at the end of a row, negative
+    ours = absmax_rows(a)
+    assert ours.dtype == dtype and np.array_equal(ours, np.abs(a).max(axis=1))
+    assert ours[1] == 1e30 and ours[0] == 0
+
+
+def test_float32_input_to_block_quantize_is_checked_as_float64_input_is():
+    # float32 arrays skip the float64 copy; their checks must not go with it.
+    for bad in (np.nan, np.inf, -np.inf):
+        x = np.ones(64, np.float32)
+        x[40] = bad
+        with pytest.raises(ValueError, match="non-finite value .* flat index 40"):
+            mx_quantize(x, FP8_E4M3)
+        with pytest.raises(ValueError, match="non-finite"):
+            nvfp4_quantize(x)
+    with pytest.raises(TypeError):
+        mx_quantize(np.ma.masked_array(np.ones(32, np.float32)), FP8_E4M3)
+    with pytest.raises(ValueError, match="empty"):
+        mx_quantize(np.ones((0, 32), np.float32), FP8_E4M3)
+    r = mx_quantize(np.float32(3.0), FP8_E4M3, block=1)  # 0-d: as float64 0-d input
+    assert r.values.shape == () and r.values == 3.0

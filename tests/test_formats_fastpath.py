@@ -257,3 +257,175 @@ def test_a_format_with_a_flag_this_module_does_not_know_takes_the_general_path()
     assert Flagged("E4M3", 4, 3, 7, "fn")._float32_path == "fpu"
     assert Flagged("E4M3", 4, 3, 7, "fn", new_flag=True)._float32_path is None
     assert Flagged("BF16", 8, 7, 127, "ieee", new_flag=True)._float32_path is None
+
+
+# ----------------------------------------------------------------- E8M0 from float32
+def e8m0_easy_patterns() -> np.ndarray:
+    """Positive float32 normals from 2^-126 to just below 1.5 * 2^127, with the mantissa tails
+    that decide E8M0's rounding (the tie 0x400000 rounds up)."""
+    exp = np.arange(1, 255, dtype=np.uint32)[:, None] << 23
+    tails = np.array([0, 1, 0x3F_FFFF, 0x40_0000, 0x40_0001, 0x7F_FFFF], dtype=np.uint32)
+    x = (exp | tails).ravel()
+    return x[x < 0x7F40_0000].view(np.float32)  # 0x7F400000 = 1.5 * 2^127 rounds past 2^127
+
+
+def test_e8m0_float32_path_on_easy_values_equals_hand_values_and_ml_dtypes():
+    x = e8m0_easy_patterns()
+    assert E8M0._pow2_float32 and E8M0._nearest_pow2_float32(x) is not None  # path taken
+    ours = E8M0.round(x, saturate=False)
+    assert np.array_equal(bits(ours), bits(ml_round(E8M0, x)))
+    assert np.array_equal(bits(ours), bits(E8M0.round(widen(x), saturate=False)))
+    hand = np.float32([1.5, 3.0, 1.4999999, 0.75, 2.0**-126, np.float32(1.5 * 2.0**127) * 0.99999994])
+    assert E8M0.round(hand).tolist() == [2.0, 4.0, 1.0, 1.0, 2.0**-126, 2.0**127]
+
+
+@pytest.mark.parametrize("saturate", [False, True])
+@pytest.mark.parametrize("odd", [0.0, -1.0, np.nan, -np.nan, np.inf, 1.5 * 2.0**127,
+                                 2.0**-126 * 0.75, 2.0**-127, 2.0**-149])
+def test_e8m0_float32_chunks_the_bit_path_cannot_take_use_the_float64_path(odd, saturate):
+    # One value outside [2^-126, 1.5 * 2^127) sends its chunk (only it) to the float64 path:
+    # zero and negatives give NaN, overflow 2^127 or NaN, E8M0's lowest binade 2^-127 or 2^-126.
+    easy = np.resize(e8m0_easy_patterns(), (1 << 16) + 5)
+    x = np.concatenate([easy, easy])
+    x[(1 << 16) + 100] = np.float32(odd)  # in the second chunk
+    assert E8M0._nearest_pow2_float32(x[(1 << 16):2 << 16]) is None
+    assert E8M0._nearest_pow2_float32(x[:1 << 16]) is not None
+    ours = E8M0.round(x, saturate=saturate)
+    assert np.array_equal(bits(ours), bits(E8M0.round(widen(x), saturate=saturate)))
+    assert np.array_equal(bits(E8M0.round(x[:1000], saturate=saturate)),  # one small chunk
+                          bits(E8M0.round(widen(x[:1000]), saturate=saturate)))
+
+
+def test_e8m0_float32_path_raises_no_numpy_warning():
+    x = np.resize(e8m0_easy_patterns(), 3 << 16)
+    x.view(np.uint32)[7] = 0x7F80_0001  # a signalling NaN
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert np.isnan(E8M0.round(x)[7])
+
+
+@pytest.mark.parametrize("cdtype", [np.uint8, np.uint16, np.int64])
+@pytest.mark.parametrize("fmt", [E8M0, BF16], ids=str)
+def test_shift_decoders_over_chunks_with_and_without_special_codes(fmt, cdtype):
+    # E8M0 and BF16 decode by shifting codes into float32 patterns, chunk by chunk, fixing
+    # E8M0's codes 0 (2^-127) and 0xFF (NaN) and BF16's NaN only in chunks that hold them.
+    n = 1 << 16
+    if fmt is BF16 and cdtype is np.uint8:
+        pytest.skip("BF16 codes need 16 bits")
+    rng = np.random.default_rng(6)
+    plain = rng.integers(1, 0xFF, n) if fmt is E8M0 else rng.integers(0, 0x7F80, n)  # no NaN
+    every = np.arange(1 << fmt.bits)
+    codes = np.concatenate([plain, np.resize(every, n), plain[:77]]).astype(cdtype)
+    ours = fmt.decode(codes)
+    theirs = ml_round(fmt, codes.astype(np.uint16 if fmt.bits > 8 else np.uint8).view(ORACLE[fmt]))
+    nan = np.isnan(theirs)
+    assert nan[n:2 * n].any() and not nan[:n].any()
+    assert np.array_equal(bits(ours[~nan]), bits(theirs[~nan]))
+    sign = np.uint64(1 << 63) * ((codes[nan].astype(np.uint64) >> (fmt.bits - 1)) & 1)
+    expected = np.uint64(CANONICAL_NAN) | (sign if fmt.signed else np.zeros_like(sign))
+    assert np.array_equal(bits(ours[nan]), expected)
+    if fmt is E8M0:
+        assert ours[n] == 2.0**-127 and ours[n + 254] == 2.0**127  # codes 0 and 0xFE by hand
+
+
+# ----------------------------------------------------------------- dtype=float32 results
+def bits32(a) -> np.ndarray:
+    return np.asarray(a, np.float32).view(np.uint32)
+
+
+FORMATS32 = list(reference_dtypes()) + CUSTOM[:3]
+
+
+@pytest.mark.parametrize("saturate", [False, True])
+@pytest.mark.parametrize("fmt", FORMATS32, ids=str)
+def test_round_to_float32_is_the_float64_result_narrowed(fmt, saturate):
+    # Every value of these formats is a float32 number: narrowing round()'s float64 result is
+    # exact, and dtype=float32 must give those very bits, on each path (float32 chunks,
+    # float64 input, one small array, stochastic rounding), with no numpy warning.
+    x32 = edge_patterns(min(fmt.man_bits, 22), seed=7)
+    if fmt.name == "FP32":
+        x32 = x32[np.isfinite(x32)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for x in (x32, widen(x32), x32[:999]):
+            ours = fmt.round(x, saturate=saturate, dtype=np.float32)
+            assert ours.dtype == np.float32 and ours.shape == x.shape
+            ref = fmt.round(x, saturate=saturate)
+            with np.errstate(invalid="ignore"):
+                assert np.array_equal(bits32(ours), bits32(ref))
+        s = fmt.round(x32[:5000], saturate, "stochastic", rng=3, dtype="float32")
+        assert np.array_equal(bits32(s), bits32(fmt.round(x32[:5000], saturate, "stochastic",
+                                                           rng=3)))
+
+
+@pytest.mark.parametrize("fmt", list(ORACLE), ids=str)
+def test_round_to_float32_equals_the_ml_dtypes_round_trip(fmt):
+    # The round trip x.astype(ml_dtype).astype(float32) a user would otherwise write.
+    x = edge_patterns(min(fmt.man_bits, 22), seed=8)
+    ours = fmt.round(x, saturate=False, dtype=np.float32)
+    keep = checkable(fmt, x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        with np.errstate(invalid="ignore"):
+            theirs = x[keep].astype(ORACLE[fmt]).astype(np.float32)
+    assert np.array_equal(bits32(ours[keep]), bits32(theirs))
+    sign = x.view(np.uint32)[~keep & np.isnan(x)] & np.uint32(1 << 31)
+    expected = np.uint32(0x7FC0_0000) | (sign if fmt.signed else np.zeros_like(sign))
+    assert np.array_equal(bits32(ours[~keep & np.isnan(x)]), expected)
+
+
+REFERENCE = reference_dtypes()
+
+
+@pytest.mark.parametrize("fmt", list(REFERENCE), ids=str)
+def test_decode_to_float32_is_the_float64_result_narrowed_and_ml_dtypes(fmt):
+    if fmt.bits > 16:
+        codes = np.random.default_rng(9).integers(0, 1 << 32, 1 << 17, dtype=np.uint32)
+    else:
+        codes = np.resize(np.arange(1 << fmt.bits), (1 << 17) + 3).astype(fmt.code_dtype)
+    ours = fmt.decode(codes, dtype=np.float32)
+    assert ours.dtype == np.float32
+    assert np.array_equal(bits32(ours), bits32(fmt.decode(codes)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        theirs = codes.view(REFERENCE[fmt]).astype(np.float32)
+    nan = np.isnan(theirs)
+    assert np.array_equal(bits32(ours[~nan]), bits32(theirs[~nan]))
+    assert np.isnan(ours[nan]).all()
+    assert fmt.decode(codes[3], dtype=np.float32).dtype == np.float32  # 0-d stays 0-d
+    assert fmt.decode(codes[3], dtype=np.float32).shape == ()
+
+
+def test_float32_results_are_refused_where_float32_cannot_hold_the_values():
+    wide = CUSTOM[3]  # E8M2 with bias 100: binades up to 2^154
+    assert not wide._fits_float32 and FP8_E4M3._fits_float32 and E8M0._fits_float32
+    with pytest.raises(ValueError, match="not all float32 numbers"):
+        wide.round(np.float32([1.0]), dtype=np.float32)
+    with pytest.raises(ValueError, match="not all float32 numbers"):
+        wide.decode([1], dtype=np.float32)
+    assert FP8_E4M3.round([1.1], dtype=None).dtype == np.float64  # numpy's default
+    for bad in (np.float16, "int32", object, 3, np.zeros(2)):
+        with pytest.raises(ValueError, match="dtype must be"):
+            FP8_E4M3.round([1.0], dtype=bad)
+        with pytest.raises(ValueError, match="dtype must be"):
+            FP8_E4M3.decode([1], dtype=bad)
+    assert FP8_E4M3.round([1.1]).dtype == np.float64  # the default is unchanged
+
+
+@pytest.mark.parametrize("saturate", [False, True])
+@pytest.mark.parametrize("fmt", [f for f in ALL if f._float32_path == "fpu"] + CUSTOM[1:3],
+                         ids=str)
+def test_fpu_path_on_arrays_without_large_values(fmt, saturate):
+    # The "fpu" path skips its upper exponent clamp when no |x| reaches 2^(emax + 1), and its
+    # saturation when none exceeds max_value (scaled MX blocks are such arrays): both kinds of
+    # array, NaN-free and with NaN, against the float64 path (and ml_dtypes where it exists).
+    x = edge_patterns(min(fmt.man_bits, 22), seed=10)
+    below_binade = np.resize(x[np.abs(x) < 2.0 ** (fmt.emax + 1)], 3 << 16)  # 3 chunks
+    below_top = np.resize(x[np.abs(x) <= fmt.max_value], 3 << 16)
+    assert below_binade.max() > fmt.max_value
+    for y in (below_binade, below_top, np.append(below_top, np.float32(np.nan))):
+        ours = fmt.round(y, saturate=saturate)
+        assert np.array_equal(bits(ours), bits(fmt.round(widen(y), saturate=saturate)))
+        if fmt in ORACLE and not saturate:
+            keep = checkable(fmt, y)
+            assert np.array_equal(bits(ours[keep]), bits(ml_round(fmt, y[keep])))

@@ -111,9 +111,13 @@ def test_all_zero_tensor_rows_and_groups_quantize_to_zeros_without_warnings(gran
     assert np.all(z.values == 0) and np.all(z.codes == z.zero_point.ravel()[0])
 
 
+# Magnitudes from 1e-290: smaller ones (2.2e-308 with 2 bits, asymmetric) give a scale below
+# float64's smallest normal, which quantize_int refuses (tests/test_bad_inputs.py checks that).
+_MAGNITUDES = st.one_of(st.just(0.0), st.floats(1e-290, 1e6), st.floats(-1e6, -1e-290))
+
+
 @settings(max_examples=60, deadline=None)
-@given(arrays(np.float64, st.integers(1, 64),
-              elements=st.floats(-1e6, 1e6, allow_nan=False, allow_subnormal=False)),
+@given(arrays(np.float64, st.integers(1, 64), elements=_MAGNITUDES),
        st.integers(2, 16), st.booleans())
 def test_codes_in_range_and_error_at_most_half_a_step(x, bits, symmetric):
     r = quantize_int(x, bits, symmetric=symmetric)
@@ -270,3 +274,9 @@ def test_torch_twin_is_bit_identical_across_its_chunks(gran, group, symmetric):
                         group=group)
     assert np.array_equal(a.values.view(np.uint64), b.values.numpy().view(np.uint64))
     assert np.array_equal(a.codes, b.codes.numpy()) and np.array_equal(a.scale, b.scale.numpy())
+
+
+def test_the_tiny_tensor_hypothesis_found_is_refused_with_the_scale_message():
+    # 2^-1022 with 2 bits, asymmetric: scale 2^-1022 / 3 is a float64 subnormal.
+    with pytest.raises(ValueError, match="below float64's smallest normal"):
+        quantize_int(np.array([2.0**-1022]), 2, symmetric=False)
