@@ -9,17 +9,19 @@ fractional position between the two neighbouring grid values.
 
 from __future__ import annotations
 
+import functools
+from typing import NamedTuple
+
 import numpy as np
 import torch
 
 from numfmt.formats import FloatFormat
 from numfmt._validate import as_integer_array, check_bool
-from numfmt.torch._core import (F64, as_real_tensor, check_device, check_tensor, default_device,
-                                floor_log2, pow2)
+from numfmt.torch._core import (CHUNK, F64, Scratch, as_real_tensor, check_device, check_tensor,
+                                default_device, floor_log2, may_hold_nan, new_result, pow2, spans,
+                                step_of)
 
 __all__ = ["CHUNK", "NATIVE_DTYPES", "round", "encode", "decode", "to_native"]
-
-CHUNK = 1 << 17  # elements per chunk of round on large tensors
 
 _MODES = ("nearest", "stochastic")
 _I64 = torch.int64
@@ -91,29 +93,15 @@ def round(x, fmt: FloatFormat, saturate: bool = True, mode: str = "nearest",  # 
         raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
     if mode == "nearest":
         if isinstance(x, torch.Tensor) and x.dtype == torch.float32 and fmt._float32_path:
-            # The float32 arithmetic of numfmt's FloatFormat._nearest_float32: no float64 copy.
-            t = _float32_input(x, device)
-            step = lambda c: _nearest_float32(c, fmt, saturate).to(F64)  # noqa: E731
+            t = _float32_input(x, device)  # float32 arithmetic: no float64 copy of x
         else:
             t = as_real_tensor(x, device=device)
-            step = lambda c: _round_flat(c, fmt, saturate)  # noqa: E731
-        shape, flat = t.shape, t.reshape(-1)
-        n = flat.numel()
-        if n <= CHUNK or flat.device.type != "cpu":
-            return step(flat).reshape(shape)
-        # On the CPU, cache-sized chunks: each fresh full-size temporary costs page faults.
-        out = torch.empty(n, dtype=F64, device=flat.device)
-        for i in range(0, n, CHUNK):
-            out[i:i + CHUNK] = step(flat[i:i + CHUNK])
-        return out.reshape(shape)
+        return step_of(x, _round_nearest(t.detach(), fmt, saturate).reshape(t.shape))
     x = as_real_tensor(x, device=device)
     shape = x.shape
     x = x.reshape(-1)
     a = x.abs()
-    if mode == "nearest":
-        r = _nearest_magnitude(a, fmt)
-    else:
-        r = _stochastic_magnitude(a, fmt, _draws(u, a, generator))
+    r = _stochastic_magnitude(a, fmt, _draws(u, a, generator))
     if not fmt.subnormals:  # E8M0: no zero, nothing below 2**emin
         r = torch.maximum(r, r.new_tensor(fmt.min_normal))
     overflow = r > fmt.max_value
@@ -128,6 +116,102 @@ def round(x, fmt: FloatFormat, saturate: bool = True, mode: str = "nearest",  # 
     else:
         r = torch.where((x <= 0) | torch.isnan(x), r.new_tensor(np.nan), r)
     return r.reshape(shape)
+
+
+def _round_nearest(t: torch.Tensor, fmt: FloatFormat, saturate: bool) -> torch.Tensor:
+    """Round-to-nearest of float32 (with ``fmt._float32_path``) or float64 ``t`` as a flat
+    float64 result, chunk by chunk on the CPU into one preallocated result."""
+    flat = t.reshape(-1)
+    n = flat.numel()
+    out = new_result(n, F64, flat.device)
+    s = Scratch(flat.device)
+    fast = flat.dtype == torch.float32 or _fpu_float64(fmt)
+    for i, j in spans(n, flat.device):
+        xc = flat[i:j]
+        if not fast:
+            out[i:j] = _round_flat(xc, fmt, saturate)
+        elif xc.dtype == torch.float64:  # the result chunk is the working buffer
+            _nearest_into(xc, out[i:j], fmt, saturate, s)
+        else:
+            f = s("f", torch.float32, j - i)
+            _nearest_into(xc, f, fmt, saturate, s)
+            out[i:j].copy_(f)  # float32 -> float64 is exact
+    return out
+
+
+class _Layout(NamedTuple):
+    itype: torch.dtype
+    man: int       # mantissa bits
+    exp_mask: int  # the exponent field
+    sign: int      # the sign bit, as a value of itype
+    qnan: int      # the quiet NaN numpy assigns (positive)
+
+
+_LAYOUTS = {torch.float32: _Layout(torch.int32, 23, 0x7F80_0000, -(1 << 31), 0x7FC0_0000),
+            torch.float64: _Layout(_I64, 52, 0x7FF0 << 48, -(1 << 63), 0x7FF8 << 48)}
+
+
+def _fpu_float64(fmt: FloatFormat) -> bool:
+    """Whether :func:`_nearest_into` rounds float64 input for ``fmt``: signed, subnormals,
+    ties to even, and every constant 2^(e + 52 - man_bits) a float64 normal number."""
+    return (fmt._standard_flags and fmt.signed and fmt.subnormals and 0 < fmt.man_bits < 52
+            and fmt.specials in ("ieee", "fn", "none", "fnuz")
+            and fmt.emin + 52 - fmt.man_bits >= -1022 and fmt.emax + 1 + 52 - fmt.man_bits <= 1023)
+
+
+def _nearest_into(x: torch.Tensor, f: torch.Tensor, fmt: FloatFormat, saturate: bool,
+                  s: Scratch, signed: bool = True) -> None:
+    """``f = round(x)`` to nearest even, for 1-D float32 ``x`` (``fmt._float32_path``) or
+    float64 ``x`` (:func:`_fpu_float64`); ``f`` has the dtype and length of ``x``.
+
+    The same values as numpy's ``FloatFormat._nearest_float32`` (float32) and its float64
+    bit path (both are exact round-to-nearest-even), computed in place, in as few passes as
+    possible. "fpu": with ``C = 2^(e + mant - man_bits)``, ``e`` the binade of ``|x|``
+    clamped to [emin, emax + 1], ``|x| + C`` has the format's quantum as its last place, so
+    the FPU's own round-to-nearest-even rounds (subnormals included) and ``- C`` is exact.
+    "bits" (BF16 from float32): add the rounding bias to the 32-bit pattern and clear the low
+    bits, as hardware does. With ``signed=False`` (encode), ``f`` gets the magnitude and its
+    NaNs are not canonical.
+    """
+    lay = _LAYOUTS[x.dtype]
+    t = x.view(lay.itype)
+    n = x.numel()
+    nan = may_hold_nan(x)
+    top = fmt.max_value if x.dtype == F64 else float(np.float32(fmt.max_value))
+    if x.dtype == torch.float32 and fmt._float32_path == "bits":
+        shift = 23 - fmt.man_bits
+        src = torch.where(torch.isnan(x), 0, t) if nan else t  # NaN's payload must not carry
+        fi = f.view(_I32)
+        torch.bitwise_right_shift(src, shift, out=fi)
+        fi.bitwise_and_(1).add_(src).add_((1 << (shift - 1)) - 1).bitwise_and_(-(1 << shift))
+        if saturate or fmt.specials == "none":
+            f.clamp_(-top, top)
+        elif not (fmt.has_inf and fmt.emax == 127):  # else overflow carried into float32's Inf
+            special = torch.copysign(f.new_tensor(np.inf if fmt.has_inf else np.nan), f)
+            torch.where(f.abs() > top, special, f, out=f)
+        if not signed:
+            f.abs_()
+    else:
+        c = s("c", x.dtype, n)
+        torch.abs(x, out=f)
+        torch.clamp(f, 2.0 ** fmt.emin, 2.0 ** (fmt.emax + 1), out=c)
+        c.view(lay.itype).bitwise_and_(lay.exp_mask)  # 2^e
+        k = 2.0 ** (lay.man - fmt.man_bits)
+        f.add_(c, alpha=k).sub_(c, alpha=k)
+        if saturate or fmt.specials == "none":
+            f.clamp_(max=top)  # NaN stays NaN
+        else:
+            f.masked_fill_(f > top, np.inf if fmt.has_inf else np.nan)
+        if signed:
+            ci = c.view(lay.itype)
+            torch.bitwise_and(t, lay.sign, out=ci)
+            f.view(lay.itype).bitwise_or_(ci)
+            if fmt.specials == "fnuz":
+                f.add_(0.0)  # no -0 in FNUZ formats
+    if nan and signed:
+        fi = f.view(lay.itype)
+        torch.where(torch.isnan(x), torch.bitwise_and(t, lay.sign).bitwise_or_(lay.qnan), fi,
+                    out=fi)
 
 
 def _round_flat(x: torch.Tensor, fmt: FloatFormat, saturate: bool) -> torch.Tensor:
@@ -149,37 +233,6 @@ def _round_flat(x: torch.Tensor, fmt: FloatFormat, saturate: bool) -> torch.Tens
 _I32 = torch.int32
 _SIGN32 = -(1 << 31)  # 0x8000_0000 as int32
 _QNAN32 = 0x7FC0_0000  # widens to float64's canonical NaN, as numpy's round() returns
-
-
-def _nearest_float32(x: torch.Tensor, fmt: FloatFormat, saturate: bool) -> torch.Tensor:
-    """Round 1-D float32 ``x``; float64 result bit for bit that of the float64 arithmetic.
-
-    The twin of ``FloatFormat._nearest_float32`` (see there why it is exact): "bits" rounds
-    the 32-bit pattern (BF16), "fpu" adds and subtracts 2^(binade + 23 - man_bits).
-    """
-    t = x.view(_I32)
-    nan = torch.isnan(x)
-    shift = 23 - fmt.man_bits
-    if fmt._float32_path == "bits":
-        tz = torch.where(nan, 0, t)  # int32 must not overflow: a NaN's payload could carry
-        r = ((tz >> shift) & 1) + tz + ((1 << (shift - 1)) - 1)
-        r = r & ~((1 << shift) - 1)
-        f = r.view(torch.float32)
-    else:
-        c = torch.clamp(t & 0x7F80_0000, (fmt.emin + 127) << 23, (fmt.emax + 128) << 23)
-        cf = (c + (shift << 23)).view(torch.float32)
-        f = (x.abs() + cf) - cf
-    top = float(np.float32(fmt.max_value))
-    if saturate or fmt.specials == "none":
-        f = torch.clamp(f, -top, top)
-    elif not (fmt.has_inf and fmt.emax == 127):
-        special = torch.copysign(f.new_tensor(np.inf if fmt.has_inf else np.nan), f)
-        f = torch.where(f.abs() > top, special, f)
-    r = f.view(_I32)
-    if fmt._float32_path == "fpu":
-        r = r | (t & _SIGN32)
-    r = torch.where(nan, (t & _SIGN32) | _QNAN32, r)
-    return r.view(torch.float32)
 
 
 def _codes_of_float32(f: torch.Tensor, fmt: FloatFormat) -> torch.Tensor:
@@ -287,26 +340,59 @@ def encode(x, fmt: FloatFormat, saturate: bool = True, device=None) -> torch.Ten
         If a value is or rounds to NaN and the format has no NaN (E2M3, E3M2, E2M1).
     """
     fmt = _check_fmt(fmt)
+    check_bool(saturate, "saturate")
     if isinstance(x, torch.Tensor) and x.dtype == torch.float32 and fmt._float32_path:
         t = _float32_input(x, device)
-        flat = t.reshape(-1)
-        step = lambda c: _codes_of_float32(_nearest_float32(c, fmt, saturate), fmt)  # noqa
-        n = flat.numel()
-        if n <= CHUNK or flat.device.type != "cpu":
-            return step(flat).reshape(t.shape)
-        out = torch.empty(n, dtype=_code_dtype(fmt), device=flat.device)
-        for i in range(0, n, CHUNK):
-            out[i:i + CHUNK] = step(flat[i:i + CHUNK])
-        return out.reshape(t.shape)
-    r = round(x, fmt, saturate=saturate, device=device)
+        return _encode_float32(t.detach().reshape(-1), fmt, saturate).reshape(t.shape)
+    r = round(x, fmt, saturate=saturate, device=device).detach()
     flat = r.reshape(-1)
-    n = flat.numel()
-    if n <= CHUNK or flat.device.type != "cpu":
-        return _codes_of(flat, fmt).reshape(r.shape)
-    out = torch.empty(n, dtype=_code_dtype(fmt), device=flat.device)
-    for i in range(0, n, CHUNK):
-        out[i:i + CHUNK] = _codes_of(flat[i:i + CHUNK], fmt)
+    out = new_result(flat.numel(), _code_dtype(fmt), flat.device)
+    for i, j in spans(flat.numel(), flat.device):
+        out[i:j] = _codes_of(flat[i:j], fmt)
     return out.reshape(r.shape)
+
+
+def _encode_float32(flat: torch.Tensor, fmt: FloatFormat, saturate: bool) -> torch.Tensor:
+    """Codes of 1-D float32 ``flat`` (``fmt._float32_path`` set), chunk by chunk on the CPU."""
+    if not fmt.has_nan and flat.numel() and bool(torch.isnan(flat).any()):
+        raise ValueError(f"{fmt.name} has no NaN: cannot encode NaN")
+    n = flat.numel()
+    out = new_result(n, _code_dtype(fmt), flat.device)
+    s = Scratch(flat.device)
+    top16 = (fmt.exp_bits, fmt.bias, fmt.specials) == (8, 127, "ieee")
+    lut = _code_table(fmt).to(flat.device) if fmt.bits <= 8 and not top16 else None
+    for i, j in spans(n, flat.device):
+        f = s("f", torch.float32, j - i)
+        _nearest_into(flat[i:j], f, fmt, saturate, s)
+        fi = f.view(_I32)
+        if top16:  # BF16 (and E8Mm): the code is the top of the pattern
+            oc = out[i:j]
+            torch.bitwise_right_shift(fi, 23 - fmt.man_bits, out=oc)
+            oc.bitwise_and_((1 << fmt.bits) - 1)
+        elif lut is not None:
+            # A value on an 8-bit format's grid is fixed by its sign, exponent and top man_bits
+            # bits (its subnormals are float32 normals): a table lookup gives the code.
+            key = s("k", _I32, j - i)
+            torch.bitwise_right_shift(fi, 23 - fmt.man_bits, out=key)
+            key.bitwise_and_((1 << (9 + fmt.man_bits)) - 1)
+            torch.index_select(lut, 0, key, out=out[i:j])
+        else:
+            out[i:j] = _codes_of_float32(f, fmt)
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _code_table(fmt: FloatFormat) -> torch.Tensor:
+    """uint8 codes of the float32 values with pattern ``key << (23 - man_bits)``, for every
+    key of 9 + man_bits bits (sign, exponent, top mantissa bits), from numpy's encode."""
+    m = fmt.man_bits
+    keys = np.arange(1 << (9 + m), dtype=np.uint32)
+    with np.errstate(invalid="ignore"):  # signalling NaN patterns widen to quiet ones
+        v = (keys << np.uint32(23 - m)).view(np.float32).astype(np.float64)
+    if not fmt.has_nan:
+        v[np.isnan(v)] = 0.0  # never looked up: NaN is refused before
+    codes = fmt.encode(v, saturate=False)
+    return torch.from_numpy(codes.astype(np.uint8))
 
 
 def _code_dtype(fmt: FloatFormat) -> torch.dtype:
