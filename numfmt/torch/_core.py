@@ -159,7 +159,7 @@ def floor_log2(a: torch.Tensor) -> torch.Tensor:
 
 # ---------------------------------------------------------------- working through large tensors
 #: Elements per chunk on the CPU: a few float32/float64 working buffers of it stay in L2.
-CHUNK = 1 << 16
+CHUNK = 1 << 17
 
 _NUMPY_OF = {torch.float64: np.float64, torch.float32: np.float32, torch.int64: np.int64,
              torch.int32: np.int32, torch.uint8: np.uint8}
@@ -227,3 +227,20 @@ def step_of(x, result: torch.Tensor) -> torch.Tensor:
     if isinstance(x, torch.Tensor) and x.requires_grad and torch.is_grad_enabled():
         return _StepGradient.apply(x, result)
     return result
+
+
+def calibration_input(x, name: str = "x", device=None) -> torch.Tensor:
+    """As :func:`as_calibration_tensor`, but a float32 tensor stays float32 (no float64 copy).
+
+    float32 holds its values exactly, and every quantizer that reads this widens exactly
+    where it needs float64. Finiteness is checked with one sum (finite unless some value is
+    not, or the sum overflows; only then are the values checked one by one).
+    """
+    if not (isinstance(x, torch.Tensor) and x.dtype == torch.float32):
+        return as_calibration_tensor(x, name, device)
+    check_tensor(x, name)
+    device = check_device(device)
+    t = x.detach() if device is None else x.detach().to(device)
+    if t.numel() == 0 or not bool(torch.isfinite(t.sum())):
+        as_calibration_tensor(t, name)  # raises, naming the first non-finite value
+    return t.reshape(1) if t.ndim == 0 else t
