@@ -160,7 +160,8 @@ def _fpu_float64(fmt: FloatFormat) -> bool:
 
 
 def _nearest_into(x: torch.Tensor, f: torch.Tensor, fmt: FloatFormat, saturate: bool,
-                  s: Scratch, signed: bool = True) -> None:
+                  s: Scratch, signed: bool = True, above: float | None = None,
+                  finite: bool = False):
     """``f = round(x)`` to nearest even, for 1-D float32 ``x`` (``fmt._float32_path``) or
     float64 ``x`` (:func:`_fpu_float64`); ``f`` has the dtype and length of ``x``.
 
@@ -171,14 +172,18 @@ def _nearest_into(x: torch.Tensor, f: torch.Tensor, fmt: FloatFormat, saturate: 
     the FPU's own round-to-nearest-even rounds (subnormals included) and ``- C`` is exact.
     "bits" (BF16 from float32): add the rounding bias to the 32-bit pattern and clear the low
     bits, as hardware does. With ``signed=False`` (encode), ``f`` gets the magnitude and its
-    NaNs are not canonical.
+    NaNs are not canonical. ``finite=True`` promises that ``x`` holds no NaN. With ``above``,
+    returns the number of elements with ``|x| > above`` (a 0-d tensor, so a GPU need not wait).
     """
     lay = _LAYOUTS[x.dtype]
     t = x.view(lay.itype)
     n = x.numel()
-    nan = may_hold_nan(x)
+    nan = not finite and may_hold_nan(x)
+    count = None
     top = fmt.max_value if x.dtype == F64 else float(np.float32(fmt.max_value))
     if x.dtype == torch.float32 and fmt._float32_path == "bits":
+        if above is not None:
+            count = (x.abs() > above).sum()
         shift = 23 - fmt.man_bits
         src = torch.where(torch.isnan(x), 0, t) if nan else t  # NaN's payload must not carry
         fi = f.view(_I32)
@@ -194,6 +199,8 @@ def _nearest_into(x: torch.Tensor, f: torch.Tensor, fmt: FloatFormat, saturate: 
     else:
         c = s("c", x.dtype, n)
         torch.abs(x, out=f)
+        if above is not None:  # a float 0/1 sum counts fastest (exact below 2^24 per chunk)
+            count = torch.gt(f, above, out=c).sum(dtype=F64)
         torch.clamp(f, 2.0 ** fmt.emin, 2.0 ** (fmt.emax + 1), out=c)
         c.view(lay.itype).bitwise_and_(lay.exp_mask)  # 2^e
         k = 2.0 ** (lay.man - fmt.man_bits)
@@ -212,6 +219,7 @@ def _nearest_into(x: torch.Tensor, f: torch.Tensor, fmt: FloatFormat, saturate: 
         fi = f.view(lay.itype)
         torch.where(torch.isnan(x), torch.bitwise_and(t, lay.sign).bitwise_or_(lay.qnan), fi,
                     out=fi)
+    return count
 
 
 def _round_flat(x: torch.Tensor, fmt: FloatFormat, saturate: bool) -> torch.Tensor:

@@ -141,7 +141,7 @@ def quantize_int(x, bits: int, symmetric: bool = True, granularity: str = "tenso
     mn, mx = mn.to(F64), mx.to(F64)  # exact
 
     if symmetric:
-        amax = torch.maximum(mx, -mn)
+        amax = torch.maximum(mx, -mn) + 0.0  # + 0.0: an all-zero group gives +0, not -0
         scale = amax * (clip / qmax)
         _check_calibrated_scale(scale, amax > 0, clip)
         zero_point = torch.zeros(scale.shape, dtype=torch.int64, device=x.device)
