@@ -204,7 +204,7 @@ def bench_torch(n, repeat):
                                                             group=32).values,
               lambda: nt.quantize_int(xt, 8, granularity="group", group=32).values)]
     for name, np_fn, t_fn in cases:
-        agree = yes(np.array_equal(np.asarray(np_fn()), t_fn().numpy()))
+        agree = yes(same_bits(np_fn(), t_fn().numpy()))  # bit for bit: -0 and +0 differ
         rows.append(row(f"numfmt.torch {name}", t_fn, "numfmt numpy", np_fn, 1.0, agree,
                         repeat))
     return rows
