@@ -230,13 +230,14 @@ def step_of(x, result: torch.Tensor) -> torch.Tensor:
 
 
 def calibration_input(x, name: str = "x", device=None) -> torch.Tensor:
-    """As :func:`as_calibration_tensor`, but a float32 tensor stays float32 (no float64 copy).
+    """As :func:`as_calibration_tensor`, but a float32 tensor stays float32 (no float64 copy)
+    and a float64 tensor is checked without a full-size mask.
 
     float32 holds its values exactly, and every quantizer that reads this widens exactly
     where it needs float64. Finiteness is checked with one sum (finite unless some value is
     not, or the sum overflows; only then are the values checked one by one).
     """
-    if not (isinstance(x, torch.Tensor) and x.dtype == torch.float32):
+    if not (isinstance(x, torch.Tensor) and x.dtype in (torch.float32, F64)):
         return as_calibration_tensor(x, name, device)
     check_tensor(x, name)
     device = check_device(device)
