@@ -178,10 +178,10 @@ def _nearest_into(x: torch.Tensor, f: torch.Tensor, fmt: FloatFormat, saturate: 
     lay = _LAYOUTS[x.dtype]
     t = x.view(lay.itype)
     n = x.numel()
-    nan = not finite and may_hold_nan(x)
     count = None
     top = fmt.max_value if x.dtype == F64 else float(np.float32(fmt.max_value))
     if x.dtype == torch.float32 and fmt._float32_path == "bits":
+        nan = not finite and may_hold_nan(x)
         if above is not None:
             count = (x.abs() > above).sum()
         if _is_bf16(fmt):
@@ -213,6 +213,12 @@ def _nearest_into(x: torch.Tensor, f: torch.Tensor, fmt: FloatFormat, saturate: 
             f.clamp_(max=top)  # NaN stays NaN
         else:
             f.masked_fill_(f > top, np.inf if fmt.has_inf else np.nan)
+        if not finite:
+            # The canonical NaN, with no test for NaN: arithmetic has quieted every NaN, so
+            # as integers their patterns lie at and above the quiet NaN's, and every other
+            # magnitude (Inf included) lies below it.
+            f.view(lay.itype).clamp_(max=lay.qnan)
+        nan = False
         if signed:
             ci = c.view(lay.itype)
             torch.bitwise_and(t, lay.sign, out=ci)
