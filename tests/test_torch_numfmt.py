@@ -315,6 +315,19 @@ def test_float32_input_whose_sum_overflows_is_still_finite():
         nt.mx_quantize(torch.tensor([float("nan")] * 32), nf.FP8_E4M3)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
+def test_stochastic_rounding_with_a_generator_uses_its_draws_in_order(fmt, device):
+    # A seeded generator gives the result of u = its first x.numel() float64 draws (and
+    # rounding with explicit draws is numpy's, bit for bit, above): same seed, same bits.
+    x = torch.from_numpy(random_values(fmt, n=50_000, seed=12)).to(device)
+    u = torch.rand(x.numel(), dtype=torch.float64, device=device,
+                   generator=torch.Generator(device=device).manual_seed(3))
+    got = nt.round(x, fmt, mode="stochastic",
+                   generator=torch.Generator(device=device).manual_seed(3))
+    assert_same_bits(got, nt.round(x, fmt, mode="stochastic", u=u))
+
+
 # ---------------------------------------------------------------- integer and block quantization
 def _assert_quantized_equal(got, want):
     for g, w in zip(got, want):

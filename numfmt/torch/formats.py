@@ -102,20 +102,7 @@ def round(x, fmt: FloatFormat, saturate: bool = True, mode: str = "nearest",  # 
     x = x.reshape(-1)
     a = x.abs()
     r = _stochastic_magnitude(a, fmt, _draws(u, a, generator))
-    if not fmt.subnormals:  # E8M0: no zero, nothing below 2**emin
-        r = torch.maximum(r, r.new_tensor(fmt.min_normal))
-    overflow = r > fmt.max_value
-    if saturate or fmt.specials == "none":
-        r = torch.minimum(r, r.new_tensor(fmt.max_value))
-    else:
-        r = torch.where(overflow, r.new_tensor(np.inf if fmt.has_inf else np.nan), r)
-    if fmt.signed:
-        r = torch.copysign(r, x)
-        if fmt.specials == "fnuz":
-            r = r + 0.0  # no -0 in FNUZ formats
-    else:
-        r = torch.where((x <= 0) | torch.isnan(x), r.new_tensor(np.nan), r)
-    return r.reshape(shape)
+    return _finish(r, x, fmt, saturate).reshape(shape)
 
 
 def _round_nearest(t: torch.Tensor, fmt: FloatFormat, saturate: bool) -> torch.Tensor:
@@ -253,10 +240,16 @@ def _round_bits_(x, t, f, fmt: FloatFormat, saturate: bool, nan: bool, top: floa
 
 
 def _round_flat(x: torch.Tensor, fmt: FloatFormat, saturate: bool) -> torch.Tensor:
-    """Round-to-nearest of 1-D float64 ``x``: the steps of :func:`round`."""
-    a = x.abs()
-    r = _nearest_magnitude(a, fmt)
-    if not fmt.subnormals:
+    """Round-to-nearest of 1-D float64 ``x`` where :func:`_nearest_into` cannot (E8M0, exponent
+    ranges beyond float64's constants): the float64 bit path of numfmt's round."""
+    return _finish(_nearest_magnitude(x.abs(), fmt), x, fmt, saturate)
+
+
+def _finish(r: torch.Tensor, x: torch.Tensor, fmt: FloatFormat, saturate: bool) -> torch.Tensor:
+    """The steps of numfmt's round after the magnitude ``r`` of ``x`` is rounded (nearest or
+    stochastic): E8M0's floor, saturation or the format's special, the sign (no -0 in FNUZ
+    formats) or, unsigned, NaN for what is not positive."""
+    if not fmt.subnormals:  # E8M0: no zero, nothing below 2**emin
         r = torch.maximum(r, r.new_tensor(fmt.min_normal))
     if saturate or fmt.specials == "none":
         r = torch.minimum(r, r.new_tensor(fmt.max_value))
@@ -264,7 +257,7 @@ def _round_flat(x: torch.Tensor, fmt: FloatFormat, saturate: bool) -> torch.Tens
         r = torch.where(r > fmt.max_value, r.new_tensor(np.inf if fmt.has_inf else np.nan), r)
     if fmt.signed:
         r = torch.copysign(r, x)
-        return r + 0.0 if fmt.specials == "fnuz" else r  # no -0 in FNUZ formats
+        return r + 0.0 if fmt.specials == "fnuz" else r  # -0.0 + 0.0 is +0.0
     return torch.where((x <= 0) | torch.isnan(x), r.new_tensor(np.nan), r)
 
 
