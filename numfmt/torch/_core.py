@@ -192,6 +192,13 @@ class Scratch:
     def __init__(self, device: torch.device):
         self.device, self._bufs = device, {}
 
+    def const(self, value, dtype: torch.dtype) -> torch.Tensor:
+        """``value`` as a 0-d tensor, made once (a Python int costs a conversion per call)."""
+        key = ("const", value, dtype)
+        if key not in self._bufs:
+            self._bufs[key] = torch.tensor(value, dtype=dtype, device=self.device)
+        return self._bufs[key]
+
     def __call__(self, key: str, dtype: torch.dtype, n: int) -> torch.Tensor:
         b = self._bufs.get(key)
         if b is None or b.dtype != dtype or b.numel() < n:

@@ -1,10 +1,14 @@
 """Round, encode and decode for numfmt's FloatFormat, on torch tensors on any device.
 
-The arithmetic is the one of :mod:`numfmt.formats`, step for step, so the results are bit for
-bit those of the numpy implementation: round-to-nearest-even by adding half a unit in the last
-place to the float64 bit pattern and clearing the low bits; subnormals by adding and subtracting
-a power of two so that the FPU rounds; stochastic rounding by comparing a uniform draw with the
-fractional position between the two neighbouring grid values.
+The results are bit for bit those of :mod:`numfmt.formats` (the specification), NaN included.
+Round-to-nearest-even adds ``C = 2^(e + mantissa bits - man_bits)`` (``e`` the binade of
+``|x|``, clamped to the format's) to the magnitude and subtracts it again, so that the FPU
+rounds at the format's quantum, subnormals included; float32 input stays float32 where that is
+exact (the formats numfmt's own float32 path takes), and BF16 from float32 is torch's own
+bias-and-truncate cast. On the CPU the work goes in cache-sized chunks through reused
+buffers into one result allocated by numpy (huge pages): fresh memory, not arithmetic, is
+what large tensors cost. Stochastic rounding compares a uniform draw with the fractional
+position between the two neighbouring grid values, as numpy does.
 """
 
 from __future__ import annotations
@@ -193,7 +197,7 @@ def _nearest_into(x: torch.Tensor, f: torch.Tensor, fmt: FloatFormat, saturate: 
         if above is not None:  # a float 0/1 sum counts fastest (exact below 2^24 per chunk)
             count = torch.gt(f, above, out=c).sum(dtype=F64)
         torch.clamp(f, 2.0 ** fmt.emin, 2.0 ** (fmt.emax + 1), out=c)
-        c.view(lay.itype).bitwise_and_(lay.exp_mask)  # 2^e
+        c.view(lay.itype).bitwise_and_(s.const(lay.exp_mask, lay.itype))  # 2^e
         k = 2.0 ** (lay.man - fmt.man_bits)
         f.add_(c, alpha=k).sub_(c, alpha=k)
         if saturate or fmt.specials == "none":
@@ -204,11 +208,11 @@ def _nearest_into(x: torch.Tensor, f: torch.Tensor, fmt: FloatFormat, saturate: 
             # The canonical NaN, with no test for NaN: arithmetic has quieted every NaN, so
             # as integers their patterns lie at and above the quiet NaN's, and every other
             # magnitude (Inf included) lies below it.
-            f.view(lay.itype).clamp_(max=lay.qnan)
+            f.view(lay.itype).clamp_(max=s.const(lay.qnan, lay.itype))
         nan = False
         if signed:
             ci = c.view(lay.itype)
-            torch.bitwise_and(t, lay.sign, out=ci)
+            torch.bitwise_and(t, s.const(lay.sign, lay.itype), out=ci)
             f.view(lay.itype).bitwise_or_(ci)
             if fmt.specials == "fnuz":
                 f.add_(0.0)  # no -0 in FNUZ formats
