@@ -252,3 +252,19 @@ def calibration_input(x, name: str = "x", device=None) -> torch.Tensor:
     if t.numel() == 0 or not bool(torch.isfinite(t.sum())):
         as_calibration_tensor(t, name)  # raises, naming the first non-finite value
     return t.reshape(1) if t.ndim == 0 else t
+
+
+def absmax_rows(rows: torch.Tensor) -> torch.Tensor:
+    """``rows.abs().amax(dim=-1)`` of a 2-D tensor (n, k), in its dtype, exact.
+
+    Through a reused chunk-sized ``|x|`` buffer on the CPU (no full-size temporary); torch's
+    ``aminmax(dim=-1)`` would need none either but runs 3-4x slower than ``abs`` + ``amax``.
+    """
+    n, k = rows.shape
+    out = torch.empty(n, dtype=rows.dtype, device=rows.device)
+    s = Scratch(rows.device)
+    for i, j in spans(n, rows.device, per=k):
+        a = s("a", rows.dtype, (j - i) * k).view(j - i, k)
+        torch.abs(rows[i:j], out=a)
+        torch.amax(a, dim=-1, out=out[i:j])
+    return out

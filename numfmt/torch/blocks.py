@@ -15,8 +15,8 @@ from numfmt._validate import check_block
 from numfmt.blocks import (CLIP_TOLERANCE, SCALE_BITS, _check_elem, _check_scale_rule,
                            exact_scales, fp32_tensor_scale)
 from numfmt.formats import E8M0, FP4_E2M1, FP8_E4M3, FloatFormat
-from numfmt.torch._core import (F64, Scratch, as_calibration_tensor, calibration_input,
-                                floor_log2, new_result, pow2, spans)
+from numfmt.torch._core import (F64, Scratch, absmax_rows, as_calibration_tensor,
+                                calibration_input, floor_log2, new_result, pow2, spans)
 from numfmt.torch.formats import _fpu_float64, _nearest_into
 from numfmt.torch.formats import round as round_to
 
@@ -103,8 +103,7 @@ def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0",
     _check_scale_rule(scale_rule, scale_format)
     block = check_block(x.shape[-1], block)
     xb = x.reshape(x.shape[:-1] + (x.shape[-1] // block, block))   # (..., n_blocks, block)
-    mn, mx = torch.aminmax(x.detach().reshape(-1, block), dim=-1)  # no |x| temporary
-    amax = (torch.maximum(mx, -mn) + 0.0).to(torch.float64).reshape(xb.shape[:-1])  # +0.0: not -0
+    amax = absmax_rows(x.detach().reshape(-1, block)).to(torch.float64).reshape(xb.shape[:-1])
     if grad:
         amax = xb.abs().amax(dim=-1).to(torch.float64)  # the graph of the exact scales
     tensor_scale = 1.0

@@ -14,8 +14,8 @@ import torch
 
 from numfmt._validate import as_integer_array, check_clip, check_code_range
 from numfmt.intquant import _affine_scale, _check_calibrated_scale, grouped_view_shape, int_range
-from numfmt.torch._core import (F64, as_real_tensor, calibration_input, new_result,
-                                spans)
+from numfmt.torch._core import (F64, absmax_rows, as_real_tensor, calibration_input,
+                                new_result, spans)
 
 __all__ = ["IntQuantized", "quantize_affine", "dequantize_affine", "quantize_int"]
 
@@ -133,20 +133,23 @@ def quantize_int(x, bits: int, symmetric: bool = True, granularity: str = "tenso
     xg = x.reshape(grouped_view_shape(tuple(x.shape), granularity, group))
     tensor = granularity == "tensor"
     rows = xg.reshape(-1, 1) if tensor else xg.reshape(-1, xg.shape[-1])
-    # One pass for both extremes, and no |x| temporary: amax |x| = max(max x, -min x).
-    if tensor:
-        mn, mx = (v.reshape((1,) * xg.ndim) for v in torch.aminmax(rows))
-    else:
-        mn, mx = (v.reshape(xg.shape[:-1] + (1,)) for v in torch.aminmax(rows, dim=-1))
-    mn, mx = mn.to(F64), mx.to(F64)  # exact
-
+    red = (1,) * xg.ndim if tensor else xg.shape[:-1] + (1,)
     if symmetric:
-        amax = torch.maximum(mx, -mn) + 0.0  # + 0.0: an all-zero group gives +0, not -0
+        if tensor:  # max |x| = max(max x, -min x): one pass, no |x| temporary
+            mn, mx = torch.aminmax(rows)
+            amax = torch.maximum(mx, -mn) + 0.0  # + 0.0: all zeros give +0, not -0
+        else:
+            amax = absmax_rows(rows)
+        amax = amax.to(F64).reshape(red)  # exact
         scale = amax * (clip / qmax)
         _check_calibrated_scale(scale, amax > 0, clip)
         zero_point = torch.zeros(scale.shape, dtype=torch.int64, device=x.device)
         scale = torch.where(scale == 0, 1.0, scale)
     else:
+        if tensor:  # one pass for both extremes
+            mn, mx = (v.reshape(red).to(F64) for v in torch.aminmax(rows))
+        else:  # two: aminmax(dim=-1) runs 3-4x slower than amin and amax
+            mn, mx = (f(rows, dim=-1).reshape(red).to(F64) for f in (torch.amin, torch.amax))
         lo = torch.clamp(mn, max=0.0) * clip
         hi = torch.clamp(mx, min=0.0) * clip
         scale = _affine_scale(lo, hi, qmax, xp=torch)
