@@ -197,6 +197,24 @@ def test_float32_tensors_round_and_encode_as_numpy_bit_for_bit(fmt, saturate, de
     np.testing.assert_array_equal(got.cpu().numpy().astype(np.int64), want.astype(np.int64))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("saturate", [True, False])
+@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
+def test_chunks_with_and_without_nan_or_overflow_round_as_numpy(fmt, saturate, dtype):
+    # On the CPU a chunk's max |x| decides whether NaN and saturation need work: chunk 1 holds
+    # neither, chunk 2 one NaN, chunk 3 one value beyond max_value, chunk 4 a -NaN and +-Inf.
+    c = nt.formats.CHUNK
+    x = np.random.default_rng(13).standard_normal(4 * c) * fmt.min_normal * 4
+    x = np.abs(x) if not fmt.signed else x
+    x[c + 5] = np.nan
+    x[2 * c + 7] = fmt.max_value * 1.5
+    x[3 * c + 1], x[3 * c + 2], x[3 * c + 3] = -np.nan, np.inf, -np.inf
+    with np.errstate(over="ignore"):  # BF16's 1.5 * max is beyond float32: Inf, also fine
+        x = x.astype(dtype)
+    got = nt.round(torch.from_numpy(x), fmt, saturate=saturate)
+    np.testing.assert_array_equal(raw_bits(got), raw_bits(fmt.round(x, saturate=saturate)))
+
+
 @pytest.mark.parametrize("fmt", [f for f in FORMATS if f.bits <= 8 and f._float32_path],
                          ids=lambda f: f.name)
 def test_every_8_bit_code_encodes_from_float32_by_its_field_definition(fmt):

@@ -194,19 +194,27 @@ def _nearest_into(x: torch.Tensor, f: torch.Tensor, fmt: FloatFormat, saturate: 
     else:
         c = s("c", x.dtype, n)
         torch.abs(x, out=f)
+        # On the CPU one max of |x| says whether a NaN needs making canonical and whether
+        # anything can pass max_value (a value at most max_value rounds to at most it).
+        big, nan = True, not finite
+        if x.device.type == "cpu" and not finite and n:
+            m = float(torch.amax(f))
+            nan, big = m != m, not m <= top
         if above is not None:  # a float 0/1 sum counts fastest (exact below 2^24 per chunk)
             count = torch.gt(f, above, out=c).sum(dtype=F64)
         torch.clamp(f, 2.0 ** fmt.emin, 2.0 ** (fmt.emax + 1), out=c)
         c.view(lay.itype).bitwise_and_(s.const(lay.exp_mask, lay.itype))  # 2^e
         k = 2.0 ** (lay.man - fmt.man_bits)
         f.add_(c, alpha=k).sub_(c, alpha=k)
-        if saturate or fmt.specials == "none":
+        if not (big or nan):
+            pass
+        elif saturate or fmt.specials == "none":
             f.clamp_(max=top)  # NaN stays NaN
         else:
             f.masked_fill_(f > top, np.inf if fmt.has_inf else np.nan)
-        if not finite:
-            # The canonical NaN, with no test for NaN: arithmetic has quieted every NaN, so
-            # as integers their patterns lie at and above the quiet NaN's, and every other
+        if nan:
+            # The canonical NaN by one clamp: arithmetic has quieted every NaN, so as
+            # integers their patterns lie at and above the quiet NaN's, and every other
             # magnitude (Inf included) lies below it.
             f.view(lay.itype).clamp_(max=s.const(lay.qnan, lay.itype))
         nan = False
