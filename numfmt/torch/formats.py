@@ -117,9 +117,20 @@ def _round_nearest(t: torch.Tensor, fmt: FloatFormat, saturate: bool) -> torch.T
     out = new_result(n, F64, flat.device)
     s = Scratch(flat.device)
     fast = flat.dtype == torch.float32 or _fpu_float64(fmt)
+    bf16 = flat.dtype == torch.float32 and _is_bf16(fmt)
     for i, j in spans(n, flat.device):
         xc = flat[i:j]
-        if not fast:
+        if bf16:  # as _nearest_into, with the bfloat16 values widened straight into the result
+            oc, src = out[i:j], xc
+            if saturate:
+                src = torch.clamp(xc, -fmt.max_value, fmt.max_value, out=s("f", xc.dtype, j - i))
+            b = s("b", torch.bfloat16, j - i)
+            b.copy_(src)
+            oc.copy_(b)
+            if may_hold_nan(xc):  # the canonical NaN with x's sign
+                nan = torch.copysign(s.const(float("nan"), torch.float32), xc)
+                torch.where(torch.isnan(xc), nan, oc, out=oc)
+        elif not fast:
             out[i:j] = _round_flat(xc, fmt, saturate)
         elif xc.dtype == torch.float64:  # the result chunk is the working buffer
             _nearest_into(xc, out[i:j], fmt, saturate, s)
