@@ -196,6 +196,7 @@ def bench_mx(n, repeat):
 def bench_torch(n, repeat):
     import torch
 
+    import numfmt as nf
     import numfmt.torch as nt
     x = gaussian(n)
     xt = torch.from_numpy(x)
@@ -213,9 +214,25 @@ def bench_torch(n, repeat):
                                                             group=32).values,
               lambda: nt.quantize_int(xt, 8, granularity="group", group=32).values)]
     for name, np_fn, t_fn in cases:
-        agree = yes(np.array_equal(np.asarray(np_fn()), t_fn().numpy()))
+        agree = yes(same_bits(np_fn(), t_fn().numpy()))  # bit for bit: -0 and +0 differ
         rows.append(row(f"numfmt.torch {name}", t_fn, "numfmt numpy", np_fn, 1.0, agree,
                         repeat))
+    # Lecture 08's weight formats on two of the real model's matrix shapes (float32).
+    ws = [np.random.default_rng(1).standard_normal(s).astype(np.float32) * 0.02
+          for s in ((1536, 576), (576, 1536))]
+    wts = [torch.from_numpy(w) for w in ws]
+
+    def weight_formats(lib, w):
+        return [lib.block_quantize(w, FP8_E4M3, w.shape[-1], "exact").values,
+                lib.quantize_int(w, 8, True, "channel").values,
+                lib.quantize_int(w, 4, True, "group", 32).values,
+                lib.quantize_int(w, 4, False, "group", 32).values,
+                lib.mx_quantize(w, FP4_E2M1, 32).values, lib.nvfp4_quantize(w, 16).values]
+    agree = yes(all(same_bits(a, b.numpy()) for w, wt in zip(ws, wts)
+                    for a, b in zip(weight_formats(nf, w), weight_formats(nt, wt))))
+    rows.append(row("numfmt.torch lecture 08 weights (6 formats, 1536x576 + 576x1536)",
+                    lambda: [weight_formats(nt, wt) for wt in wts], "numfmt numpy",
+                    lambda: [weight_formats(nf, w) for w in ws], 1.0, agree, repeat))
     return rows
 
 

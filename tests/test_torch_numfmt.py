@@ -152,6 +152,200 @@ def test_stochastic_rounding_with_a_generator_is_unbiased(device):
     assert torch.equal(r, r2)  # the same seed gives the same draws
 
 
+# ---------------------------------------------------------------- float32 tensors (no float64 copy)
+def float32_patterns(n_random=1 << 16, seed=8) -> np.ndarray:
+    """float32 values by bit pattern: every sign and exponent field with the mantissa heads and
+    tails where rounding to 1-10 bits is decided, NaN payloads of both signs (signalling
+    ones included), +-0, +-Inf, float32 subnormals, and random patterns. More than two of
+    numfmt.torch's CPU chunks, so chunk boundaries are crossed."""
+    tails = np.array([0, 1, 0x7FF, 0x800, 0x801, 0xFFF, 0x1FFF, 0x2000, 0x7FFF, 0x8000, 0x8001,
+                      0xFFFF, 0x3_FFFF, 0x4_0000, 0x7F_FFFF], dtype=np.uint32)
+    exps = np.arange(256, dtype=np.uint32) << 23
+    grid = (exps[:, None] | tails[None, :]).ravel()
+    nans = np.array([0x7F80_0001, 0x7FBF_FFFF, 0x7FC0_0000, 0x7FC0_0001, 0x7FFF_FFFF],
+                    dtype=np.uint32)
+    rand = np.random.default_rng(seed).integers(0, 1 << 32, n_random, dtype=np.uint32)
+    pos = np.concatenate([grid, nans])
+    x = np.concatenate([pos, pos | np.uint32(1 << 31), rand])
+    return np.tile(x, -(-(2 * nt.formats.CHUNK + 1) // x.size)).view(np.float32)
+
+
+def raw_bits(a) -> np.ndarray:
+    """float64 bit patterns, NaN payload included (both twins return the canonical quiet NaN
+    with the input's sign)."""
+    a = a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
+    return np.ascontiguousarray(a, dtype=np.float64).view(np.uint64)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("saturate", [True, False])
+@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
+def test_float32_tensors_round_and_encode_as_numpy_bit_for_bit(fmt, saturate, device):
+    x = float32_patterns()
+    with np.errstate(invalid="ignore"):  # numpy widens signalling NaNs
+        want = fmt.round(x, saturate=saturate)
+    got = nt.round(torch.from_numpy(x).to(device), fmt, saturate=saturate)
+    assert got.dtype == torch.float64 and got.device.type == device
+    np.testing.assert_array_equal(raw_bits(got), raw_bits(want))
+    if not fmt.has_nan:
+        with pytest.raises(ValueError, match="no NaN"):
+            nt.encode(torch.from_numpy(x).to(device), fmt, saturate=saturate)
+        x = x[~np.isnan(x)]
+    with np.errstate(invalid="ignore"):
+        want = fmt.encode(x, saturate=saturate)
+    got = nt.encode(torch.from_numpy(x).to(device), fmt, saturate=saturate)
+    np.testing.assert_array_equal(got.cpu().numpy().astype(np.int64), want.astype(np.int64))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("saturate", [True, False])
+@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
+def test_chunks_with_and_without_nan_or_overflow_round_as_numpy(fmt, saturate, dtype):
+    # On the CPU a chunk's max |x| decides whether NaN and saturation need work: chunk 1 holds
+    # neither, chunk 2 one NaN, chunk 3 one value beyond max_value, chunk 4 a -NaN and +-Inf.
+    c = nt.formats.CHUNK
+    x = np.random.default_rng(13).standard_normal(4 * c) * fmt.min_normal * 4
+    x = np.abs(x) if not fmt.signed else x
+    x[c + 5] = np.nan
+    x[2 * c + 7] = fmt.max_value * 1.5
+    x[3 * c + 1], x[3 * c + 2], x[3 * c + 3] = -np.nan, np.inf, -np.inf
+    with np.errstate(over="ignore"):  # BF16's 1.5 * max is beyond float32: Inf, also fine
+        x = x.astype(dtype)
+    got = nt.round(torch.from_numpy(x), fmt, saturate=saturate)
+    np.testing.assert_array_equal(raw_bits(got), raw_bits(fmt.round(x, saturate=saturate)))
+
+
+@pytest.mark.parametrize("fmt", [f for f in FORMATS if f.bits <= 8 and f._float32_path],
+                         ids=lambda f: f.name)
+def test_every_8_bit_code_encodes_from_float32_by_its_field_definition(fmt):
+    # The codes from a hand construction of the grid: code (s, e, m) has the value
+    # (-1)^s * 2^(e - bias) * (1 + m / 2^M), or 2^(1 - bias) * m / 2^M when e = 0.
+    m, eb = fmt.man_bits, fmt.exp_bits
+    want, values = [], []
+    for code in range(1 << fmt.bits):
+        sign, e, mant = code >> (fmt.bits - 1), (code >> m) & ((1 << eb) - 1), code & ((1 << m) - 1)
+        if fmt.specials == "ieee" and e == (1 << eb) - 1:
+            continue  # Inf and NaN: their codes are tested above
+        if fmt.specials == "fn" and e == (1 << eb) - 1 and mant == (1 << m) - 1:
+            continue  # NaN
+        v = 2.0 ** (e - fmt.bias) * (1 + mant / 2**m) if e else 2.0 ** (1 - fmt.bias) * mant / 2**m
+        values.append(-v if sign else v)
+        want.append(code)
+    got = nt.encode(torch.tensor(values, dtype=torch.float32), fmt)
+    assert got.tolist() == want
+
+
+def test_float32_signed_zeros_nan_signs_and_subnormals_by_hand():
+    # Hand values: E4M3's smallest subnormal is 2^-9; 2^-10 is the tie to 0 (even), just
+    # above it rounds up; 464 is the tie between 448 and 480 (448 even: saturation starts
+    # above); E4M3 NaN keeps the sign: codes 0x7F / 0xFF; 1e-45 (float32's smallest
+    # subnormal) rounds to 0.
+    x = torch.tensor([-0.0, 0.0, 2.0**-10, -(2.0**-10 * 1.0001), 464.0, -465.0, float("nan"),
+                      -float("nan"), float("inf"), 1e-45], dtype=torch.float32)
+    r = nt.round(x, nf.FP8_E4M3)
+    assert [np.signbit(v) for v in r[:2].tolist()] == [True, False]
+    assert r[2:6].tolist() == [0.0, -(2.0**-9), 448.0, -448.0]
+    assert [np.signbit(v) for v in r[6:8].tolist()] == [False, True] and r[6:8].isnan().all()
+    assert r[8:].tolist() == [448.0, 0.0]
+    assert nt.encode(x, nf.FP8_E4M3).tolist() == [0x80, 0, 0, 0x81, 0x7E, 0xFE, 0x7F, 0xFF,
+                                                   0x7E, 0]
+    # BF16's subnormals are float32's with 7 mantissa bits: the smallest is 2^-133 (code 1);
+    # 2^-134 is the tie to 0 (even), 1.5 * 2^-134 rounds up to it.
+    y = torch.tensor([2.0**-133, 2.0**-134, -1.5 * 2.0**-134, 3.4e38], dtype=torch.float32)
+    b = nt.round(y, nf.BF16, saturate=False)
+    assert b.tolist() == [2.0**-133, 0.0, -(2.0**-133), float("inf")]  # > 3.396e38, the midpoint
+    assert nt.encode(y, nf.BF16).tolist() == [1, 0, 0x8001, 0x7F7F]  # 0x7F7F: max, saturated
+
+
+def test_grad_requiring_float32_tensor_rounds_with_zero_gradient():
+    x = torch.tensor([0.3, -1.7, 2.2], requires_grad=True)
+    r = nt.round(x, nf.FP8_E4M3)
+    assert r.tolist() == [0.3125, -1.75, 2.25]  # E4M3 spacing 2^-5 in [0.25, 0.5), 2^-2 in [2, 4)
+    r.sum().backward()
+    assert x.grad.tolist() == [0.0, 0.0, 0.0]
+
+
+def test_results_are_ordinary_writable_cpu_tensors():
+    r = nt.round(torch.ones(3 * nt.formats.CHUNK, dtype=torch.float32), nf.FP8_E4M3)
+    r += 1.0
+    assert r.is_contiguous() and float(r.sum()) == 2.0 * r.numel()
+    q = nt.quantize_int(torch.ones(4, 8), 8)
+    q.values.mul_(2.0)
+    assert q.values.tolist() == [[2.0] * 8] * 4
+
+
+def _float32_matrix(seed=10) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_t(3, size=(3 * 4096, 96)) * np.exp2(rng.integers(-30, 30, (3 * 4096, 1)))
+    x = x.astype(np.float32)
+    x[0] = 0.0                       # all-zero blocks and groups
+    x[1] = -0.0                      # ... of negative zeros
+    x[2, :48] = 1e-40                # float32 subnormals (an E4M3 scale underflows: NVFP4)
+    x[3, 7] = -x[3].max() * 1e4      # one large element: the rest of its block flushes
+    x[4] = 3e38                      # near float32's max: a sum of them overflows
+    return x
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name,fn", [
+    ("MXFP8 E4M3", lambda m, x, **k: m.mx_quantize(x, nf.FP8_E4M3, **k)),
+    ("MXFP8 E5M2 rceil", lambda m, x, **k: m.mx_quantize(x, nf.FP8_E5M2, scale_rule="rceil",
+                                                         **k)),
+    ("MXFP6 E3M2", lambda m, x, **k: m.mx_quantize(x, nf.FP6_E3M2, **k)),
+    ("MXFP4", lambda m, x, **k: m.mx_quantize(x, nf.FP4_E2M1, **k)),
+    ("NVFP4", lambda m, x, **k: m.nvfp4_quantize(x, **k)),
+    ("exact/32 E4M3", lambda m, x, **k: m.block_quantize(x, nf.FP8_E4M3, 32, "exact", **k)),
+])
+def test_block_quantizers_on_float32_tensors_bit_identical(name, fn, device):
+    x = _float32_matrix()
+    got = fn(nt, torch.from_numpy(x).to(device))
+    _assert_quantized_equal(got, fn(nf, x))
+    # A block of -0 has scale 1 (E8M0, exact) and keeps its -0 elements; an E4M3 scale of 0
+    # (NVFP4) flushes the block to +0.
+    assert np.signbit(got.elements[1].cpu().numpy()).all() == (name != "NVFP4")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("granularity,group", [("tensor", None), ("channel", None),
+                                               ("group", 32)])
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_quantize_int_on_float32_tensors_bit_identical(symmetric, granularity, group, device):
+    x = _float32_matrix()
+    x[4] = 1.0  # a range of 6e38 would reach beyond float64's grid ends with no harm, but
+    #             numpy then refuses asymmetric grids: keep the finite-sum case for blocks only
+    got = nt.quantize_int(torch.from_numpy(x).to(device), 4, symmetric, granularity, group)
+    _assert_quantized_equal(got, nf.quantize_int(x, 4, symmetric, granularity, group))
+
+
+def test_float32_input_whose_sum_overflows_is_still_finite():
+    # The finiteness check sums the tensor; 2 * 3e38 overflows float32 to Inf, which must not
+    # be mistaken for an Inf in x.
+    x = torch.full((2, 32), 3e38, dtype=torch.float32)
+    assert torch.isinf(x.sum())
+    q = nt.quantize_int(x, 8)
+    assert q.codes.unique().tolist() == [127]
+    # MX floor: 3e38 / 2^(127 - 8) = 451.4 > 448 saturates (numpy agrees, element for element)
+    _assert_quantized_equal(nt.mx_quantize(x, nf.FP8_E4M3), nf.mx_quantize(x.numpy(),
+                                                                            nf.FP8_E4M3))
+    with pytest.raises(ValueError, match="non-finite value \\(inf at flat index 3\\)"):
+        nt.quantize_int(torch.tensor([1.0, 2.0, 3.0, float("inf")]), 8)
+    with pytest.raises(ValueError, match="non-finite"):
+        nt.mx_quantize(torch.tensor([float("nan")] * 32), nf.FP8_E4M3)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
+def test_stochastic_rounding_with_a_generator_uses_its_draws_in_order(fmt, device):
+    # A seeded generator gives the result of u = its first x.numel() float64 draws (and
+    # rounding with explicit draws is numpy's, bit for bit, above): same seed, same bits.
+    x = torch.from_numpy(random_values(fmt, n=50_000, seed=12)).to(device)
+    u = torch.rand(x.numel(), dtype=torch.float64, device=device,
+                   generator=torch.Generator(device=device).manual_seed(3))
+    got = nt.round(x, fmt, mode="stochastic",
+                   generator=torch.Generator(device=device).manual_seed(3))
+    assert_same_bits(got, nt.round(x, fmt, mode="stochastic", u=u))
+
+
 # ---------------------------------------------------------------- integer and block quantization
 def _assert_quantized_equal(got, want):
     for g, w in zip(got, want):

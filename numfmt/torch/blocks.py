@@ -15,8 +15,9 @@ from numfmt._validate import check_block
 from numfmt.blocks import (CLIP_TOLERANCE, SCALE_BITS, _check_elem, _check_scale_rule,
                            exact_scales, fp32_tensor_scale)
 from numfmt.formats import E8M0, FP4_E2M1, FP8_E4M3, FloatFormat
-from numfmt.torch._core import as_calibration_tensor, floor_log2, pow2
-from numfmt.torch.formats import CHUNK
+from numfmt.torch._core import (F64, Scratch, absmax_rows, as_calibration_tensor,
+                                calibration_input, floor_log2, new_result, pow2, spans)
+from numfmt.torch.formats import _fpu_float64, _nearest_into
 from numfmt.torch.formats import round as round_to
 
 __all__ = ["BlockQuantized", "block_quantize", "mx_quantize", "nvfp4_quantize",
@@ -93,18 +94,18 @@ def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0",
     MX and NVFP4 alike (not a straight-through estimator: see :mod:`numfmt.torch.qat`).
     """
     shape = _shape_of(x)
-    given = x
-    x = as_calibration_tensor(x, device=device)
+    grad = isinstance(x, torch.Tensor) and x.requires_grad and torch.is_grad_enabled()
+    # float32 input is used as it is where that is exact, as numfmt.blocks does.
+    x = as_calibration_tensor(x, device=device) if grad else calibration_input(x, device=device)
     elem = _check_elem(elem)
     if scale_format not in SCALE_BITS:
         raise ValueError(f"scale_format must be one of {tuple(SCALE_BITS)}, got {scale_format!r}")
     _check_scale_rule(scale_rule, scale_format)
     block = check_block(x.shape[-1], block)
-    # float32 input is used as it is where that is exact, as numfmt.blocks does.
-    src = (given.to(x.device).reshape(x.shape) if isinstance(given, torch.Tensor)
-           and given.dtype == torch.float32 else x)
-    xb = src.reshape(x.shape[:-1] + (x.shape[-1] // block, block))  # (..., n_blocks, block)
-    amax = xb.abs().amax(dim=-1).to(torch.float64)                  # (..., n_blocks)
+    xb = x.reshape(x.shape[:-1] + (x.shape[-1] // block, block))   # (..., n_blocks, block)
+    amax = absmax_rows(x.detach().reshape(-1, block)).to(torch.float64).reshape(xb.shape[:-1])
+    if grad:
+        amax = xb.abs().amax(dim=-1).to(torch.float64)  # the graph of the exact scales
     tensor_scale = 1.0
     if scale_format == "e8m0" and scale_rule == "rceil":
         exponent = _rceil_exponent(torch.where(amax > 0, amax, 1.0), elem)
@@ -121,7 +122,7 @@ def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0",
         scales = torch.where(amax > 0, _exact_scales(amax, elem.max_value), 1.0)
 
     full = scales * tensor_scale                                    # (..., n_blocks)
-    elements, values, clipped = _scaled_round(src.reshape(-1, block), full.reshape(-1), elem,
+    elements, values, clipped = _scaled_round(x.reshape(-1, block), full.reshape(-1), elem,
                                               pow2=scale_format == "e8m0")
     return BlockQuantized(values.reshape(shape), elements.reshape(shape), scales,
                           tensor_scale, clipped, elem.bits + SCALE_BITS[scale_format] / block)
@@ -133,27 +134,46 @@ def _scaled_round(xb: torch.Tensor, full: torch.Tensor, elem: FloatFormat, pow2:
     n, block = xb.shape
     f32 = pow2 and xb.dtype == torch.float32 and elem._float32_exact \
         and elem.min_subnormal / 2 >= 2.0**-126
-    if not f32:
-        xb = xb.to(torch.float64)
     limit = float(np.float32(elem.max_value)) if f32 else elem.max_value * CLIP_TOLERANCE
     safe = torch.where(full > 0, full, 1.0)[:, None]                # (n, 1)
-    divisor = safe.to(torch.float32) if f32 else safe               # exact: powers of two
     zero = (full == 0)[:, None]
     if xb.requires_grad:  # out= cannot carry the graph: one pass without preallocated results
-        y = xb / divisor
+        y = xb.to(torch.float64) / safe if not f32 else xb / safe.to(torch.float32)
         e = torch.where(zero, 0.0, round_to(y, elem))
         return e, e * safe, int((y.detach().abs() > limit).sum()) / xb.numel()
-    rows = n if xb.device.type != "cpu" else max(1, CHUNK // block)
-    elements = torch.empty((n, block), dtype=torch.float64, device=xb.device)
-    values = torch.empty_like(elements)
-    n_clipped = 0
-    for i in range(0, n, rows):
-        y = xb[i:i + rows] / divisor[i:i + rows]
-        n_clipped += int((y.abs() > limit).sum())
-        e = torch.where(zero[i:i + rows], 0.0, round_to(y, elem))
-        elements[i:i + rows] = e
-        torch.mul(e, safe[i:i + rows], out=values[i:i + rows])
-    return elements, values, n_clipped / xb.numel()
+    any_zero = xb.device.type != "cpu" or bool(zero.any())
+    # A power of two 2^k (|k| <= 127) has an exact float32 reciprocal, so multiplying by it
+    # gives the quotient's correctly rounded value, as dividing does (and runs faster).
+    factor = (1.0 / safe).to(torch.float32) if f32 else safe
+    fast = f32 or _fpu_float64(elem)
+    elements = new_result(n * block, F64, xb.device).reshape(n, block)
+    values = new_result(n * block, F64, xb.device).reshape(n, block)
+    s = Scratch(xb.device)
+    n_clipped = xb.new_zeros((), dtype=torch.float64)
+    for i, j in spans(n, xb.device, per=block):
+        e = elements[i:j]
+        y = s("y", torch.float32 if f32 else F64, (j - i) * block).view(j - i, block)
+        if f32:
+            torch.mul(xb[i:j], factor[i:j], out=y)
+        else:
+            y.copy_(xb[i:j])  # exact widening
+            y.div_(factor[i:j])
+        if fast:
+            if f32:
+                f = s("f", torch.float32, y.numel())
+                n_clipped += _nearest_into(y.view(-1), f, elem, True, s, above=limit,
+                                           finite=True)
+                e.view(-1).copy_(f)
+            else:
+                n_clipped += _nearest_into(y.view(-1), e.view(-1), elem, True, s, above=limit,
+                                           finite=True)
+        else:
+            n_clipped += (y.abs() > limit).sum()
+            e.copy_(round_to(y, elem))
+        if any_zero:
+            e.masked_fill_(zero[i:j], 0.0)
+        torch.mul(e, safe[i:j], out=values[i:j])
+    return elements, values, int(n_clipped) / xb.numel()
 
 
 def _shape_of(x) -> tuple:

@@ -1,25 +1,31 @@
 """Round, encode and decode for numfmt's FloatFormat, on torch tensors on any device.
 
-The arithmetic is the one of :mod:`numfmt.formats`, step for step, so the results are bit for
-bit those of the numpy implementation: round-to-nearest-even by adding half a unit in the last
-place to the float64 bit pattern and clearing the low bits; subnormals by adding and subtracting
-a power of two so that the FPU rounds; stochastic rounding by comparing a uniform draw with the
-fractional position between the two neighbouring grid values.
+The results are bit for bit those of :mod:`numfmt.formats` (the specification), NaN included.
+Round-to-nearest-even adds ``C = 2^(e + mantissa bits - man_bits)`` (``e`` the binade of
+``|x|``, clamped to the format's) to the magnitude and subtracts it again, so that the FPU
+rounds at the format's quantum, subnormals included; float32 input stays float32 where that is
+exact (the formats numfmt's own float32 path takes), and BF16 from float32 is torch's own
+bias-and-truncate cast. On the CPU the work goes in cache-sized chunks through reused
+buffers into one result allocated by numpy (huge pages): fresh memory, not arithmetic, is
+what large tensors cost. Stochastic rounding compares a uniform draw with the fractional
+position between the two neighbouring grid values, as numpy does.
 """
 
 from __future__ import annotations
+
+import functools
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
 from numfmt.formats import FloatFormat
 from numfmt._validate import as_integer_array, check_bool
-from numfmt.torch._core import (F64, as_real_tensor, check_device, check_tensor, default_device,
-                                floor_log2, pow2)
+from numfmt.torch._core import (CHUNK, F64, Scratch, as_real_tensor, check_device, check_tensor,
+                                default_device, floor_log2, may_hold_nan, new_result, pow2, spans,
+                                step_of)
 
 __all__ = ["CHUNK", "NATIVE_DTYPES", "round", "encode", "decode", "to_native"]
-
-CHUNK = 1 << 17  # elements per chunk of round on large tensors
 
 _MODES = ("nearest", "stochastic")
 _I64 = torch.int64
@@ -91,50 +97,184 @@ def round(x, fmt: FloatFormat, saturate: bool = True, mode: str = "nearest",  # 
         raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
     if mode == "nearest":
         if isinstance(x, torch.Tensor) and x.dtype == torch.float32 and fmt._float32_path:
-            # The float32 arithmetic of numfmt's FloatFormat._nearest_float32: no float64 copy.
-            t = _float32_input(x, device)
-            step = lambda c: _nearest_float32(c, fmt, saturate).to(F64)  # noqa: E731
+            t = _float32_input(x, device)  # float32 arithmetic: no float64 copy of x
         else:
             t = as_real_tensor(x, device=device)
-            step = lambda c: _round_flat(c, fmt, saturate)  # noqa: E731
-        shape, flat = t.shape, t.reshape(-1)
-        n = flat.numel()
-        if n <= CHUNK or flat.device.type != "cpu":
-            return step(flat).reshape(shape)
-        # On the CPU, cache-sized chunks: each fresh full-size temporary costs page faults.
-        out = torch.empty(n, dtype=F64, device=flat.device)
-        for i in range(0, n, CHUNK):
-            out[i:i + CHUNK] = step(flat[i:i + CHUNK])
-        return out.reshape(shape)
+        return step_of(x, _round_nearest(t.detach(), fmt, saturate).reshape(t.shape))
     x = as_real_tensor(x, device=device)
     shape = x.shape
     x = x.reshape(-1)
     a = x.abs()
-    if mode == "nearest":
-        r = _nearest_magnitude(a, fmt)
+    r = _stochastic_magnitude(a, fmt, _draws(u, a, generator))
+    return _finish(r, x, fmt, saturate).reshape(shape)
+
+
+def _round_nearest(t: torch.Tensor, fmt: FloatFormat, saturate: bool) -> torch.Tensor:
+    """Round-to-nearest of float32 (with ``fmt._float32_path``) or float64 ``t`` as a flat
+    float64 result, chunk by chunk on the CPU into one preallocated result."""
+    flat = t.reshape(-1)
+    n = flat.numel()
+    out = new_result(n, F64, flat.device)
+    s = Scratch(flat.device)
+    fast = flat.dtype == torch.float32 or _fpu_float64(fmt)
+    bf16 = flat.dtype == torch.float32 and _is_bf16(fmt)
+    for i, j in spans(n, flat.device):
+        xc = flat[i:j]
+        if bf16:  # as _nearest_into, with the bfloat16 values widened straight into the result
+            oc, src = out[i:j], xc
+            if saturate:
+                src = torch.clamp(xc, -fmt.max_value, fmt.max_value, out=s("f", xc.dtype, j - i))
+            b = s("b", torch.bfloat16, j - i)
+            b.copy_(src)
+            oc.copy_(b)
+            if may_hold_nan(xc):  # the canonical NaN with x's sign
+                nan = torch.copysign(s.const(float("nan"), torch.float32), xc)
+                torch.where(torch.isnan(xc), nan, oc, out=oc)
+        elif not fast:
+            out[i:j] = _round_flat(xc, fmt, saturate)
+        elif xc.dtype == torch.float64:  # the result chunk is the working buffer
+            _nearest_into(xc, out[i:j], fmt, saturate, s)
+        else:
+            f = s("f", torch.float32, j - i)
+            _nearest_into(xc, f, fmt, saturate, s)
+            out[i:j].copy_(f)  # float32 -> float64 is exact
+    return out
+
+
+class _Layout(NamedTuple):
+    itype: torch.dtype
+    man: int       # mantissa bits
+    exp_mask: int  # the exponent field
+    sign: int      # the sign bit, as a value of itype
+    qnan: int      # the quiet NaN numpy assigns (positive)
+
+
+_LAYOUTS = {torch.float32: _Layout(torch.int32, 23, 0x7F80_0000, -(1 << 31), 0x7FC0_0000),
+            torch.float64: _Layout(_I64, 52, 0x7FF0 << 48, -(1 << 63), 0x7FF8 << 48)}
+
+
+def _fpu_float64(fmt: FloatFormat) -> bool:
+    """Whether :func:`_nearest_into` rounds float64 input for ``fmt``: signed, subnormals,
+    ties to even, and every constant 2^(e + 52 - man_bits) a float64 normal number."""
+    return (fmt._standard_flags and fmt.signed and fmt.subnormals and 0 < fmt.man_bits < 52
+            and fmt.specials in ("ieee", "fn", "none", "fnuz")
+            and fmt.emin + 52 - fmt.man_bits >= -1022 and fmt.emax + 1 + 52 - fmt.man_bits <= 1023)
+
+
+def _nearest_into(x: torch.Tensor, f: torch.Tensor, fmt: FloatFormat, saturate: bool,
+                  s: Scratch, signed: bool = True, above: float | None = None,
+                  finite: bool = False):
+    """``f = round(x)`` to nearest even, for 1-D float32 ``x`` (``fmt._float32_path``) or
+    float64 ``x`` (:func:`_fpu_float64`); ``f`` has the dtype and length of ``x``.
+
+    The same values as numpy's ``FloatFormat._nearest_float32`` (float32) and its float64
+    bit path (both are exact round-to-nearest-even), computed in place, in as few passes as
+    possible. "fpu": with ``C = 2^(e + mant - man_bits)``, ``e`` the binade of ``|x|``
+    clamped to [emin, emax + 1], ``|x| + C`` has the format's quantum as its last place, so
+    the FPU's own round-to-nearest-even rounds (subnormals included) and ``- C`` is exact.
+    "bits" (BF16 from float32): add the rounding bias to the 32-bit pattern and clear the low
+    bits, as hardware does. With ``signed=False`` (encode), ``f`` gets the magnitude and its
+    NaNs are not canonical. ``finite=True`` promises that ``x`` holds no NaN. With ``above``,
+    returns the number of elements with ``|x| > above`` (a 0-d tensor, so a GPU need not wait).
+    """
+    lay = _LAYOUTS[x.dtype]
+    t = x.view(lay.itype)
+    n = x.numel()
+    count = None
+    top = fmt.max_value if x.dtype == F64 else float(np.float32(fmt.max_value))
+    if x.dtype == torch.float32 and fmt._float32_path == "bits":
+        nan = not finite and may_hold_nan(x)
+        if above is not None:
+            count = (x.abs() > above).sum()
+        if _is_bf16(fmt):
+            # torch's own float32 -> bfloat16 cast is this rounding (bias 0x7FFF + the last
+            # kept bit, then truncate; checked against numfmt on every device by this
+            # package's tests), in one vectorized pass. Saturation first: rounding commutes
+            # with clamping at a grid value. NaN is made canonical below.
+            if saturate:
+                torch.clamp(x, -top, top, out=f)
+            else:
+                f.copy_(x)
+            b = s("b", torch.bfloat16, n)
+            b.copy_(f)
+            f.copy_(b)
+        else:
+            _round_bits_(x, t, f, fmt, saturate, nan, top)
+        if not signed:
+            f.abs_()
     else:
-        r = _stochastic_magnitude(a, fmt, _draws(u, a, generator))
-    if not fmt.subnormals:  # E8M0: no zero, nothing below 2**emin
-        r = torch.maximum(r, r.new_tensor(fmt.min_normal))
-    overflow = r > fmt.max_value
+        c = s("c", x.dtype, n)
+        torch.abs(x, out=f)
+        # On the CPU one max of |x| says whether a NaN needs making canonical and whether
+        # anything can pass max_value (a value at most max_value rounds to at most it).
+        big, nan = True, not finite
+        if x.device.type == "cpu" and not finite and n:
+            m = float(torch.amax(f))
+            nan, big = m != m, not m <= top
+        if above is not None:  # a float 0/1 sum counts fastest; in x's dtype (3x faster
+            # than float64 accumulation) where it is exact: at most 2^24 elements
+            exact = n <= 1 << 24 and x.device.type == "cpu"
+            count = torch.gt(f, above, out=c).sum(dtype=None if exact else F64)
+        torch.clamp(f, 2.0 ** fmt.emin, 2.0 ** (fmt.emax + 1), out=c)
+        c.view(lay.itype).bitwise_and_(s.const(lay.exp_mask, lay.itype))  # 2^e
+        k = 2.0 ** (lay.man - fmt.man_bits)
+        f.add_(c, alpha=k).sub_(c, alpha=k)
+        if not (big or nan):
+            pass
+        elif saturate or fmt.specials == "none":
+            f.clamp_(max=top)  # NaN stays NaN
+        else:
+            f.masked_fill_(f > top, np.inf if fmt.has_inf else np.nan)
+        if nan:
+            # The canonical NaN by one clamp: arithmetic has quieted every NaN, so as
+            # integers their patterns lie at and above the quiet NaN's, and every other
+            # magnitude (Inf included) lies below it.
+            f.view(lay.itype).clamp_(max=s.const(lay.qnan, lay.itype))
+        nan = False
+        if signed:
+            ci = c.view(lay.itype)
+            torch.bitwise_and(t, s.const(lay.sign, lay.itype), out=ci)
+            f.view(lay.itype).bitwise_or_(ci)
+            if fmt.specials == "fnuz":
+                f.add_(0.0)  # no -0 in FNUZ formats
+    if nan and signed:
+        fi = f.view(lay.itype)
+        torch.where(torch.isnan(x), torch.bitwise_and(t, lay.sign).bitwise_or_(lay.qnan), fi,
+                    out=fi)
+    return count
+
+
+def _is_bf16(fmt: FloatFormat) -> bool:
+    return (fmt.exp_bits, fmt.man_bits, fmt.bias, fmt.specials) == (8, 7, 127, "ieee") \
+        and fmt.signed and fmt.subnormals and fmt._standard_flags
+
+
+def _round_bits_(x, t, f, fmt: FloatFormat, saturate: bool, nan: bool, top: float) -> None:
+    """The "bits" path of :func:`_nearest_into` (float32 input, float32's exponent range):
+    add the rounding bias and the last kept bit to the 32-bit pattern, clear the low bits."""
+    shift = 23 - fmt.man_bits
+    src = torch.where(torch.isnan(x), 0, t) if nan else t  # NaN's payload must not carry
+    fi = f.view(_I32)
+    torch.bitwise_right_shift(src, shift, out=fi)
+    fi.bitwise_and_(1).add_(src).add_((1 << (shift - 1)) - 1).bitwise_and_(-(1 << shift))
     if saturate or fmt.specials == "none":
-        r = torch.minimum(r, r.new_tensor(fmt.max_value))
-    else:
-        r = torch.where(overflow, r.new_tensor(np.inf if fmt.has_inf else np.nan), r)
-    if fmt.signed:
-        r = torch.copysign(r, x)
-        if fmt.specials == "fnuz":
-            r = r + 0.0  # no -0 in FNUZ formats
-    else:
-        r = torch.where((x <= 0) | torch.isnan(x), r.new_tensor(np.nan), r)
-    return r.reshape(shape)
+        f.clamp_(-top, top)
+    elif not (fmt.has_inf and fmt.emax == 127):  # else overflow carried into float32's Inf
+        special = torch.copysign(f.new_tensor(np.inf if fmt.has_inf else np.nan), f)
+        torch.where(f.abs() > top, special, f, out=f)
 
 
 def _round_flat(x: torch.Tensor, fmt: FloatFormat, saturate: bool) -> torch.Tensor:
-    """Round-to-nearest of 1-D float64 ``x``: the steps of :func:`round`."""
-    a = x.abs()
-    r = _nearest_magnitude(a, fmt)
-    if not fmt.subnormals:
+    """Round-to-nearest of 1-D float64 ``x`` where :func:`_nearest_into` cannot (E8M0, exponent
+    ranges beyond float64's constants): the float64 bit path of numfmt's round."""
+    return _finish(_nearest_magnitude(x.abs(), fmt), x, fmt, saturate)
+
+
+def _finish(r: torch.Tensor, x: torch.Tensor, fmt: FloatFormat, saturate: bool) -> torch.Tensor:
+    """The steps of numfmt's round after the magnitude ``r`` of ``x`` is rounded (nearest or
+    stochastic): E8M0's floor, saturation or the format's special, the sign (no -0 in FNUZ
+    formats) or, unsigned, NaN for what is not positive."""
+    if not fmt.subnormals:  # E8M0: no zero, nothing below 2**emin
         r = torch.maximum(r, r.new_tensor(fmt.min_normal))
     if saturate or fmt.specials == "none":
         r = torch.minimum(r, r.new_tensor(fmt.max_value))
@@ -142,44 +282,13 @@ def _round_flat(x: torch.Tensor, fmt: FloatFormat, saturate: bool) -> torch.Tens
         r = torch.where(r > fmt.max_value, r.new_tensor(np.inf if fmt.has_inf else np.nan), r)
     if fmt.signed:
         r = torch.copysign(r, x)
-        return r + 0.0 if fmt.specials == "fnuz" else r  # no -0 in FNUZ formats
+        return r + 0.0 if fmt.specials == "fnuz" else r  # -0.0 + 0.0 is +0.0
     return torch.where((x <= 0) | torch.isnan(x), r.new_tensor(np.nan), r)
 
 
 _I32 = torch.int32
 _SIGN32 = -(1 << 31)  # 0x8000_0000 as int32
 _QNAN32 = 0x7FC0_0000  # widens to float64's canonical NaN, as numpy's round() returns
-
-
-def _nearest_float32(x: torch.Tensor, fmt: FloatFormat, saturate: bool) -> torch.Tensor:
-    """Round 1-D float32 ``x``; float64 result bit for bit that of the float64 arithmetic.
-
-    The twin of ``FloatFormat._nearest_float32`` (see there why it is exact): "bits" rounds
-    the 32-bit pattern (BF16), "fpu" adds and subtracts 2^(binade + 23 - man_bits).
-    """
-    t = x.view(_I32)
-    nan = torch.isnan(x)
-    shift = 23 - fmt.man_bits
-    if fmt._float32_path == "bits":
-        tz = torch.where(nan, 0, t)  # int32 must not overflow: a NaN's payload could carry
-        r = ((tz >> shift) & 1) + tz + ((1 << (shift - 1)) - 1)
-        r = r & ~((1 << shift) - 1)
-        f = r.view(torch.float32)
-    else:
-        c = torch.clamp(t & 0x7F80_0000, (fmt.emin + 127) << 23, (fmt.emax + 128) << 23)
-        cf = (c + (shift << 23)).view(torch.float32)
-        f = (x.abs() + cf) - cf
-    top = float(np.float32(fmt.max_value))
-    if saturate or fmt.specials == "none":
-        f = torch.clamp(f, -top, top)
-    elif not (fmt.has_inf and fmt.emax == 127):
-        special = torch.copysign(f.new_tensor(np.inf if fmt.has_inf else np.nan), f)
-        f = torch.where(f.abs() > top, special, f)
-    r = f.view(_I32)
-    if fmt._float32_path == "fpu":
-        r = r | (t & _SIGN32)
-    r = torch.where(nan, (t & _SIGN32) | _QNAN32, r)
-    return r.view(torch.float32)
 
 
 def _codes_of_float32(f: torch.Tensor, fmt: FloatFormat) -> torch.Tensor:
@@ -287,26 +396,59 @@ def encode(x, fmt: FloatFormat, saturate: bool = True, device=None) -> torch.Ten
         If a value is or rounds to NaN and the format has no NaN (E2M3, E3M2, E2M1).
     """
     fmt = _check_fmt(fmt)
+    check_bool(saturate, "saturate")
     if isinstance(x, torch.Tensor) and x.dtype == torch.float32 and fmt._float32_path:
         t = _float32_input(x, device)
-        flat = t.reshape(-1)
-        step = lambda c: _codes_of_float32(_nearest_float32(c, fmt, saturate), fmt)  # noqa
-        n = flat.numel()
-        if n <= CHUNK or flat.device.type != "cpu":
-            return step(flat).reshape(t.shape)
-        out = torch.empty(n, dtype=_code_dtype(fmt), device=flat.device)
-        for i in range(0, n, CHUNK):
-            out[i:i + CHUNK] = step(flat[i:i + CHUNK])
-        return out.reshape(t.shape)
-    r = round(x, fmt, saturate=saturate, device=device)
+        return _encode_float32(t.detach().reshape(-1), fmt, saturate).reshape(t.shape)
+    r = round(x, fmt, saturate=saturate, device=device).detach()
     flat = r.reshape(-1)
-    n = flat.numel()
-    if n <= CHUNK or flat.device.type != "cpu":
-        return _codes_of(flat, fmt).reshape(r.shape)
-    out = torch.empty(n, dtype=_code_dtype(fmt), device=flat.device)
-    for i in range(0, n, CHUNK):
-        out[i:i + CHUNK] = _codes_of(flat[i:i + CHUNK], fmt)
+    out = new_result(flat.numel(), _code_dtype(fmt), flat.device)
+    for i, j in spans(flat.numel(), flat.device):
+        out[i:j] = _codes_of(flat[i:j], fmt)
     return out.reshape(r.shape)
+
+
+def _encode_float32(flat: torch.Tensor, fmt: FloatFormat, saturate: bool) -> torch.Tensor:
+    """Codes of 1-D float32 ``flat`` (``fmt._float32_path`` set), chunk by chunk on the CPU."""
+    if not fmt.has_nan and flat.numel() and bool(torch.isnan(flat).any()):
+        raise ValueError(f"{fmt.name} has no NaN: cannot encode NaN")
+    n = flat.numel()
+    out = new_result(n, _code_dtype(fmt), flat.device)
+    s = Scratch(flat.device)
+    top16 = (fmt.exp_bits, fmt.bias, fmt.specials) == (8, 127, "ieee")
+    lut = _code_table(fmt).to(flat.device) if fmt.bits <= 8 and not top16 else None
+    for i, j in spans(n, flat.device):
+        f = s("f", torch.float32, j - i)
+        _nearest_into(flat[i:j], f, fmt, saturate, s)
+        fi = f.view(_I32)
+        if top16:  # BF16 (and E8Mm): the code is the top of the pattern
+            oc = out[i:j]
+            torch.bitwise_right_shift(fi, 23 - fmt.man_bits, out=oc)
+            oc.bitwise_and_((1 << fmt.bits) - 1)
+        elif lut is not None:
+            # A value on an 8-bit format's grid is fixed by its sign, exponent and top man_bits
+            # bits (its subnormals are float32 normals): a table lookup gives the code.
+            key = s("k", _I32, j - i)
+            torch.bitwise_right_shift(fi, 23 - fmt.man_bits, out=key)
+            key.bitwise_and_((1 << (9 + fmt.man_bits)) - 1)
+            torch.index_select(lut, 0, key, out=out[i:j])
+        else:
+            out[i:j] = _codes_of_float32(f, fmt)
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _code_table(fmt: FloatFormat) -> torch.Tensor:
+    """uint8 codes of the float32 values with pattern ``key << (23 - man_bits)``, for every
+    key of 9 + man_bits bits (sign, exponent, top mantissa bits), from numpy's encode."""
+    m = fmt.man_bits
+    keys = np.arange(1 << (9 + m), dtype=np.uint32)
+    with np.errstate(invalid="ignore"):  # signalling NaN patterns widen to quiet ones
+        v = (keys << np.uint32(23 - m)).view(np.float32).astype(np.float64)
+    if not fmt.has_nan:
+        v[np.isnan(v)] = 0.0  # never looked up: NaN is refused before
+    codes = fmt.encode(v, saturate=False)
+    return torch.from_numpy(codes.astype(np.uint8))
 
 
 def _code_dtype(fmt: FloatFormat) -> torch.dtype:
