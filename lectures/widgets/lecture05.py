@@ -24,7 +24,7 @@ import numpy as np
 from matplotlib import ticker
 from matplotlib.figure import Figure
 
-from lectures.widgets.explorer import Explorer, check_result, plain_log_ticks
+from lectures.widgets.explorer import Explorer, check_result, explorer_figure, plain_log_ticks
 from numfmt import FORMATS, SCALE_RULES, int_range, quantize_int, rel_error
 
 L = importlib.import_module("lectures.05_quantization_basics")
@@ -240,11 +240,10 @@ def _dist_label(s: dict) -> str:
     return f"Student-t (ν = {s['nu']:g})" if s["distribution"] == "Student-t" else s["distribution"]
 
 
-def _draw_clip(s: dict) -> Figure:
+def _draw_clip(s: dict, fig: Figure | None = None) -> Figure:
     z, p = s["z"], s["point"]
     amax = float(np.abs(z).max())
-    fig = Figure(figsize=(11, 4), layout="constrained")
-    ax1, ax2 = fig.subplots(1, 2, width_ratios=(3, 2))
+    fig, (ax1, ax2) = explorer_figure(fig, (11, 4), 1, 2, width_ratios=(3, 2))
     counts, edges = s["hist"]  # np.histogram of z, 241 bins on [-amax, amax], density
     ax1.stairs(counts, edges, fill=True, color="0.6", label="data")
     ax1.vlines(p.levels, 0, 1, transform=ax1.get_xaxis_transform(), colors="C0", lw=0.5,
@@ -355,9 +354,8 @@ def granularity_explorer(seed: int = 1, rows: int = 64) -> Explorer:
                     compute, _draw_granularity, rows=[["matrix", "bits", "group"], ["granularity"]])
 
 
-def _draw_granularity(s: dict) -> Figure:
-    fig = Figure(figsize=(11, 4), layout="constrained")
-    ax1, ax2 = fig.subplots(1, 2, width_ratios=(2, 3))
+def _draw_granularity(s: dict, fig: Figure | None = None) -> Figure:
+    fig, (ax1, ax2) = explorer_figure(fig, (11, 4), 1, 2, width_ratios=(2, 3))
     errs = np.array(s["errors"]) * 100
     colors = ["C1" if i == s["selected"] else "C0" for i in range(len(errs))]
     ax1.bar(range(len(errs)), errs, color=colors, label=f"INT{s['bits']} (chosen scheme in orange)")
@@ -489,9 +487,8 @@ def block_explorer(n: int = BLOCK_SAMPLE, seed: int = 0) -> Explorer:
                     compute, _draw_block, rows=[["element", "block"], ["scale"], ["rule"]])
 
 
-def _draw_block(s: dict) -> Figure:
-    fig = Figure(figsize=(10, 4.4), layout="constrained")
-    ax = fig.subplots()
+def _draw_block(s: dict, fig: Figure | None = None) -> Figure:
+    fig, ax = explorer_figure(fig, (10, 4.4))
     _draw_front(ax, [None] + s["ref_labels"], [s["bits"]] + s["ref_bits"],
                 [s["error"]] + s["ref_errors"], s["front"])
     on = "on" if s["on_front"] else "off"
@@ -575,9 +572,8 @@ def sqnr_explorer(n: int = SAMPLE, seed: int = 0) -> Explorer:
                     db_per_bit=[s1 - s0 for (_, s0), (_, s1) in zip(sqnr, sqnr[1:])],
                     intercept=db_per_bit_intercept(sqnr))
 
-    def draw(s):
-        fig = Figure(figsize=(7, 4), layout="constrained")
-        ax = fig.subplots()
+    def draw(s, fig=None):
+        fig, ax = explorer_figure(fig, (7, 4))
         gran = "per row" if s["granularity"] == "channel" else "per tensor"
         _draw_sqnr(ax, s["sqnr"], f"{_dist_label(s)}, {gran}")
         ax.set_title(f"SQNR against bit width: {np.mean(s['db_per_bit'][2:]):.2f} dB per bit "
