@@ -211,21 +211,47 @@ def clip_explorer(n: int = CLIP_SAMPLE, seed: int = 0) -> Explorer:
                                            description="clip ratio c")
 
     demo = dict(zip(L.DISTRIBUTIONS, L.clip_data(n, seed).values()))  # in the same order
-    curves = {}  # (distribution, nu, bits) -> (z, source, curve): moving c alone is quick
+    hists = {}   # id of a sample -> its histogram (241 bins on [-max|x|, max|x|], density)
+    fresh = {}   # (distribution, nu, bits) -> curve of a fresh draw (at most 16 kept)
+
+    def histogram(z):
+        if id(z) not in hists:
+            amax = float(np.abs(z).max())
+            hists[id(z)] = np.histogram(z, bins=241, range=(-amax, amax), density=True)
+        return hists[id(z)]
+
+    # Demo 2's data at every bit width of the slider are computed here, once (about a second
+    # at the default size), so that choosing a distribution or bits only redraws; a fresh
+    # draw (another ν) is computed when it is asked for.
+    bit_range = range(controls["bits"].min, controls["bits"].max + 1)
+    demo_curves = {(d, b): L.clip_curve(z, b, CLIP_GRID) for d, z in demo.items()
+                   for b in bit_range}
+    for z in demo.values():
+        histogram(z)
+    draws = {}   # (distribution, nu) -> a fresh sample (at most 4 kept)
 
     def compute(distribution, nu, bits, clip):
-        key = (distribution, nu if distribution == "Student-t" else None, bits)
-        if key not in curves:
-            if distribution != "Student-t" or nu == DEMO2_NU:
-                z, source = demo[distribution], "demo 2"
-            else:
-                z, source = L.sample_distribution(distribution, n, nu, seed), "fresh draw"
-            if len(curves) > 16:
-                curves.clear()
-            amax = float(np.abs(z).max())
-            hist = np.histogram(z, bins=241, range=(-amax, amax), density=True)
-            curves[key] = (z, source, L.clip_curve(z, bits, CLIP_GRID), hist)
-        z, source, curve, hist = curves[key]
+        if distribution != "Student-t" or nu == DEMO2_NU:
+            z, source = demo[distribution], "demo 2"
+            curve = demo_curves.get((distribution, bits))
+            if curve is None:  # a bit width outside the slider, set from code
+                curve = L.clip_curve(z, bits, CLIP_GRID)
+        else:
+            source = "fresh draw"
+            if (distribution, nu) not in draws:
+                if len(draws) >= 4:
+                    for old in draws.values():
+                        hists.pop(id(old), None)
+                    draws.clear()
+                draws[distribution, nu] = L.sample_distribution(distribution, n, nu, seed)
+            z = draws[distribution, nu]
+            key = (distribution, nu, bits)
+            if key not in fresh:
+                if len(fresh) >= 16:
+                    fresh.clear()
+                fresh[key] = L.clip_curve(z, bits, CLIP_GRID)
+            curve = fresh[key]
+        hist = histogram(z)
         i = int(np.argmin(curve))
         return dict(distribution=distribution, nu=nu, bits=bits, clip=clip, z=z, source=source,
                     hist=hist,
