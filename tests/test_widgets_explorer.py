@@ -84,3 +84,72 @@ def test_every_explorer_is_an_Explorer(path):
     assert found
     for fn in found:
         assert inspect.signature(fn).return_annotation in (Explorer, "Explorer"), fn.__name__
+
+
+# ---------------------------------------------------------------------------------------------
+# A draw function that refills the explorer's last figure (explorer_figure) must draw exactly
+# what a new figure of the same state shows. The oracle is a fresh Figure drawn by the same
+# function with fig=None; both are rendered until the constrained layout settles (it depends
+# a little on where the axes start), then compared pixel for pixel.
+# ---------------------------------------------------------------------------------------------
+def _settled_pixels(fig):
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig.set_layout_engine("constrained")
+    canvas = fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)
+    canvas.draw()
+    last = np.asarray(canvas.buffer_rgba()).copy()
+    for _ in range(6):
+        canvas.draw()
+        now = np.asarray(canvas.buffer_rgba()).copy()
+        if (now == last).all():
+            break
+        last = now
+    return last
+
+
+def _draw_everything(s, fig=None):
+    """Each thing a reused Axes could carry over: colours from the property cycle, a category
+    axis, a log scale on one state only, fixed limits on one state only, ticks set by hand,
+    bars (a container), texts, a legend, a suptitle."""
+    from lectures.widgets.explorer import explorer_figure
+
+    fig, (ax1, ax2) = explorer_figure(fig, (6, 3), 1, 2)
+    n = s["n"]
+    for k in range(n):
+        ax1.plot([0, 1, 2], [k, k + n, k * n + 1], label=f"line {k}")
+    if n % 2:
+        ax1.set_yscale("log")
+        ax1.set_ylim(0.5, 100)
+    ax1.legend(fontsize=6)
+    ax1.set_title(f"{n} lines")
+    ax2.barh([f"row {k}" for k in range(3)], [n, 2 * n, 3 * n])
+    ax2.annotate(f"n = {n}", (n, 1))
+    if n == 2:
+        ax2.set_xticks([0, 3, 6], ["zero", "three", "six"])
+    fig.suptitle(f"state {n}")
+    return fig
+
+
+@pytest.mark.parametrize("sequence", [(1, 2, 3), (3, 1, 2, 2), (2, 4, 1)])
+def test_a_refilled_figure_is_the_figure_a_new_one_would_be(sequence):
+    slider = widgets.IntSlider(value=sequence[0], min=1, max=4)
+    e = Explorer("t", {"n": slider}, lambda n: {"n": n}, _draw_everything)
+    first = e.figure
+    for n in sequence[1:]:
+        slider.value = n
+        e.png()
+        assert e.figure is first  # the figure was refilled, not rebuilt
+        fresh = _draw_everything(e.state)
+        assert (_settled_pixels(e.figure) == _settled_pixels(fresh)).all(), n
+
+
+def test_explorer_figure_builds_a_new_figure_for_other_arguments():
+    from lectures.widgets.explorer import explorer_figure
+
+    fig, ax = explorer_figure(None, (4, 3))
+    again, ax_again = explorer_figure(fig, (4, 3))
+    assert again is fig and ax_again is ax
+    other, axes = explorer_figure(fig, (4, 3), 1, 2)
+    assert other is not fig and len(axes) == 2

@@ -15,7 +15,7 @@ import ipywidgets as widgets
 import numpy as np
 from matplotlib.figure import Figure
 
-from lectures.widgets.explorer import Explorer, check_result
+from lectures.widgets.explorer import Explorer, check_result, explorer_figure
 from numfmt import FORMATS
 
 L = importlib.import_module("lectures.01_number_formats")
@@ -126,10 +126,9 @@ def explorer_summary(a) -> str:
             f"error {a.abs_error:+.3g} ({e})")
 
 
-def _draw_explorer(s: dict) -> Figure:
+def _draw_explorer(s: dict, fig: Figure | None = None) -> Figure:
     a, grid, window = s["anatomy"], s["grid"], s["window"]
-    fig = Figure(figsize=(11, 4), layout="constrained")
-    ax1, ax2 = fig.subplots(2, 1)
+    fig, (ax1, ax2) = explorer_figure(fig, (11, 4), 2, 1)
     ax1.plot(grid, np.zeros_like(grid), "|", ms=12, color="0.5", label=f"{a.fmt}: all values")
     ax1.plot([a.x], [0], "v", color="C3", ms=9, label=f"x = {a.x:g}")
     ax1.set_xscale("symlog", linthresh=float(FORMATS[a.fmt].min_normal))

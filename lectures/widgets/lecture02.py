@@ -15,7 +15,7 @@ import ipywidgets as widgets
 import numpy as np
 from matplotlib.figure import Figure
 
-from lectures.widgets.explorer import Explorer, check_result
+from lectures.widgets.explorer import Explorer, check_result, explorer_figure
 
 L = importlib.import_module("lectures.02_rounding_and_accumulation")
 
@@ -45,16 +45,17 @@ def plot_rounding_bias(r) -> Figure:
     return fig
 
 
-def plot_swamping(r) -> Figure:
+def plot_swamping(r, fig: Figure | None = None) -> Figure:
     """Running sums in FP32, FP16 and BF16 against the exact running sum.
 
     Parameters
     ----------
     r : SwampResult from ``L.demo3_swamping()``
+    fig : Figure, optional
+        An explorer's last figure, drawn into again (``explorer_figure``); None: a new one.
     """
     check_result(r, L.SwampResult, "demo3_swamping")
-    fig = Figure(figsize=(10, 4), layout="constrained")
-    ax = fig.subplots()
+    fig, ax = explorer_figure(fig, (10, 4))
     i = np.unique(np.linspace(0, r.n - 1, 512).astype(int))   # enough points to draw
     ax.plot(i + 1, r.exact_partial[i], "k--", lw=1, label="exact")
     for name, p in r.partial.items():
@@ -66,16 +67,17 @@ def plot_swamping(r) -> Figure:
     return fig
 
 
-def plot_updates(r) -> Figure:
+def plot_updates(r, fig: Figure | None = None) -> Figure:
     """Mean weight change after each step, for each way of storing the weights.
 
     Parameters
     ----------
     r : UpdateResult from ``L.demo4_vanishing_updates()``
+    fig : Figure, optional
+        An explorer's last figure, drawn into again (``explorer_figure``); None: a new one.
     """
     check_result(r, L.UpdateResult, "demo4_vanishing_updates")
-    fig = Figure(figsize=(10, 4), layout="constrained")
-    ax = fig.subplots()
+    fig, ax = explorer_figure(fig, (10, 4))
     t = np.arange(1, r.steps + 1)
     ax.plot(t, t * r.update, "k--", lw=1, label="intended")
     for name, h in r.history.items():
@@ -118,7 +120,7 @@ def swamping_explorer(log2_n: int = 14, high: float = 1.0) -> Explorer:
         return dict(log2_n=log2_n, high=high, result=running_sums(1 << log2_n, high))
 
     return Explorer("Swamping: running sums in FP32, FP16 and BF16", controls, compute,
-                    lambda s: plot_swamping(s["result"]))
+                    lambda s, fig=None: plot_swamping(s["result"], fig))
 
 
 UPDATE_WEIGHTS = 1024  #: weights the update explorer trains (demo 4: 4,096)
@@ -147,4 +149,4 @@ def update_explorer(update: float = 1e-4) -> Explorer:
                     result=L.demo4_vanishing_updates(n_weights=UPDATE_WEIGHTS, update=update))
 
     return Explorer("Small updates to low-precision weights", controls, compute,
-                    lambda s: plot_updates(s["result"]))
+                    lambda s, fig=None: plot_updates(s["result"], fig))

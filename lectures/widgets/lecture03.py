@@ -13,7 +13,7 @@ import ipywidgets as widgets
 import numpy as np
 from matplotlib.figure import Figure
 
-from lectures.widgets.explorer import Explorer, check_result, plain_log_ticks
+from lectures.widgets.explorer import Explorer, check_result, explorer_figure, plain_log_ticks
 
 L = importlib.import_module("lectures.03_scaling")
 
@@ -43,16 +43,17 @@ def plot_tensor_scaling(r) -> Figure:
     return fig
 
 
-def plot_delayed(r) -> Figure:
+def plot_delayed(r, fig: Figure | None = None) -> Figure:
     """Scales and errors per step, delayed (amax history) against current scaling.
 
     Parameters
     ----------
     r : DelayedResult from ``L.demo2_delayed_scaling()``
+    fig : Figure, optional
+        An explorer's last figure, drawn into again (``explorer_figure``); None: a new one.
     """
     check_result(r, L.DelayedResult, "demo2_delayed_scaling")
-    fig = Figure(figsize=(11, 4), layout="constrained")
-    ax1, ax2 = fig.subplots(1, 2)
+    fig, (ax1, ax2) = explorer_figure(fig, (11, 4), 1, 2)
     t = np.arange(r.amax.size)
     for kind in ("current", "delayed"):
         ax1.semilogy(t, r.scales[kind], drawstyle="steps-mid", label=f"{kind} scale")
@@ -68,16 +69,17 @@ def plot_delayed(r) -> Figure:
     return fig
 
 
-def plot_outlier(r) -> Figure:
+def plot_outlier(r, fig: Figure | None = None) -> Figure:
     """Error on the other values, without and with one outlier, per quantizer.
 
     Parameters
     ----------
     r : OutlierResult from ``L.demo3_one_outlier()``
+    fig : Figure, optional
+        An explorer's last figure, drawn into again (``explorer_figure``); None: a new one.
     """
     check_result(r, L.OutlierResult, "demo3_one_outlier")
-    fig = Figure(figsize=(11, 4), layout="constrained")
-    ax = fig.subplots()
+    fig, ax = explorer_figure(fig, (11, 4))
     x = np.arange(len(r.rows))
     ax.bar(x - 0.2, [d["clean"] * 100 for d in r.rows], 0.4, label="without outlier")
     ax.bar(x + 0.2, [d["outlier"] * 100 for d in r.rows], 0.4,
@@ -123,7 +125,7 @@ def delayed_explorer(history: int = 16, spike: float = 8.0) -> Explorer:
                     result=L.demo2_delayed_scaling(history=history, spike=spike))
 
     return Explorer("Delayed against current scaling", controls, compute,
-                    lambda s: plot_delayed(s["result"]))
+                    lambda s, fig=None: plot_delayed(s["result"], fig))
 
 
 def outlier_explorer(factor: float = 100.0) -> Explorer:
@@ -138,4 +140,4 @@ def outlier_explorer(factor: float = 100.0) -> Explorer:
         return dict(factor=factor, result=L.demo3_one_outlier(factor=factor))
 
     return Explorer("One outlier and the scale", controls, compute,
-                    lambda s: plot_outlier(s["result"]))
+                    lambda s, fig=None: plot_outlier(s["result"], fig))

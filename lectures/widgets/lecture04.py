@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from lectures.widgets.explorer import Explorer
+from lectures.widgets.explorer import Explorer, explorer_figure
 from numfmt.torch import gemm
 
 L = importlib.import_module("lectures.04_low_precision_matmul")
@@ -105,9 +105,8 @@ def spread_explorer() -> Explorer:
     def compute(spread_bits):
         return {"spread_bits": spread_bits, "errors": errors[spread_bits]}
 
-    def draw(s):
-        fig = Figure(figsize=(8, 4), layout="constrained")
-        ax = fig.subplots()
+    def draw(s, fig=None):
+        fig, ax = explorer_figure(fig, (8, 4))
         labels = list(s["errors"])
         ax.barh(labels, [100 * v for v in s["errors"].values()], color="C0")
         ax.set_xscale("log")

@@ -24,7 +24,7 @@ import numpy as np
 from matplotlib import ticker
 from matplotlib.figure import Figure
 
-from lectures.widgets.explorer import Explorer, check_result, plain_log_ticks
+from lectures.widgets.explorer import Explorer, check_result, explorer_figure, plain_log_ticks
 from numfmt import FORMATS, SCALE_RULES, int_range, quantize_int, rel_error
 
 L = importlib.import_module("lectures.05_quantization_basics")
@@ -211,21 +211,47 @@ def clip_explorer(n: int = CLIP_SAMPLE, seed: int = 0) -> Explorer:
                                            description="clip ratio c")
 
     demo = dict(zip(L.DISTRIBUTIONS, L.clip_data(n, seed).values()))  # in the same order
-    curves = {}  # (distribution, nu, bits) -> (z, source, curve): moving c alone is quick
+    hists = {}   # id of a sample -> its histogram (241 bins on [-max|x|, max|x|], density)
+    fresh = {}   # (distribution, nu, bits) -> curve of a fresh draw (at most 16 kept)
+
+    def histogram(z):
+        if id(z) not in hists:
+            amax = float(np.abs(z).max())
+            hists[id(z)] = np.histogram(z, bins=241, range=(-amax, amax), density=True)
+        return hists[id(z)]
+
+    # Demo 2's data at every bit width of the slider are computed here, once (about a second
+    # at the default size), so that choosing a distribution or bits only redraws; a fresh
+    # draw (another ν) is computed when it is asked for.
+    bit_range = range(controls["bits"].min, controls["bits"].max + 1)
+    demo_curves = {(d, b): L.clip_curve(z, b, CLIP_GRID) for d, z in demo.items()
+                   for b in bit_range}
+    for z in demo.values():
+        histogram(z)
+    draws = {}   # (distribution, nu) -> a fresh sample (at most 4 kept)
 
     def compute(distribution, nu, bits, clip):
-        key = (distribution, nu if distribution == "Student-t" else None, bits)
-        if key not in curves:
-            if distribution != "Student-t" or nu == DEMO2_NU:
-                z, source = demo[distribution], "demo 2"
-            else:
-                z, source = L.sample_distribution(distribution, n, nu, seed), "fresh draw"
-            if len(curves) > 16:
-                curves.clear()
-            amax = float(np.abs(z).max())
-            hist = np.histogram(z, bins=241, range=(-amax, amax), density=True)
-            curves[key] = (z, source, L.clip_curve(z, bits, CLIP_GRID), hist)
-        z, source, curve, hist = curves[key]
+        if distribution != "Student-t" or nu == DEMO2_NU:
+            z, source = demo[distribution], "demo 2"
+            curve = demo_curves.get((distribution, bits))
+            if curve is None:  # a bit width outside the slider, set from code
+                curve = L.clip_curve(z, bits, CLIP_GRID)
+        else:
+            source = "fresh draw"
+            if (distribution, nu) not in draws:
+                if len(draws) >= 4:
+                    for old in draws.values():
+                        hists.pop(id(old), None)
+                    draws.clear()
+                draws[distribution, nu] = L.sample_distribution(distribution, n, nu, seed)
+            z = draws[distribution, nu]
+            key = (distribution, nu, bits)
+            if key not in fresh:
+                if len(fresh) >= 16:
+                    fresh.clear()
+                fresh[key] = L.clip_curve(z, bits, CLIP_GRID)
+            curve = fresh[key]
+        hist = histogram(z)
         i = int(np.argmin(curve))
         return dict(distribution=distribution, nu=nu, bits=bits, clip=clip, z=z, source=source,
                     hist=hist,
@@ -240,11 +266,10 @@ def _dist_label(s: dict) -> str:
     return f"Student-t (ν = {s['nu']:g})" if s["distribution"] == "Student-t" else s["distribution"]
 
 
-def _draw_clip(s: dict) -> Figure:
+def _draw_clip(s: dict, fig: Figure | None = None) -> Figure:
     z, p = s["z"], s["point"]
     amax = float(np.abs(z).max())
-    fig = Figure(figsize=(11, 4), layout="constrained")
-    ax1, ax2 = fig.subplots(1, 2, width_ratios=(3, 2))
+    fig, (ax1, ax2) = explorer_figure(fig, (11, 4), 1, 2, width_ratios=(3, 2))
     counts, edges = s["hist"]  # np.histogram of z, 241 bins on [-amax, amax], density
     ax1.stairs(counts, edges, fill=True, color="0.6", label="data")
     ax1.vlines(p.levels, 0, 1, transform=ax1.get_xaxis_transform(), colors="C0", lw=0.5,
@@ -355,9 +380,8 @@ def granularity_explorer(seed: int = 1, rows: int = 64) -> Explorer:
                     compute, _draw_granularity, rows=[["matrix", "bits", "group"], ["granularity"]])
 
 
-def _draw_granularity(s: dict) -> Figure:
-    fig = Figure(figsize=(11, 4), layout="constrained")
-    ax1, ax2 = fig.subplots(1, 2, width_ratios=(2, 3))
+def _draw_granularity(s: dict, fig: Figure | None = None) -> Figure:
+    fig, (ax1, ax2) = explorer_figure(fig, (11, 4), 1, 2, width_ratios=(2, 3))
     errs = np.array(s["errors"]) * 100
     colors = ["C1" if i == s["selected"] else "C0" for i in range(len(errs))]
     ax1.bar(range(len(errs)), errs, color=colors, label=f"INT{s['bits']} (chosen scheme in orange)")
@@ -489,9 +513,8 @@ def block_explorer(n: int = BLOCK_SAMPLE, seed: int = 0) -> Explorer:
                     compute, _draw_block, rows=[["element", "block"], ["scale"], ["rule"]])
 
 
-def _draw_block(s: dict) -> Figure:
-    fig = Figure(figsize=(10, 4.4), layout="constrained")
-    ax = fig.subplots()
+def _draw_block(s: dict, fig: Figure | None = None) -> Figure:
+    fig, ax = explorer_figure(fig, (10, 4.4))
     _draw_front(ax, [None] + s["ref_labels"], [s["bits"]] + s["ref_bits"],
                 [s["error"]] + s["ref_errors"], s["front"])
     on = "on" if s["on_front"] else "off"
@@ -575,9 +598,8 @@ def sqnr_explorer(n: int = SAMPLE, seed: int = 0) -> Explorer:
                     db_per_bit=[s1 - s0 for (_, s0), (_, s1) in zip(sqnr, sqnr[1:])],
                     intercept=db_per_bit_intercept(sqnr))
 
-    def draw(s):
-        fig = Figure(figsize=(7, 4), layout="constrained")
-        ax = fig.subplots()
+    def draw(s, fig=None):
+        fig, ax = explorer_figure(fig, (7, 4))
         gran = "per row" if s["granularity"] == "channel" else "per tensor"
         _draw_sqnr(ax, s["sqnr"], f"{_dist_label(s)}, {gran}")
         ax.set_title(f"SQNR against bit width: {np.mean(s['db_per_bit'][2:]):.2f} dB per bit "

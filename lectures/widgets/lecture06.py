@@ -15,7 +15,7 @@ import ipywidgets as widgets
 import numpy as np
 from matplotlib.figure import Figure
 
-from lectures.widgets.explorer import Explorer
+from lectures.widgets.explorer import Explorer, explorer_figure
 from numfmt.qat import calibrate_minmax, fake_quantize
 
 L = importlib.import_module("lectures.06_quantization_aware_training")
@@ -54,8 +54,8 @@ def ste_curve(bits: int = 3, symmetric: bool = True, lo: float = -1.0, hi: float
 
 
 # ------------------------------------------------------------------------------ plots
-def _ste_axes(fig: Figure, s: dict, title: str) -> None:
-    ax1, ax2 = fig.subplots(1, 2)
+def _ste_axes(fig: Figure, s: dict, title: str, axes=None) -> None:
+    ax1, ax2 = fig.subplots(1, 2) if axes is None else axes
     ax1.plot(s["x"], s["x"], ":", color="gray", label="identity (what the STE pretends)")
     ax1.plot(s["x"], s["values"], label="fake quant Q(x)")
     ax1.set(title="Forward: the staircase", xlabel="x (real value)", ylabel="Q(x) (real value)")
@@ -86,10 +86,10 @@ def plot_ste(d) -> Figure:
     return fig
 
 
-def plot_master_curves(d) -> Figure:
-    """Loss per step of every run of ``L.master_weights_demo()`` (log scale)."""
-    fig = Figure(figsize=(9, 4.5), layout="constrained")
-    ax = fig.subplots()
+def plot_master_curves(d, fig: Figure | None = None) -> Figure:
+    """Loss per step of every run of ``L.master_weights_demo()`` (log scale); ``fig``: an
+    explorer's last figure, drawn into again (``explorer_figure``)."""
+    fig, ax = explorer_figure(fig, (9, 4.5))
     for name, curve in d.curves.items():
         style = "-" if "master" in name or name == "FP32" else ("--" if "stochastic" in name
                                                                 else ":")
@@ -146,10 +146,10 @@ def ste_explorer() -> Explorer:
         "hi": widgets.FloatSlider(value=1.0, min=0.1, max=2.0, step=0.1, description="max"),
     }
 
-    def draw(s):
-        fig = Figure(figsize=(11, 3.8), layout="constrained")
+    def draw(s, fig=None):
+        fig, axes = explorer_figure(fig, (11, 3.8), 1, 2)
         _ste_axes(fig, s, f"{s['levels']} levels, scale {s['scale']:.4g}, "
-                          f"zero point {s['zero_point']}, codes [{s['qmin']}, {s['qmax']}]")
+                          f"zero point {s['zero_point']}, codes [{s['qmin']}, {s['qmax']}]", axes)
         return fig
 
     return Explorer("Fake quantization and its straight-through estimator", controls,
@@ -171,4 +171,4 @@ def master_explorer() -> Explorer:
         return {"demo": d, "final": {k: float(v[-1]) for k, v in d.curves.items()}}
 
     return Explorer("Why master weights: change the learning rate", controls, compute,
-                    lambda s: plot_master_curves(s["demo"]))
+                    lambda s, fig=None: plot_master_curves(s["demo"], fig))

@@ -18,7 +18,7 @@ import ipywidgets as widgets
 import numpy as np
 from matplotlib.figure import Figure
 
-from lectures.widgets.explorer import Explorer, check_result
+from lectures.widgets.explorer import Explorer, check_result, explorer_figure
 from numfmt.packing import marlin_int4_tile_map
 
 L = importlib.import_module("lectures.07_weight_storage")
@@ -106,9 +106,8 @@ def storage_explorer(seed: int = 0) -> Explorer:
     return Explorer("Bits per weight against error", controls, compute, _draw_storage)
 
 
-def _draw_storage(s: dict) -> Figure:
-    fig = Figure(figsize=(7, 4), layout="constrained")
-    ax = fig.add_subplot()
+def _draw_storage(s: dict, fig: Figure | None = None) -> Figure:
+    fig, ax = explorer_figure(fig, (7, 4))
     for p in s["points"]:
         ax.plot(p["bits"], p["rel_error"] * 100, "o", ms=7, label=p["format"])
     c = s["chosen"]
@@ -232,18 +231,18 @@ def marlin_explorer() -> Explorer:
                     _draw_marlin)
 
 
-def _draw_marlin(s: dict) -> Figure:
+def _draw_marlin(s: dict, fig: Figure | None = None) -> Figure:
     w = s["where"]
     kt, nt = w["tile"]
     rows, cols = marlin_int4_tile_map()
     threads = np.empty((16, 64), np.int64)
     threads[rows, cols] = (np.arange(128) // 4)[:, None]
     k0, n0 = 16 * kt, 64 * nt
-    fig = Figure(figsize=(12, 4), layout="constrained")
-    ax = fig.add_subplot()
+    fig, ax = explorer_figure(fig, (12, 4))
     im = ax.imshow(threads, cmap="viridis", alpha=0.45, aspect="auto", interpolation="nearest",
                    extent=(n0 - 0.5, n0 + 63.5, k0 + 15.5, k0 - 0.5))
-    fig.colorbar(im, ax=ax, label="thread owning the weight (0..31)")
+    if len(fig.axes) == 1:  # a reused figure keeps its colorbar: the same map, 0..31, each time
+        fig.colorbar(im, ax=ax, label="thread owning the weight (0..31)")
     for lane, (k, n) in enumerate(s["word_elements"]):
         ax.add_patch(_square(n, k))
         ax.text(n, k, str(lane), ha="center", va="center", fontsize=8, color="C3")

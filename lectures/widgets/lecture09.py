@@ -19,7 +19,7 @@ import ipywidgets as widgets
 import numpy as np
 from matplotlib.figure import Figure
 
-from lectures.widgets.explorer import Explorer, check_result
+from lectures.widgets.explorer import Explorer, check_result, explorer_figure
 from numfmt import rel_error
 from numfmt.ptq import gptq, hessian, rtn
 
@@ -104,9 +104,8 @@ def gptq_explorer(seed: int = 0) -> Explorer:
     return Explorer("RTN against GPTQ on a synthetic layer", controls, compute, _draw_point)
 
 
-def _draw_point(s: dict) -> Figure:
-    fig = Figure(figsize=(6, 3.5), layout="constrained")
-    ax = fig.add_subplot()
+def _draw_point(s: dict, fig: Figure | None = None) -> Figure:
+    fig, ax = explorer_figure(fig, (6, 3.5))
     x = np.arange(2)
     ax.bar(x - 0.2, [s["rtn"][0] * 100, s["gptq"][0] * 100], 0.4, label="weight error")
     ax.bar(x + 0.2, [s["rtn"][1] * 100, s["gptq"][1] * 100], 0.4,
