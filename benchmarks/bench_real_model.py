@@ -7,20 +7,25 @@ What is timed, each against a reference measured in the same run:
     same size as the model's linears for those tokens (2 * 2048 * 106M flops: the floor);
   - quantizing every decoder linear (INT4, groups of 32) with numfmt on numpy against its
     torch twin numfmt.torch on the same CPU (the harness picks numpy on a CPU);
-  - with --lecture: lecture 08 as a subprocess, --quick and full, warm cache.
+  - with --lecture: lecture 08 as a subprocess, --quick and full, warm cache;
+  - with --demos (or --demos-quick): lecture 08's demos in this process, one after the other
+    as main() runs them, each in CPU seconds (process time, all threads) and wall seconds:
+    on a shared machine the CPU seconds are the figure to compare.
 The load average of the machine is printed before and after: on a shared machine the absolute
 times are inflated, the ratios much less so.
 
-Run:  python benchmarks/bench_real_model.py [--repeat 3] [--lecture]
+Run:  python benchmarks/bench_real_model.py [--repeat 3] [--lecture] [--demos | --demos-quick]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -38,11 +43,53 @@ def load_avg() -> str:
     return f"load average {one:.1f} (1 min), {five:.1f} (5 min) on {os.cpu_count()} CPUs"
 
 
+def demo_seconds(quick: bool) -> list:
+    """Rows [step, CPU s, wall s] for loading and each of lecture 08's demos, run as main()
+    runs them (with its plan of weight formats), and their total."""
+    lecture = importlib.import_module("lectures.08_real_model")
+    rows, total = [], [0.0, 0.0]
+
+    def timed(name, fn, *args):
+        c, w = time.process_time(), time.perf_counter()
+        out = fn(*args)
+        c, w = time.process_time() - c, time.perf_counter() - w
+        rows.append([name, f"{c:.1f}", f"{w:.1f}"])
+        total[0] += c
+        total[1] += w
+        return out
+    lab = timed("load the model, tokenize the text", lecture.open_lab,
+                lecture.QUICK if quick else lecture.FULL)
+    lab.reuse = lecture.planned_weight_formats()
+    model = timed("demo 1: reference, Q4_1 forensics", lecture.demo1_model, lab)
+    weights = timed("demo 2: weight-only formats", lecture.demo2_weight_formats, lab,
+                    model.reference)
+    outliers = timed("demo 3: activation outliers", lecture.demo3_outliers, lab)
+    acts = timed("demo 4: W8A8, W4A4", lecture.demo4_weights_and_activations, lab,
+                 model.reference, outliers)
+    kv = timed("demo 5: KV cache", lecture.demo5_kv_cache, lab, model.reference)
+    timed("demo 6: NVFP4 against FP8", lecture.demo6_nvfp4_vs_fp8, weights, acts, kv)
+    rows.append(["total", f"{total[0]:.1f}", f"{total[1]:.1f}"])
+    return rows
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--lecture", action="store_true", help="also time lecture 08")
+    parser.add_argument("--demos", action="store_true",
+                        help="only time lecture 08's demos, one by one (full workload)")
+    parser.add_argument("--demos-quick", action="store_true",
+                        help="the same on the --quick workload")
     args = parser.parse_args(argv)
+    if args.demos or args.demos_quick:
+        import torch
+        print(f"Before: {load_avg()}; torch threads {torch.get_num_threads()}")
+        rows = demo_seconds(args.demos_quick)
+        print_header("Lecture 08, demo by demo (" + ("--quick" if args.demos_quick else "full")
+                     + " workload, warm cache)")
+        print_table(["step", "CPU s", "wall s"], rows)
+        print(f"After: {load_avg()}")
+        return
 
     import torch
     import numfmt

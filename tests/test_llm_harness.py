@@ -333,6 +333,28 @@ def test_captured_inputs_match_a_hand_rmsnorm(checkpoint, corpus):
     assert cap.n_tokens == 64
 
 
+def test_captured_inputs_batched_match_the_hand_rmsnorm_in_window_order(checkpoint, corpus):
+    """Two windows in one forward pass: the same inputs, tokens still in window order (the
+    RMSNorm of the embedding written out, as above), and every statistic of them."""
+    model = checkpoint.model
+    windows = llm.eval_windows(corpus, 2, 32)
+    names = ["model.layers.0.self_attn.q_proj", "model.layers.5.mlp.down_proj"]
+    one = llm.capture_linear_inputs(model, windows, names, keep_inputs=True)
+    two = llm.capture_linear_inputs(model, windows, names, keep_inputs=True, batch_size=2)
+    emb = model.model.embed_tokens.weight.double().numpy()[windows.ravel()]      # (64, 576)
+    norm = model.model.layers[0].input_layernorm
+    x = emb / np.sqrt((emb ** 2).mean(axis=1, keepdims=True) + norm.variance_epsilon)
+    np.testing.assert_allclose(two[names[0]].inputs, x * norm.weight.double().numpy(),
+                               rtol=1e-5, atol=1e-6)
+    for n in names:
+        np.testing.assert_allclose(two[n].inputs, one[n].inputs, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(two[n].absmax, np.abs(two[n].inputs).max(axis=0))
+        np.testing.assert_array_equal(two[n].token_absmax, np.abs(two[n].inputs).max(axis=1))
+        assert two[n].n_tokens == 64
+    with pytest.raises(ValueError, match="batch_size"):
+        llm.capture_linear_inputs(model, windows, names[:1], batch_size=0)
+
+
 def test_capture_refuses_unknown_names(checkpoint):
     with pytest.raises(ValueError, match="decoder linears"):
         llm.capture_linear_inputs(checkpoint.model, np.zeros((1, 4), int), ["model.norm"])
@@ -396,3 +418,64 @@ def test_kv_quantizer_granularity():
                                           granularity="channel").values.reshape(t.shape))
     with pytest.raises(ValueError):
         llm.kv_quantizer(llm.ActFormat("", "nvfp4"), "head")
+
+
+def test_kv_quantizer_quantizes_each_sequence_of_a_batch_alone():
+    """NVFP4's FP32 tensor scale must span one window (its 3 heads), never the whole batch:
+    a batched perplexity is then the same as one window at a time. Oracle: numfmt's
+    nvfp4_quantize called here on each sequence's (H*T, D) rows."""
+    import numfmt
+    t = torch.randn(2, 3, 8, 64, generator=torch.Generator().manual_seed(2))
+    t[1] *= 1000                       # the second window's amax would set a shared scale
+    got = llm.kv_quantizer(llm.ActFormat("", "nvfp4"), "token")(t).numpy()
+    for b in range(2):
+        ref = numfmt.nvfp4_quantize(t[b].numpy().reshape(24, 64)).values.reshape(3, 8, 64)
+        np.testing.assert_array_equal(got[b], ref)
+    head = llm.kv_quantizer(llm.ActFormat("", "int8"), "head")(t).numpy()
+    np.testing.assert_array_equal(
+        head, numfmt.quantize_int(t.numpy().reshape(6, 512), 8,
+                                  granularity="channel").values.reshape(t.shape))
+
+
+def test_quantized_inputs_see_one_sequence_at_a_time(checkpoint, corpus):
+    """With two windows in one forward pass, the activation quantizer is called on each
+    window's (T, K) input alone (the NVFP4 W4A4 regression 24.20 -> 24.46 came from one tensor
+    scale across the batch), and the batch's quantized input is theirs side by side."""
+    model = checkpoint.model
+    windows = llm.eval_windows(corpus, 2, 40)
+    fmt = llm.ActFormat("", "nvfp4")
+    name = "model.layers.3.mlp.down_proj"
+    calls, out = [], {}
+
+    def spy(x, n):
+        calls.append(x.clone())
+        return fmt(x, n)
+    def seen(module, args, y):        # the input the linear actually multiplied
+        out["x"] = args[0].clone()
+    hook = model.get_submodule(name).register_forward_hook(seen)
+    try:
+        with llm.quantized_inputs(model, spy, [name]):
+            llm.window_nll(model, windows, batch_size=2)
+    finally:
+        hook.remove()
+    assert [tuple(c.shape) for c in calls] == [(40, 1536)] * 2
+    for b in range(2):     # what the linear computed with: each window quantized on its own
+        np.testing.assert_array_equal(out["x"][b].numpy(), fmt(calls[b], name).float().numpy())
+
+
+def test_token_nll_is_the_float64_log_softmax_bit_for_bit():
+    """Chunked rows change nothing: each row's log-softmax depends on that row alone. Oracle:
+    torch's log_softmax on the whole float64 array, and the NLL written out in numpy."""
+    from lectures.llm.evaluate import ROWS_PER_CHUNK, token_nll
+    g = torch.Generator().manual_seed(3)
+    n = 2 * ROWS_PER_CHUNK + 5                       # two full chunks and a short one
+    z = torch.randn(n, 1000, generator=g) * 6
+    t = torch.randint(0, 1000, (n,), generator=g)
+    got = token_nll(z, t)
+    assert got.dtype == torch.float64
+    ref = -torch.log_softmax(z.double(), dim=-1)[torch.arange(n), t]
+    assert torch.equal(got, ref)
+    a = z.numpy().astype(np.float64)
+    m = a.max(axis=1, keepdims=True)
+    hand = (m[:, 0] + np.log(np.exp(a - m).sum(axis=1))) - a[np.arange(n), t.numpy()]
+    np.testing.assert_allclose(got.numpy(), hand, rtol=1e-14, atol=1e-13)

@@ -39,10 +39,36 @@ def window_nll(model, windows, batch_size: int = 1) -> np.ndarray:
         for i in range(0, len(ids), batch_size):
             batch = ids[i:i + batch_size].to(device)                     # (B, T)
             logits = model(input_ids=batch, use_cache=False).logits      # (B, T, V) float32
-            for row, seq in zip(logits, batch):   # one window at a time: float64 copy small
-                logp = torch.log_softmax(row[:-1].double(), dim=-1)      # (T-1, V)
-                out.append(float(-logp.gather(-1, seq[1:, None]).mean()))
+            for row, seq in zip(logits, batch):
+                out.append(float(token_nll(row[:-1], seq[1:]).mean()))
     return np.array(out, dtype=np.float64)
+
+
+ROWS_PER_CHUNK = 64      # 64 x 49,152 float64 log-probabilities: 25 MB at a time
+
+
+def token_nll(logits, targets):
+    """Negative log-likelihood of each target token from a float64 log-softmax.
+
+    Parameters
+    ----------
+    logits : float32 tensor (N, V), the scores of N positions over the vocabulary
+    targets : integer tensor (N,), the token that follows each position
+
+    Returns
+    -------
+    float64 tensor (N,): ``-torch.log_softmax(logits.double(), -1)[i, targets[i]]``, bit for
+    bit (each row's log-softmax depends on that row alone). It is computed a chunk of rows at
+    a time with ``log_softmax(..., dtype=float64)``, so no (N, V) float64 copy of the logits
+    and no (N, V) log-probability array is ever allocated.
+    """
+    import torch
+
+    out = torch.empty(len(logits), dtype=torch.float64)
+    for i in range(0, len(logits), ROWS_PER_CHUNK):
+        logp = torch.log_softmax(logits[i:i + ROWS_PER_CHUNK], dim=-1, dtype=torch.float64)
+        out[i:i + ROWS_PER_CHUNK] = -logp.gather(-1, targets[i:i + ROWS_PER_CHUNK, None])[:, 0]
+    return out
 
 
 def perplexity(model, windows, batch_size: int = 1) -> float:

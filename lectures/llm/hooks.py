@@ -83,19 +83,23 @@ class LinearInputs:
 
 
 def capture_linear_inputs(model, windows, names=None, hessian: bool = False,
-                          keep_inputs: bool = False) -> dict:
+                          keep_inputs: bool = False, batch_size: int = 1) -> dict:
     """Run ``windows`` through the model and record the inputs of the chosen linears.
 
     Parameters
     ----------
     model : transformers causal LM
-    windows : integer array (n, T) of token ids (one forward pass per window)
+    windows : integer array (n, T) of token ids
     names : iterable of linear names, optional; default every decoder linear
     hessian : bool
         Also accumulate ``H = Σ_tokens x xᵀ`` in float64 (K² × 8 bytes per linear: 2.6 MB for
         K = 576, 19 MB for K = 1536; linears that share an input share nothing here).
     keep_inputs : bool
         Also keep the raw inputs, float32 (N, K) per linear.
+    batch_size : int
+        Windows per forward pass. Tokens are recorded in window order either way, and the
+        absmax statistics and inputs do not depend on it (up to float32 matmul blocking);
+        ``H`` is summed per batch, so its float64 rounding does.
 
     Returns
     -------
@@ -104,7 +108,7 @@ def capture_linear_inputs(model, windows, names=None, hessian: bool = False,
     Raises
     ------
     ValueError
-        If a name is not a decoder linear, or ``windows`` is not (n, T).
+        If a name is not a decoder linear, ``windows`` is not (n, T), or ``batch_size`` < 1.
     """
     import torch
 
@@ -112,6 +116,8 @@ def capture_linear_inputs(model, windows, names=None, hessian: bool = False,
     ids = torch.as_tensor(np.asarray(windows), dtype=torch.long)
     if ids.ndim != 2:
         raise ValueError(f"windows must have shape (n, T), got {tuple(ids.shape)}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     state = {n: {"absmax": None, "tokens": [], "h": None, "x": []} for n in chosen}
 
     def hook_for(name):
@@ -135,8 +141,8 @@ def capture_linear_inputs(model, windows, names=None, hessian: bool = False,
     device = next(model.parameters()).device
     try:
         with torch.inference_mode():
-            for row in ids:
-                model(input_ids=row[None].to(device), use_cache=False)
+            for i in range(0, len(ids), batch_size):
+                model(input_ids=ids[i:i + batch_size].to(device), use_cache=False)
     finally:
         for h in handles:
             h.remove()
@@ -228,8 +234,10 @@ def quantized_weights(model, quantize: Callable, names=None):
 def quantized_inputs(model, quantize: Callable, names=None, share: bool = True):
     """Within the block, the input x of each chosen linear is replaced by ``quantize(x, name)``.
 
-    ``x`` is passed as float32 of shape (tokens, K) (the batch and sequence axes flattened), so a
-    "channel" granularity in numfmt means one scale per token. With ``share`` (the default),
+    ``x`` is passed one sequence at a time, as float32 of shape (T, K), so a "channel"
+    granularity in numfmt means one scale per token and a per-tensor scale spans one window,
+    however many windows a forward pass holds (a batched perplexity then equals the perplexity
+    of one window at a time). With ``share`` (the default),
     linears of one layer that read the same tensor (q/k/v the attention input, gate/up the MLP
     input) reuse the first one's quantized copy: right whenever ``quantize`` depends only on
     the tensor and on statistics of it (which are then equal); pass ``share=False`` for a
@@ -252,8 +260,10 @@ def quantized_inputs(model, quantize: Callable, names=None, share: bool = True):
             x = args[0]
             shared = share and memo["x"] is x and memo["name"] == _share_key(name, kind)
             if not shared:
-                flat = x.reshape(-1, x.shape[-1])
-                q = torch.as_tensor(quantize(flat, name)).to(dtype=x.dtype, device=x.device)
+                seqs = x.reshape(-1, x.shape[-2], x.shape[-1])                  # (B, T, K)
+                q = torch.cat([torch.as_tensor(quantize(s, name)).to(dtype=x.dtype,
+                                                                     device=x.device)
+                               for s in seqs])
                 memo.update(x=x, q=q.reshape(x.shape), name=_share_key(name, kind))
             return (memo["q"],) + tuple(args[1:])
         return hook

@@ -195,7 +195,9 @@ def kv_quantizer(fmt: ActFormat, granularity: str = "token"):
 
     Returns
     -------
-    callable (t, layer_index) -> tensor, t of shape (B, H, T, D)
+    callable (t, layer_index) -> tensor, t of shape (B, H, T, D). Each of the B sequences is
+    quantized on its own, so a per-tensor scale (NVFP4's FP32 one) spans one window's H heads,
+    whatever the batch size.
     """
     if not fmt.dynamic:
         raise ValueError("kv_quantizer needs a dynamic ActFormat")
@@ -205,9 +207,11 @@ def kv_quantizer(fmt: ActFormat, granularity: str = "token"):
         raise ValueError(f"{fmt.label}: per-head scales only for int8 and fp8")
 
     def quantize(t, layer_index=None):
-        b, h, n, d = t.shape
-        rows = t.reshape(b * h * n, d) if granularity == "token" else t.reshape(b * h, n * d)
-        return fmt(rows).reshape(t.shape)
+        import torch
+
+        _, h, n, d = t.shape
+        shape = (h * n, d) if granularity == "token" else (h, n * d)
+        return torch.stack([fmt(s.reshape(shape)).reshape(s.shape) for s in t])
     return quantize
 
 
