@@ -510,6 +510,17 @@ def test_calibrate_mse_is_the_grid_argmin():
     assert t < 0.6 * amax                                 # Laplace tails: clip a lot at 4 bits
 
 
+@pytest.mark.parametrize("bits", [2, 4, 8])
+def test_calibrate_mse_equals_quantize_int_grid_exactly(bits):
+    # calibrate_mse quantizes the validated x itself after the first ratio; the errors it
+    # compares must be quantize_int's own, so the chosen clip is the same float
+    rng = np.random.default_rng(bits)
+    x = (rng.standard_normal((64, 96)) * np.exp(rng.standard_normal(96))).astype(np.float32)
+    amax = float(np.abs(x).max())
+    errs = [np.mean((quantize_int(x, bits, clip=1 - k / 30).values - x) ** 2) for k in range(24)]
+    assert calibrate_mse(x, bits, grid=30) == amax * (1 - int(np.argmin(errs)) / 30)
+
+
 def reference_kl(x, bits, bins):
     """TensorRT's entropy calibration, loop by loop."""
     levels = 2 ** (bits - 1)
