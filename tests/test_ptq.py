@@ -337,6 +337,41 @@ def test_awq_clip_search_never_worse_per_group():
         assert (np.sum(e_clip ** 2, 0) <= np.sum(e_none ** 2, 0) * (1 + 1e-12)).all()
 
 
+def plain_clip_search(ws, xs, quantize, group, grid=20, max_shrink=0.5):
+    """AWQ's clip search written out: every ratio's clipped weight quantized afresh."""
+    out, cols = ws.shape
+    bounds = [(a, min(a + group, cols)) for a in range(0, cols, group)]
+    best_err = np.full((out, len(bounds)), np.inf)
+    best_q = np.empty_like(ws)
+    for k in range(int(max_shrink * grid)):
+        lim = np.empty_like(ws)
+        for a, b in bounds:
+            lim[:, a:b] = np.abs(ws[:, a:b]).max(axis=1, keepdims=True) * (1.0 - k / grid)
+        q = quantize(np.clip(ws, -lim, lim))
+        for gi, (a, b) in enumerate(bounds):
+            e, gram = q[:, a:b] - ws[:, a:b], xs[:, a:b].T @ xs[:, a:b] / xs.shape[0]
+            err = np.einsum("oi,ij,oj->o", e, gram, e, optimize=True)
+            better = err < best_err[:, gi]
+            best_err[better, gi] = err[better]
+            best_q[better, a:b] = q[better, a:b]
+    return best_q
+
+
+@pytest.mark.parametrize("group", [16, 24])
+def test_awq_clip_search_reuses_the_unclipped_quantization(group):
+    # ratio 1 clips each group to its own absmax, i.e. not at all, so awq_search hands the
+    # clip search the alpha search's Q(W s); the result must be the plain search's bit for bit,
+    # also with all-zero groups (-0.0 included)
+    w, x = correlated_problem(6, rows=16, cols=64, n=512, outliers=4)
+    w[2, :group] = 0.0
+    w[5, :group] = -0.0
+    r = awq_search(w, x, int4_g16, clip_search=True, group_size=group)
+    s = r.scales
+    expect = plain_clip_search(w * s, x / s, int4_g16, group) / s
+    np.testing.assert_array_equal(r.weight, expect)
+    assert (np.signbit(r.weight) == np.signbit(expect)).all()
+
+
 def test_awq_bad_input():
     w, x = np.ones((4, 8)), np.ones((10, 8))
     with pytest.raises(ValueError, match="8 features"):
@@ -473,6 +508,17 @@ def test_calibrate_mse_is_the_grid_argmin():
     errs = [mse(amax * (1 - k / 50)) for k in range(40)]
     np.testing.assert_allclose(t, amax * (1 - np.argmin(errs) / 50), rtol=1e-12)
     assert t < 0.6 * amax                                 # Laplace tails: clip a lot at 4 bits
+
+
+@pytest.mark.parametrize("bits", [2, 4, 8])
+def test_calibrate_mse_equals_quantize_int_grid_exactly(bits):
+    # calibrate_mse quantizes the validated x itself after the first ratio; the errors it
+    # compares must be quantize_int's own, so the chosen clip is the same float
+    rng = np.random.default_rng(bits)
+    x = (rng.standard_normal((64, 96)) * np.exp(rng.standard_normal(96))).astype(np.float32)
+    amax = float(np.abs(x).max())
+    errs = [np.mean((quantize_int(x, bits, clip=1 - k / 30).values - x) ** 2) for k in range(24)]
+    assert calibrate_mse(x, bits, grid=30) == amax * (1 - int(np.argmin(errs)) / 30)
 
 
 def reference_kl(x, bits, bins):

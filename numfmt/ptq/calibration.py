@@ -52,8 +52,9 @@ def calibrate_percentile(x, percentile: float = 99.99) -> float:
     """
     arr, _ = _absmax(x)
     p = check_fraction(percentile, "percentile", 0.0, 100.0, lo_open=True)
-    a = np.sort(np.abs(arr).ravel())
-    return float(a[int(np.ceil(p / 100.0 * (a.size - 1)))])
+    a = np.abs(arr).ravel()
+    k = int(np.ceil(p / 100.0 * (a.size - 1)))
+    return float(np.partition(a, k)[k])                   # sorted(a)[k], without the sort
 
 
 def calibrate_mse(x, bits: int = 8, grid: int = 100, max_shrink: float = 0.8) -> float:
@@ -88,10 +89,24 @@ def calibrate_mse(x, bits: int = 8, grid: int = 100, max_shrink: float = 0.8) ->
         raise ValueError(f"max_shrink must be below 1, got {max_shrink!r}")
     if amax == 0:
         return 0.0
+    qmax = int_range(bits)[1]
     best, best_err = amax, np.inf
+    q = np.empty(arr.shape)
     for k in range(max(1, int(max_shrink * grid))):
         ratio = 1.0 - k / grid
-        err = np.mean((quantize_int(arr, bits, clip=ratio).values - arr) ** 2)
+        scale = amax * (ratio / qmax)                     # quantize_int's per-tensor scale
+        if k == 0 or not (scale > 0 and np.isfinite(scale)):
+            # quantize_int itself: it validates x once, and raises for a degenerate scale
+            q = quantize_int(arr, bits, clip=ratio).values
+        else:
+            # quantize_int's steps in its order on the validated x: the same values
+            with np.errstate(over="ignore"):
+                np.divide(arr, scale, out=q)
+            np.rint(q, out=q)
+            np.maximum(q, -qmax, out=q)
+            np.minimum(q, qmax, out=q)
+            q *= scale
+        err = np.mean((q - arr) ** 2)
         if err < best_err:
             best, best_err = amax * ratio, err
     return float(best)

@@ -158,14 +158,15 @@ def awq_search(weight, x, quantize: Callable[[np.ndarray], np.ndarray], grid: in
         alpha = k / grid
         s = np.maximum(act ** alpha, 1e-4)                # the reference's clamp(min=1e-4)
         s /= np.sqrt(s.max() * s.min())
-        wq = _checked(quantize, w * s) / s
+        q = _checked(quantize, w * s)                     # Q(W s), kept for the clip search
+        wq = q / s
         errors[k] = _output_mse(wq - w, xs, gram)
         if best is None or errors[k] < errors[best[0]]:
-            best = (k, s, wq)
-    k, s, wq = best
+            best = (k, s, wq, q)
+    k, s, wq, q = best
     clip = None
     if clip_search:
-        wq, clip = _clip_search(w * s, xs / s, quantize, group, grid, max_shrink)
+        wq, clip = _clip_search(w * s, xs / s, quantize, group, grid, max_shrink, q)
         wq = wq / s
     return AWQResult(wq, s, k / grid, errors, clip)
 
@@ -178,22 +179,30 @@ def _checked(quantize, w: np.ndarray) -> np.ndarray:
     return out
 
 
-def _clip_search(ws, xs, quantize, group, grid, max_shrink):
+def _clip_search(ws, xs, quantize, group, grid, max_shrink, q_full=None):
     """AWQ's clip search on the scaled weight ``ws`` (out, in) with inputs ``xs`` (n, in) of
     the scaled layer: per row and group of ``group`` consecutive columns (the last may be
-    shorter), the range ratio with the smallest error of that group's partial output."""
+    shorter), the range ratio with the smallest error of that group's partial output.
+
+    ``q_full``: ``quantize(ws)`` when already computed. Ratio 1 clips every element to its own
+    group's absmax, which leaves ``ws`` bit for bit as it is, so its quantization is that one."""
     out, cols = ws.shape
     bounds = [(a, min(a + group, cols)) for a in range(0, cols, group)]
     grams = [xs[:, a:b].T @ xs[:, a:b] / xs.shape[0] for a, b in bounds]   # (g, g) each
     amax = np.stack([np.abs(ws[:, a:b]).max(axis=1) for a, b in bounds], axis=1)  # (out, G)
+    # each column's group absmax (out, in); times the ratio below, the clip limit
+    amax_cols = np.concatenate([np.repeat(amax[:, [gi]], b - a, axis=1)
+                                for gi, (a, b) in enumerate(bounds)], axis=1)
     best_err = np.full((out, len(bounds)), np.inf)
     best_ratio = np.ones((out, len(bounds)))
     best_q = np.empty_like(ws)
     for k in range(max(1, int(max_shrink * grid))):
         ratio = 1.0 - k / grid
-        lim = np.concatenate([np.repeat(amax[:, [gi]], b - a, axis=1)
-                              for gi, (a, b) in enumerate(bounds)], axis=1) * ratio
-        q = _checked(quantize, np.clip(ws, -lim, lim))
+        if k == 0 and q_full is not None:
+            q = q_full
+        else:
+            lim = amax_cols * ratio
+            q = _checked(quantize, np.clip(ws, -lim, lim))
         e = q - ws
         for gi, (a, b) in enumerate(bounds):
             err = np.einsum("oi,ij,oj->o", e[:, a:b], grams[gi], e[:, a:b], optimize=True)
