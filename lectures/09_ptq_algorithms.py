@@ -273,7 +273,7 @@ def load_model(ck=None, workload: Workload = FULL) -> Model:
     w = workload
     ev = llm.eval_windows(tokens, w.n_eval, w.seq_len)
     cal = llm.calibration_windows(tokens, w.n_calib, w.seq_len)
-    return Model(ck, ev, cal, llm.perplexity(ck.model, ev), w)
+    return Model(ck, ev, cal, llm.perplexity(ck.model, ev, batch_size=len(ev)), w)
 
 
 def ppl(m: Model, weights: dict | None = None, inputs=None) -> float:
@@ -285,7 +285,10 @@ def ppl(m: Model, weights: dict | None = None, inputs=None) -> float:
             stack.enter_context(llm.swapped_weights(m.ck.model, weights))
         if inputs is not None:
             stack.enter_context(llm.quantized_inputs(m.ck.model, inputs))
-        return llm.perplexity(m.ck.model, m.eval_windows)
+        # All windows in one forward pass, as lecture 08's Lab.ppl: the same numbers as one
+        # window at a time here (tests/test_lecture09.py), about half the CPU time; the
+        # activation hooks quantize each window of the batch on its own.
+        return llm.perplexity(m.ck.model, m.eval_windows, batch_size=len(m.eval_windows))
 
 
 def float_weights(m: Model) -> dict:

@@ -1,9 +1,9 @@
 """Quantizers for the real model, every one a call into numfmt.
 
-Tensors on the CPU go through numfmt on numpy (``quantize_int``, ``block_quantize``,
-``mx_quantize``, ``nvfp4_quantize``; about 10x faster there than its torch twin), tensors on a
-GPU through ``numfmt.torch``, which is bit for bit the same; NF4 always through
-``numfmt.packing.qlora`` on numpy. Nothing here rounds a number itself: these are the settings
+Tensors go through ``numfmt.torch`` (``quantize_int``, ``block_quantize``, ``mx_quantize``,
+``nvfp4_quantize``) on their own device, CPU or GPU: it is bit for bit numfmt on numpy (the
+tests compare them), and on the CPU it is now the faster of the two (benchmarks/bench_peers.py,
+the row for lecture 08's weights); NF4 always goes through ``numfmt.packing.qlora`` on numpy. Nothing here rounds a number itself: these are the settings
 of one experiment (format, bits, granularity) and the bookkeeping of what each costs in bits.
 
 Weights are (out, in) matrices, as ``torch.nn.Linear`` stores them, so "per channel" means one
@@ -27,12 +27,9 @@ SCALE_BITS = 16          # bits of one stored scale (FP16) for the int and fp8 w
 
 
 def _lib(x):
-    """numfmt for a CPU tensor (``x`` as a numpy view), numfmt.torch for a GPU one."""
-    if x.device.type == "cpu":
-        import numfmt
-        return numfmt, x.detach().numpy()
+    """numfmt.torch and ``x`` itself, on whatever device ``x`` lives."""
     import numfmt.torch as nt
-    return nt, x
+    return nt, x.detach()
 
 
 def _tensor(values, like):
@@ -119,7 +116,7 @@ def _padded_int(nf, w, fmt: WeightFormat):
         wp = np.pad(np.asarray(w, np.float64), pad)
     else:
         import torch
-        wp = torch.nn.functional.pad(w.double(), (0, -k % fmt.group))
+        wp = torch.nn.functional.pad(w, (0, -k % fmt.group))  # zeros: exact in any dtype
     r = nf.quantize_int(wp, fmt.bits, fmt.symmetric, "group", fmt.group)
     return r.values.reshape(wp.shape)[..., :k]
 
