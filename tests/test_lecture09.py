@@ -129,6 +129,20 @@ def model(checkpoint):
     return L.load_model(checkpoint, L.QUICK)
 
 
+@pytest.mark.slow
+def test_batched_perplexity_equals_one_window_at_a_time(model):
+    """L.ppl runs all windows in one forward pass; the number is the one a window-by-window
+    run gives, also with a per-tensor activation quantizer (NVFP4's FP32 scale must not span
+    two windows: the hooks quantize each window alone)."""
+    llm = L.harness()
+    lm, windows = model.ck.model, model.eval_windows
+    assert L.ppl(model) == pytest.approx(llm.perplexity(lm, windows, batch_size=1), rel=1e-6)
+    nvfp4 = llm.ActFormat("NVFP4", "nvfp4")
+    with llm.quantized_inputs(lm, nvfp4):
+        one = llm.perplexity(lm, windows, batch_size=1)
+    assert L.ppl(model, inputs=nvfp4) == pytest.approx(one, rel=1e-6)
+
+
 @pytest.fixture(scope="module")
 def d2(model):
     return L.demo2_gptq(model)
