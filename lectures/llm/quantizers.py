@@ -3,8 +3,8 @@
 Tensors go through ``numfmt.torch`` (``quantize_int``, ``block_quantize``, ``mx_quantize``,
 ``nvfp4_quantize``) on their own device, CPU or GPU: it is bit for bit numfmt on numpy (the
 tests compare them), and on the CPU it is now the faster of the two (benchmarks/bench_peers.py,
-the row for lecture 08's weights); NF4 always goes through ``numfmt.packing.qlora`` on numpy. Nothing here rounds a number itself: these are the settings
-of one experiment (format, bits, granularity) and the bookkeeping of what each costs in bits.
+the row for lecture 08's weights); NF4 always goes through ``numfmt.packing.qlora`` on numpy.
+Nothing here rounds a number itself: these are the settings of one experiment (format, bits, granularity) and the bookkeeping of what each costs in bits.
 
 Weights are (out, in) matrices, as ``torch.nn.Linear`` stores them, so "per channel" means one
 scale per output row and groups run along the input axis, the axis of the dot product.
@@ -16,8 +16,6 @@ real 8-bit E8M0 / E4M3 scales, NF4 its FP32 (or double-quantized 8-bit) absmax.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-import numpy as np
 
 from numfmt import FP4_E2M1, FP8_E4M3
 from numfmt.packing import qlora_bits_per_parameter, qlora_dequantize, qlora_quantize
@@ -111,12 +109,8 @@ def _padded_int(nf, w, fmt: WeightFormat):
     576); zeros change neither its absmax nor, since numfmt's asymmetric range always contains
     0, its [min, max], so this *is* quantizing that shorter group on its own."""
     k = w.shape[-1]
-    pad = [(0, 0)] * (w.ndim - 1) + [(0, -k % fmt.group)]
-    if nf.__name__ == "numfmt":
-        wp = np.pad(np.asarray(w, np.float64), pad)
-    else:
-        import torch
-        wp = torch.nn.functional.pad(w, (0, -k % fmt.group))  # zeros: exact in any dtype
+    import torch
+    wp = torch.nn.functional.pad(w, (0, -k % fmt.group))  # zeros: exact in any dtype
     r = nf.quantize_int(wp, fmt.bits, fmt.symmetric, "group", fmt.group)
     return r.values.reshape(wp.shape)[..., :k]
 
@@ -174,8 +168,6 @@ class ActFormat:
             return _tensor(nf.dequantize_affine(nf.quantize_affine(a, scale, 0, -127, 127),
                                                 scale), x)
         scale = amax / FP8_E4M3.max_value if amax > 0 else 1.0
-        if nf.__name__ == "numfmt":
-            return _tensor(FP8_E4M3.round(np.asarray(a, np.float64) / scale) * scale, x)
         return nf.round(nf.as_real_tensor(a) / scale, FP8_E4M3) * scale
 
 
