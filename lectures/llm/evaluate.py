@@ -61,6 +61,11 @@ def token_nll(logits, targets):
     bit (each row's log-softmax depends on that row alone). It is computed a chunk of rows at
     a time with ``log_softmax(..., dtype=float64)``, so no (N, V) float64 copy of the logits
     and no (N, V) log-probability array is ever allocated.
+
+    Raises
+    ------
+    Nothing of its own: :func:`window_nll`, its caller, checks the windows; mismatched shapes
+    fail in torch's ``gather`` (RuntimeError).
     """
     import torch
 
