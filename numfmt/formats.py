@@ -575,13 +575,50 @@ class FloatFormat:
             x = as_real_array(x)  # as round() does
         flat = x.reshape(-1)
         fast = flat.dtype == np.float32 and self._float32_exact
+        top = fast and self._float32_path == "bits" and self.exp_bits == 8 \
+            and self.specials == "ieee"
         codes = np.empty(flat.size, self.code_dtype)
         for i in range(0, flat.size, _CHUNK):  # only the codes are full-size
             xc = flat[i:i + _CHUNK]
+            if top:
+                self._encode_top_float32(xc, saturate, codes[i:i + _CHUNK])
+                continue
             r = (self._nearest_float32(xc, saturate).view(np.float32) if fast
                  else self.round(xc, saturate=saturate))
             codes[i:i + _CHUNK] = self._codes_of(r)
         return codes.reshape(x.shape)
+
+    def _encode_top_float32(self, x: np.ndarray, saturate: bool, out: np.ndarray) -> None:
+        """``out = encode(x)`` for 1-D float32 ``x`` where a code is the top ``9 + man_bits``
+        bits of float32's pattern (BF16: float32's exponent field, bias and specials).
+
+        Round to nearest even on the pattern itself, as hardware converts float32 to
+        bfloat16: add ``2^(s-1) - 1`` plus the last kept bit, shift right by ``s = 23 -
+        man_bits``. A carry out of the mantissa steps into the next binade, the top one's into
+        Inf (the non-saturating overflow); the sign bit rides along. NaN (whose payload may
+        carry anywhere) gets the quiet NaN's code with its sign, as ml_dtypes writes it
+        (0x7FC0 / 0xFFC0 in BF16); saturation turns Inf's code into the largest finite one,
+        one below it.
+        """
+        s = _U32(23 - self.man_bits)
+        t = x.view(_U32)
+        u = np.right_shift(t, s)
+        u &= _U32(1)
+        u += t  # wraps only for NaN patterns, replaced below
+        u += _U32((1 << (23 - self.man_bits - 1)) - 1)
+        u >>= s
+        with np.errstate(invalid="ignore"):  # a signalling NaN
+            hi = x.max()  # max and min propagate NaN: one read each, no mask, most chunks
+            lo = x.min() if saturate else None
+        nan = np.isnan(hi)
+        if saturate and (nan or not (-self.max_value <= lo and hi <= self.max_value)):
+            inf = _U32(0xFF << self.man_bits)  # Inf's code without the sign
+            over = (u & _U32((1 << (8 + self.man_bits)) - 1)) == inf
+            u[over] -= _U32(1)  # the largest finite code, the sign kept
+        if nan:
+            m = np.isnan(x)
+            u[m] = (_F32_QNAN | (t[m] & _F32_SIGN)) >> s
+        out[...] = u
 
     def decode(self, codes, dtype=np.float64) -> np.ndarray:
         """Return the values of bit patterns ``codes``.

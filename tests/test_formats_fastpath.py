@@ -429,3 +429,23 @@ def test_fpu_path_on_arrays_without_large_values(fmt, saturate):
         if fmt in ORACLE and not saturate:
             keep = checkable(fmt, y)
             assert np.array_equal(bits(ours[keep]), bits(ml_round(fmt, y[keep])))
+
+
+@pytest.mark.parametrize("saturate", [False, True])
+def test_bf16_encode_of_float32_over_chunks_equals_ml_dtypes_codes(saturate):
+    # BF16's encode of float32 rounds the 32-bit pattern itself, chunk by chunk; chunks with
+    # and without NaN, overflow and Inf. Oracle: ml_dtypes' codes (of the value clamped to
+    # +-max where saturating; NaN stays NaN there), NaN included: ml_dtypes writes the quiet
+    # NaN 0x7FC0 with the value's sign, as numfmt documents.
+    n = 1 << 16
+    plain = np.random.default_rng(7).standard_normal(n).astype(np.float32)  # no specials
+    x = np.concatenate([plain, edge_patterns(7, seed=4), plain[:101]])
+    assert x.size > 2 * n
+    top = np.float32(BF16.max_value)
+    want = ml_codes(BF16, np.clip(x, -top, top) if saturate else x)
+    ours = BF16.encode(x, saturate=saturate)
+    assert ours.dtype == np.uint16 and np.array_equal(ours, want)
+    nan = np.isnan(x)
+    assert set(ours[nan].tolist()) == {0x7FC0, 0xFFC0}
+    inf = np.isinf(x)  # by hand: BF16's Inf is 0x7F80, its largest finite value 0x7F7F
+    assert set(ours[inf].tolist()) == ({0x7F7F, 0xFF7F} if saturate else {0x7F80, 0xFF80})

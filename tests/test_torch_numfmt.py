@@ -197,6 +197,35 @@ def test_float32_tensors_round_and_encode_as_numpy_bit_for_bit(fmt, saturate, de
     np.testing.assert_array_equal(got.cpu().numpy().astype(np.int64), want.astype(np.int64))
 
 
+FPU32 = [f for f in FORMATS if f._float32_path == "fpu"]
+
+
+@pytest.mark.parametrize("fmt", FPU32, ids=lambda f: f.name)
+def test_float32_fpu_round_on_the_cpu_equals_ml_dtypes_bit_for_bit(fmt):
+    # The CPU loop for float32 input (numfmt.torch.formats._round_fpu32_cpu) against the
+    # independent oracle: ml_dtypes' (numpy's for FP16) cast of the same float32 values,
+    # non-saturating and of the clamped values, on every exponent field with the mantissa
+    # tails where rounding decides, NaN payloads of both signs, over several chunks.
+    from test_formats_fastpath import CANONICAL_NAN, ORACLE, bits, checkable, edge_patterns, \
+        ml_round
+    x = edge_patterns(fmt.man_bits)
+    x = np.tile(x, -(-(2 * nt.formats.CHUNK + 3) // x.size))
+    top = np.float32(fmt.max_value)
+    for saturate in (False, True):
+        if saturate:
+            want = ml_round(fmt, np.clip(x, -top, top))  # NaN stays NaN
+        elif fmt.has_nan:
+            want = ml_round(fmt, x)
+        else:  # E2M3, E3M2, E2M1 have neither Inf nor NaN: numfmt always saturates
+            continue
+        got = nt.round(torch.from_numpy(x), fmt, saturate=saturate).numpy()
+        keep = checkable(fmt, x)
+        assert fmt in ORACLE and np.array_equal(bits(got[keep]), bits(want[keep]))
+        sign = (x.view(np.uint32) >> 31).astype(np.uint64) << 63
+        nan = ~keep
+        assert np.array_equal(bits(got[nan]), (np.uint64(CANONICAL_NAN) | sign)[nan])
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("saturate", [True, False])
 @pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)

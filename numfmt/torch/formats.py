@@ -115,30 +115,87 @@ def _round_nearest(t: torch.Tensor, fmt: FloatFormat, saturate: bool) -> torch.T
     flat = t.reshape(-1)
     n = flat.numel()
     out = new_result(n, F64, flat.device)
+    if (flat.is_cpu and flat.dtype == torch.float32 and fmt._float32_path == "fpu"
+            and fmt.man_bits <= 21 and n):
+        _round_fpu32_cpu(flat, out, fmt, saturate)
+        return out
     s = Scratch(flat.device)
     fast = flat.dtype == torch.float32 or _fpu_float64(fmt)
     bf16 = flat.dtype == torch.float32 and _is_bf16(fmt)
-    for i, j in spans(n, flat.device):
-        xc = flat[i:j]
+    step = max(1, n if not flat.is_cpu else CHUNK)
+    for xc, oc in zip(flat.split(step), out.split(step)):
         if bf16:  # as _nearest_into, with the bfloat16 values widened straight into the result
-            oc, src = out[i:j], xc
+            src = xc
             if saturate:
-                src = torch.clamp(xc, -fmt.max_value, fmt.max_value, out=s("f", xc.dtype, j - i))
-            b = s("b", torch.bfloat16, j - i)
+                src = torch.clamp(xc, -fmt.max_value, fmt.max_value,
+                                  out=s("f", xc.dtype, xc.numel()))
+            b = s("b", torch.bfloat16, xc.numel())
             b.copy_(src)
             oc.copy_(b)
             if may_hold_nan(xc):  # the canonical NaN with x's sign
                 nan = torch.copysign(s.const(float("nan"), torch.float32), xc)
                 torch.where(torch.isnan(xc), nan, oc, out=oc)
         elif not fast:
-            out[i:j] = _round_flat(xc, fmt, saturate)
+            oc.copy_(_round_flat(xc, fmt, saturate))
         elif xc.dtype == torch.float64:  # the result chunk is the working buffer
-            _nearest_into(xc, out[i:j], fmt, saturate, s)
+            _nearest_into(xc, oc, fmt, saturate, s)
         else:
-            f = s("f", torch.float32, j - i)
+            f = s("f", torch.float32, xc.numel())
             _nearest_into(xc, f, fmt, saturate, s)
-            out[i:j].copy_(f)  # float32 -> float64 is exact
+            oc.copy_(f)  # float32 -> float64 is exact
     return out
+
+
+def _round_fpu32_cpu(x: torch.Tensor, out: torch.Tensor, fmt: FloatFormat,
+                     saturate: bool) -> None:
+    """``out = round(x)`` for 1-D float32 ``x`` on the CPU (``fmt._float32_path == "fpu"``,
+    at most 21 mantissa bits), the same values as :func:`_nearest_into`, one pass fewer.
+
+    With ``e`` the binade of ``|x|`` clamped to [emin, emax + 1] and ``C = 1.5 * 2^(e + 23 -
+    man_bits)``, ``x + C`` lies in C's binade for either sign of ``x`` (``|x| < 2^(e + 1) <=
+    C / 3``, as ``23 - man_bits >= 2``), where float32's last place is the format's quantum:
+    the FPU rounds to nearest even, subnormals included, and ``- C`` is exact. The signed
+    value needs no ``|x|`` pass; the sign is ORed back on for results that are zero (x - x
+    is +0). ``e`` comes from the exponent field of ``x``, whose max (one int reduction) says
+    whether a chunk may round past max_value or hold a NaN. One loop, constants and buffers
+    made once (64 chunks of 4M values otherwise spend 10-15 microseconds each in Python);
+    half a chunk, so that x, two float32 buffers and the float64 result chunk (20 bytes per
+    element) stay within a 2 MiB L2 (4-7% faster than a whole chunk, measured on 4M values).
+    """
+    step = CHUNK // 2
+    m = min(step, x.numel())
+    f, c = torch.empty(m), torch.empty(m)
+    fi, ci = f.view(_I32), c.view(_I32)
+    exp_mask, sign, qnan = (torch.tensor(v, dtype=_I32) for v in (0x7F80_0000, _SIGN32,
+                                                                   _QNAN32))
+    lo, hi = (fmt.emin + 127) << 23, (fmt.emax + 1 + 127) << 23  # patterns of 2^emin, 2^(emax+1)
+    top_binade = (fmt.emax + 127) << 23  # below it nothing can round past max_value
+    alpha = 1.5 * 2.0 ** (23 - fmt.man_bits)  # C = alpha * 2^e, exact in float32
+    top = float(np.float32(fmt.max_value))
+    clamp_top = saturate or fmt.specials == "none"
+    special = np.inf if fmt.has_inf else np.nan
+    for xc, oc in zip(x.split(step), out.split(step)):
+        if xc.numel() != m:  # the last chunk
+            m = xc.numel()
+            f, c = f[:m], c[:m]
+            fi, ci = f.view(_I32), c.view(_I32)
+        t = xc.view(_I32)
+        torch.bitwise_and(t, exp_mask, out=ci)  # 2^e as a pattern (Inf's for Inf and NaN)
+        e_max = int(torch.amax(ci))
+        ci.clamp_(lo, hi)
+        torch.add(xc, c, alpha=alpha, out=f)
+        f.sub_(c, alpha=alpha)
+        if e_max >= top_binade:
+            if clamp_top:
+                f.clamp_(-top, top)  # NaN stays NaN
+            else:
+                f.masked_fill_(f.abs() > top, special)  # the sign is ORed on below
+        torch.bitwise_and(t, sign, out=ci)
+        fi.bitwise_or_(ci)
+        if e_max == 0x7F80_0000 and bool(torch.isnan(xc).any()):  # the canonical NaN, x's sign
+            torch.where(torch.isnan(xc), torch.bitwise_and(t, sign).bitwise_or_(qnan), fi,
+                        out=fi)
+        oc.copy_(f)  # float32 -> float64 is exact
 
 
 class _Layout(NamedTuple):
@@ -181,8 +238,8 @@ def _nearest_into(x: torch.Tensor, f: torch.Tensor, fmt: FloatFormat, saturate: 
     t = x.view(lay.itype)
     n = x.numel()
     count = None
-    top = fmt.max_value if x.dtype == F64 else float(np.float32(fmt.max_value))
     if x.dtype == torch.float32 and fmt._float32_path == "bits":
+        top = float(np.float32(fmt.max_value))
         nan = not finite and may_hold_nan(x)
         if above is not None:
             count = (x.abs() > above).sum()
@@ -203,45 +260,65 @@ def _nearest_into(x: torch.Tensor, f: torch.Tensor, fmt: FloatFormat, saturate: 
         if not signed:
             f.abs_()
     else:
+        p = _fpu_constants(fmt, x.dtype)  # once per format: this runs once per chunk
         c = s("c", x.dtype, n)
+        ci, fi = c.view(lay.itype), f.view(lay.itype)
         torch.abs(x, out=f)
         # On the CPU one max of |x| says whether a NaN needs making canonical and whether
         # anything can pass max_value (a value at most max_value rounds to at most it).
         big, nan = True, not finite
-        if x.device.type == "cpu" and not finite and n:
+        cpu = x.is_cpu
+        if cpu and not finite and n:
             m = float(torch.amax(f))
-            nan, big = m != m, not m <= top
+            nan, big = m != m, not m <= p.top
         if above is not None:  # a float 0/1 sum counts fastest; in x's dtype (3x faster
             # than float64 accumulation) where it is exact: at most 2^24 elements
-            exact = n <= 1 << 24 and x.device.type == "cpu"
+            exact = n <= 1 << 24 and cpu
             count = torch.gt(f, above, out=c).sum(dtype=None if exact else F64)
-        torch.clamp(f, 2.0 ** fmt.emin, 2.0 ** (fmt.emax + 1), out=c)
-        c.view(lay.itype).bitwise_and_(s.const(lay.exp_mask, lay.itype))  # 2^e
-        k = 2.0 ** (lay.man - fmt.man_bits)
-        f.add_(c, alpha=k).sub_(c, alpha=k)
+        torch.clamp(f, p.lo, p.hi, out=c)
+        ci.bitwise_and_(s.const(lay.exp_mask, lay.itype))  # 2^e
+        f.add_(c, alpha=p.k).sub_(c, alpha=p.k)
         if not (big or nan):
             pass
         elif saturate or fmt.specials == "none":
-            f.clamp_(max=top)  # NaN stays NaN
+            f.clamp_(max=p.top)  # NaN stays NaN
         else:
-            f.masked_fill_(f > top, np.inf if fmt.has_inf else np.nan)
+            f.masked_fill_(f > p.top, p.special)
         if nan:
             # The canonical NaN by one clamp: arithmetic has quieted every NaN, so as
             # integers their patterns lie at and above the quiet NaN's, and every other
             # magnitude (Inf included) lies below it.
-            f.view(lay.itype).clamp_(max=s.const(lay.qnan, lay.itype))
+            fi.clamp_(max=s.const(lay.qnan, lay.itype))
         nan = False
         if signed:
-            ci = c.view(lay.itype)
             torch.bitwise_and(t, s.const(lay.sign, lay.itype), out=ci)
-            f.view(lay.itype).bitwise_or_(ci)
-            if fmt.specials == "fnuz":
+            fi.bitwise_or_(ci)
+            if p.fnuz:
                 f.add_(0.0)  # no -0 in FNUZ formats
     if nan and signed:
         fi = f.view(lay.itype)
         torch.where(torch.isnan(x), torch.bitwise_and(t, lay.sign).bitwise_or_(lay.qnan), fi,
                     out=fi)
     return count
+
+
+class _Fpu(NamedTuple):
+    """Constants of :func:`_nearest_into`'s "fpu" path for one format and input dtype."""
+
+    top: float      # max_value in the input's dtype
+    lo: float       # 2^emin, the lowest binade C may take
+    hi: float       # 2^(emax + 1), the binade above the top one
+    k: float        # 2^(mantissa bits - man_bits): C = k * 2^e
+    special: float  # what overflow gives without saturation: Inf or NaN
+    fnuz: bool      # no -0
+
+
+@functools.lru_cache(maxsize=None)
+def _fpu_constants(fmt: FloatFormat, dtype: torch.dtype) -> _Fpu:
+    lay = _LAYOUTS[dtype]
+    top = fmt.max_value if dtype == F64 else float(np.float32(fmt.max_value))
+    return _Fpu(top, 2.0 ** fmt.emin, 2.0 ** (fmt.emax + 1), 2.0 ** (lay.man - fmt.man_bits),
+                np.inf if fmt.has_inf else np.nan, fmt.specials == "fnuz")
 
 
 def _is_bf16(fmt: FloatFormat) -> bool:
