@@ -198,3 +198,21 @@ def test_covered_end_labels_and_layouts_seen_before_skip_the_solver(monkeypatch)
     # One solve for the first figure and one for the narrower y labels ("10"); the "0" moving
     # towards the left end (covered by "1000") and the return to either state solve nothing.
     assert expected == [1, 1, 1, 2, 2, 2]
+
+
+def test_label_sizes_are_remembered_per_font_state():
+    """The layout key's label measurements are cached; a font changed in place is measured
+    again (the oracle: a fresh renderer's measurement of the same label in the same font)."""
+    from matplotlib.backends.backend_agg import RendererAgg
+    from matplotlib.font_manager import FontProperties
+
+    from lectures.widgets.explorer import _label_size
+
+    prop = FontProperties(size=10)
+    seen = set()
+    for size in (10, 10, 14, 10, 7):
+        prop.set_size(size)
+        w, h, _ = RendererAgg(8, 8, 100).get_text_width_height_descent("0.0001", prop, False)
+        assert _label_size("0.0001", prop, 100) == (w, h), size
+        seen.add((w, h))
+    assert len(seen) == 3  # three sizes, three measurements
