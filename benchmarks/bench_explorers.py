@@ -1,7 +1,8 @@
 """How long each notebook explorer takes to redraw after one control changes (kernel time).
 
-Every ``*_explorer`` function of ``lectures/widgets/lecture*.py`` is built with its defaults; then
-each of its controls is moved one step (the next menu entry, one slider step, the checkbox
+Every ``*_explorer`` function of ``lectures/widgets/lecture*.py`` is built with its defaults and
+its first figure rendered (as a kernel shows it when the explorer is built); then each of its
+controls is moved one step (the next menu entry, one slider step, the checkbox
 toggled) a few times, and the time from the change to a finished PNG (compute, draw and the
 inline backend's rendering) is recorded twice: as wall time and as this process's CPU time
 (``time.process_time``), which is what the kernel spends and what other programs on a loaded
@@ -142,6 +143,7 @@ def main(argv=None) -> int:
             ex = fn(model_lab())
         else:
             ex = fn()
+        rendered(ex)  # in a kernel the constructor shows its first figure (Explorer.update)
         plt.close("all")
         times = {c: redraw_seconds(ex, c, args.repeats) for c in ex.controls}
         times = {c: t for c, t in times.items() if t}

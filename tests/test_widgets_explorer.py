@@ -153,3 +153,66 @@ def test_explorer_figure_builds_a_new_figure_for_other_arguments():
     assert again is fig and ax_again is ax
     other, axes = explorer_figure(fig, (4, 3), 1, 2)
     assert other is not fig and len(axes) == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Layout reuse: an end tick label that the neighbouring axis' labels cover does not make the
+# layout solver run again, and a layout seen before is reused; either way the PNG is what a
+# fresh figure of the state shows once its constrained layout has settled.
+# ---------------------------------------------------------------------------------------------
+def _draw_shifted(s, fig=None):
+    from lectures.widgets.explorer import explorer_figure
+
+    fig, ax = explorer_figure(fig, (4, 3))
+    ax.plot([s["lo"], 10], [0, s["top"]], label="line")
+    ax.set_xlim(s["lo"], 10)  # the label "0" sits a little inside the left end
+    ax.set(title="shifted", xlabel="x", ylabel="y")
+    ax.legend()
+    return fig
+
+
+def test_covered_end_labels_and_layouts_seen_before_skip_the_solver(monkeypatch):
+    import io
+
+    import numpy as np
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
+    from PIL import Image
+
+    runs = []
+    solve = ConstrainedLayoutEngine.execute
+    monkeypatch.setattr(ConstrainedLayoutEngine, "execute",
+                        lambda self, fig: (runs.append(1), solve(self, fig))[1])
+    lo = widgets.FloatSlider(value=-0.05, min=-1.0, max=0.0, step=0.05)
+    top = widgets.Dropdown(options=[1000, 10], value=1000)
+    e = Explorer("t", {"lo": lo, "top": top}, lambda lo, top: {"lo": lo, "top": top},
+                 _draw_shifted)
+    expected = []
+    for lo_value, top_value in ((-0.05, 1000), (-0.1, 1000), (-0.15, 1000), (-0.15, 10),
+                                (-0.15, 1000), (-0.15, 10)):
+        lo.value, top.value = lo_value, top_value
+        png = np.asarray(Image.open(io.BytesIO(e.png())).convert("RGBA"))
+        expected.append(len(runs))
+        fresh = _draw_shifted(e.state)
+        assert (png == _settled_pixels(fresh)).all(), (lo_value, top_value)
+        del runs[expected[-1]:]  # the oracle's own solves do not count
+    # One solve for the first figure and one for the narrower y labels ("10"); the "0" moving
+    # towards the left end (covered by "1000") and the return to either state solve nothing.
+    assert expected == [1, 1, 1, 2, 2, 2]
+
+
+def test_label_sizes_are_remembered_per_font_state():
+    """The layout key's label measurements are cached; a font changed in place is measured
+    again (the oracle: a fresh renderer's measurement of the same label in the same font)."""
+    from matplotlib.backends.backend_agg import RendererAgg
+    from matplotlib.font_manager import FontProperties
+
+    from lectures.widgets.explorer import _label_size
+
+    prop = FontProperties(size=10)
+    seen = set()
+    for size in (10, 10, 14, 10, 7):
+        prop.set_size(size)
+        w, h, _ = RendererAgg(8, 8, 100).get_text_width_height_descent("0.0001", prop, False)
+        assert _label_size("0.0001", prop, 100) == (w, h), size
+        seen.add((w, h))
+    assert len(seen) == 3  # three sizes, three measurements
