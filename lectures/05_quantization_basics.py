@@ -37,7 +37,7 @@ from console import print_header, print_observations, print_table, print_title, 
 from console.i18n import N_
 from lectures.i18n import domain
 from numfmt import (FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E5M2, FloatFormat, block_quantize,
-                    int_range, mx_quantize, nvfp4_quantize, quantize_int, rel_error, sqnr_db,
+                    clip_sweep, int_range, mx_quantize, nvfp4_quantize, quantize_int, rel_error, sqnr_db,
                     tensor_scaled)
 
 _ = domain("lecture05").gettext
@@ -233,8 +233,10 @@ FLAT = 0.002  # clip ratios whose error is within 0.2 % (relative) of the best c
 
 
 def clip_curve(z: np.ndarray, bits: int = 4, clips=CLIPS) -> list:
-    """Relative error of symmetric per-tensor INT``bits`` of ``z`` for each clip ratio."""
-    return [rel_error(quantize_int(z, bits, clip=c)[0], z) for c in clips]
+    """Relative error of symmetric per-tensor INT``bits`` of ``z`` for each clip ratio:
+    ``rel_error(quantize_int(z, bits, clip=c).values, z)`` for each c, computed by
+    :func:`numfmt.clip_sweep` (the same floats, in one pass over ``z`` per chunk)."""
+    return clip_sweep(z, bits, clips)
 
 
 DISTRIBUTIONS = ("Gaussian", "Laplace", "Student-t")

@@ -10,8 +10,8 @@ from numfmt import formats as _formats
 from numfmt.blocks import (MX_ELEMENTS, SCALE_BITS, SCALE_RULES, BlockQuantized, block_quantize,
                            e8m0_exponent, mx_quantize, nvfp4_quantize, tensor_scaled)
 from numfmt.formats import *  # noqa: F401,F403  -- FloatFormat, every format, FORMATS
-from numfmt.intquant import (IntQuantized, dequantize_affine, int_range, quantize_affine,
-                             quantize_int)
+from numfmt.intquant import (IntQuantized, clip_sweep, dequantize_affine, int_range,
+                             quantize_affine, quantize_int)
 from numfmt.metrics import rel_error, sqnr_db
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "MX_ELEMENTS", "SCALE_BITS", "SCALE_RULES", "BlockQuantized", "block_quantize", "e8m0_exponent",
     "mx_quantize", "nvfp4_quantize", "tensor_scaled",
     "IntQuantized", "dequantize_affine", "int_range", "quantize_affine", "quantize_int",
+    "clip_sweep",
     "rel_error", "sqnr_db",
 ]
 

@@ -18,11 +18,12 @@ from typing import NamedTuple
 import numpy as np
 
 from numfmt._chunks import absmax_rows, rows_per_chunk
+from numfmt.metrics import _CHUNK, rel_error
 from numfmt._validate import (as_calibration_array, as_integer_array, as_real_array, check_block,
                               check_bool, check_clip, check_code_range)
 
 __all__ = ["GRANULARITIES", "IntQuantized", "int_range", "grouped_view_shape",
-           "quantize_affine", "dequantize_affine", "quantize_int"]
+           "quantize_affine", "dequantize_affine", "quantize_int", "clip_sweep"]
 
 GRANULARITIES = ("tensor", "channel", "group")
 MIN_BITS, MAX_BITS = 2, 16
@@ -302,3 +303,73 @@ def quantize_int(x, bits: int, symmetric: bool = True, granularity: str = "tenso
         q *= s_rows[sl]
     q = values
     return IntQuantized(q.reshape(shape), codes.reshape(shape), scale, zero_point)
+
+
+def clip_sweep(x, bits: int, clips) -> list:
+    """Relative error of symmetric per-tensor INT``bits`` of ``x`` at each clip ratio.
+
+    ``clip_sweep(x, bits, clips)[i] == rel_error(quantize_int(x, bits, clip=clips[i]).values, x)``
+    bit for bit: the U-curve of error against clip ratio. One call per ratio checks ``x`` and
+    finds its maximum and energy again (about 21 passes over ``x`` per ratio); here they are
+    found once, and each chunk of 2^16 values is quantized at every ratio while it is in
+    cache, with quantize_int's operations (divide by ``amax * (c / qmax)``, round half to
+    even, clamp, multiply) and rel_error's sums (the same chunks, in the same order), so every
+    float is the same. Inputs off that path (not a finite, non-empty float64 array; a ratio
+    that is not a float in (0, 1]; a scale or a sum below float64's normal range, where
+    numfmt takes its careful path) are computed one ratio at a time as above, which also
+    raises their errors.
+
+    Parameters
+    ----------
+    x : array_like of real numbers, any shape, non-empty and finite
+    bits : int in [2, 16]
+    clips : sequence of float in (0, 1], the fractions of max|x| kept
+
+    Returns
+    -------
+    list of float: ``||Q_c(x) - x|| / ||x||`` (fractions), one per clip ratio, in order.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`quantize_int` and :func:`numfmt.rel_error` (bad ``bits``, a clip ratio
+        outside (0, 1], an empty, non-finite or all-zero ``x``).
+
+    References
+    ----------
+    Clipping against rounding error: Banner et al., "Post-training 4-bit quantization of
+    convolution networks for rapid deployment", NeurIPS 2019, section 3.
+    """
+    clips = tuple(clips)
+
+    def one_at_a_time(ratios):
+        return [rel_error(quantize_int(x, bits, clip=c).values, x) for c in ratios]
+
+    a = np.asarray(x) if isinstance(x, np.ndarray) else None
+    _, qmax = int_range(bits)
+    if (a is None or a.dtype != np.float64 or a.size == 0 or not clips
+            or not all(isinstance(c, (float, np.floating)) and 0 < c <= 1 for c in clips)
+            or not np.isfinite(a).all()):
+        return one_at_a_time(clips)
+    flat = a.ravel()
+    amax = np.abs(flat).max(keepdims=True)                 # (1,), as quantize_int's
+    scales = [amax * (c / qmax) for c in clips]
+    signal = float(np.einsum("i,i->", flat, flat))
+    if not (np.isfinite(signal) and signal >= _TINY and all(sc[0] >= _TINY for sc in scales)):
+        return one_at_a_time(clips)
+    noise = [0.0] * len(clips)
+    buf = np.empty(min(_CHUNK, flat.size))
+    for i in range(0, flat.size, _CHUNK):
+        xc = flat[i:i + _CHUNK]
+        b = buf[:xc.size]
+        for j, sc in enumerate(scales):
+            with np.errstate(over="ignore"):  # as quantize_int: a tiny clip past float64 clamps
+                np.divide(xc, sc, out=b)
+            np.rint(b, out=b)
+            np.maximum(b, -qmax, out=b)
+            np.minimum(b, qmax, out=b)
+            b *= sc
+            b -= xc                                        # Q(x) - x, as rel_error takes it
+            noise[j] += float(np.einsum("i,i->", b, b))
+    return [float(np.sqrt(nz / signal)) if np.isfinite(nz) and nz >= _TINY
+            else one_at_a_time((c,))[0] for nz, c in zip(noise, clips)]

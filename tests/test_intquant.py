@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from numfmt import dequantize_affine, int_range, quantize_affine, quantize_int
+from numfmt import (clip_sweep, dequantize_affine, int_range, quantize_affine, quantize_int,
+                    rel_error)
 
 
 def test_ties_round_half_to_even_at_scale_half():
@@ -280,3 +281,52 @@ def test_the_tiny_tensor_hypothesis_found_is_refused_with_the_scale_message():
     # 2^-1022 with 2 bits, asymmetric: scale 2^-1022 / 3 is a float64 subnormal.
     with pytest.raises(ValueError, match="below float64's smallest normal"):
         quantize_int(np.array([2.0**-1022]), 2, symmetric=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# clip_sweep: the U-curve of error against clip ratio in one pass
+# ---------------------------------------------------------------------------------------------
+CLIPS = tuple(np.geomspace(0.005, 1.0, 32))
+
+
+def _hand_int(z, bits, clip):
+    """Symmetric per-tensor INTb written out: scale = clip * amax / qmax, round half even, clamp."""
+    qmax = 2 ** (bits - 1) - 1
+    s = clip * np.abs(z).max() / qmax
+    return np.clip(np.rint(z / s), -qmax, qmax) * s
+
+
+@pytest.mark.parametrize("n", [1 << 18, 3 * (1 << 16) + 5, 1000])
+def test_clip_sweep_is_quantize_int_then_rel_error_bit_for_bit(n):
+    """The oracle is one quantize_int and one rel_error per ratio (another path through numfmt:
+    its own checks, chunking and sums); a quantizer written here checks both to rounding (its
+    scale is c * amax / qmax, not amax * (c / qmax), so the last bits may differ). n spans one
+    chunk, a partial last chunk, and less than a chunk."""
+    rng = np.random.default_rng(7)
+    for z in (rng.standard_t(2.5, n), rng.laplace(size=n) * 3e-3):
+        for bits in range(2, 9):
+            sweep = clip_sweep(z, bits, CLIPS)
+            assert sweep == [rel_error(quantize_int(z, bits, clip=c).values, z) for c in CLIPS]
+            hand = [np.linalg.norm(_hand_int(z, bits, c) - z) / np.linalg.norm(z) for c in CLIPS]
+            np.testing.assert_allclose(sweep, hand, rtol=1e-9)
+
+
+def test_clip_sweep_off_its_path_answers_as_quantize_int_and_rel_error():
+    z = np.random.default_rng(3).standard_normal(4096)
+    # float32, a 2-D array, squares in the subnormal range (numfmt's careful path), a list,
+    # an integer clip ratio, and a tiny clip ratio whose x / scale overflows float64
+    for x, clips in ((z.astype(np.float32), (1.0, 0.3)), (z.reshape(64, 64), (1.0, 0.3)),
+                     (z * 1e-160, (1.0, 0.3)), (list(z[:64]), (1.0, 0.5)), (z, (1, 0.5)),
+                     (z * 10, (3e-308, 1.0))):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            got = clip_sweep(x, 4, clips)
+        assert got == [rel_error(quantize_int(x, 4, clip=c).values, x) for c in clips]
+    with pytest.raises(ValueError, match="clip"):
+        clip_sweep(z, 4, (1.5,))
+    with pytest.raises(ValueError, match="all zero"):
+        clip_sweep(np.zeros(1024), 4, (1.0,))
+    with pytest.raises(ValueError, match="bits"):
+        clip_sweep(z, 1, (1.0,))
+    with pytest.raises(ValueError):
+        clip_sweep(np.array([1.0, np.nan]), 4, (1.0,))

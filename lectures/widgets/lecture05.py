@@ -102,63 +102,6 @@ def db_per_bit_intercept(sqnr, from_bits: int = 4) -> float:
     return float(np.mean([s - DB_PER_BIT * b for b, s in pts]))
 
 
-_CHUNK = 1 << 16                              #: numfmt's chunk (quantize_int, rel_error)
-_TINY = float(np.finfo(np.float64).tiny)
-
-
-def clip_curve_fast(z, bits: int, clips) -> list:
-    """``L.clip_curve(z, bits, clips)``, bit for bit, in one pass over ``z`` per 2^16 values.
-
-    ``L.clip_curve`` calls ``numfmt.quantize_int`` and ``numfmt.rel_error`` once per clip
-    ratio, and each call checks ``z``, finds its maximum and its energy again (about 21 passes
-    over ``z`` per ratio). Here those are found once, and each chunk of 2^16 values is
-    quantized at every ratio while it is in cache, with quantize_int's operations (divide by
-    ``amax * (c / qmax)``, round half to even, clamp, multiply) and rel_error's sums (the
-    same chunks, in the same order), so every float is the same. Anything off that path (not
-    a finite non-empty float64 array, a clip ratio outside (0, 1], a scale or sum below
-    float64's normal range, where numfmt takes its careful path) is handed to
-    ``L.clip_curve``, which also raises numfmt's errors.
-
-    Parameters
-    ----------
-    z : ndarray of float64, any shape
-    bits : int in [2, 16]
-    clips : sequence of float in (0, 1]
-
-    Returns
-    -------
-    list of float, relative errors (fractions), one per clip ratio.
-    """
-    x = np.asarray(z)
-    clips = tuple(clips)
-    if (x.dtype != np.float64 or x.size == 0 or not clips
-            or not all(isinstance(c, (float, np.floating)) and 0 < c <= 1 for c in clips)
-            or not np.isfinite(x).all()):
-        return L.clip_curve(z, bits, clips)
-    x = x.ravel()
-    _, qmax = int_range(bits)
-    amax = np.abs(x).max(keepdims=True)                   # (1,), as quantize_int's
-    scales = [amax * (c / qmax) for c in clips]
-    signal = float(np.einsum("i,i->", x, x))
-    if not (np.isfinite(signal) and signal >= _TINY and all(s[0] >= _TINY for s in scales)):
-        return L.clip_curve(z, bits, clips)
-    noise = [0.0] * len(clips)
-    buf = np.empty(min(_CHUNK, x.size))
-    for i in range(0, x.size, _CHUNK):
-        xc = x[i:i + _CHUNK]
-        b = buf[:xc.size]
-        for j, s in enumerate(scales):
-            np.divide(xc, s, out=b)
-            np.rint(b, out=b)
-            np.maximum(b, -qmax, out=b)
-            np.minimum(b, qmax, out=b)
-            b *= s
-            b -= xc                                      # q - x
-            noise[j] += float(np.einsum("i,i->", b, b))
-    return [float(np.sqrt(nz / signal)) if np.isfinite(nz) and nz >= _TINY
-            else L.clip_curve(z, bits, (c,))[0] for nz, c in zip(noise, clips)]
-
-
 _plain_log = plain_log_ticks
 
 
@@ -281,7 +224,7 @@ def clip_explorer(n: int = CLIP_SAMPLE, seed: int = 0) -> Explorer:
     # at the default size), so that choosing a distribution or bits only redraws; a fresh
     # draw (another ν) is computed when it is asked for.
     bit_range = range(controls["bits"].min, controls["bits"].max + 1)
-    demo_curves = {(d, b): clip_curve_fast(z, b, CLIP_GRID) for d, z in demo.items()
+    demo_curves = {(d, b): L.clip_curve(z, b, CLIP_GRID) for d, z in demo.items()
                    for b in bit_range}
     for z in demo.values():
         histogram(z)
@@ -292,7 +235,7 @@ def clip_explorer(n: int = CLIP_SAMPLE, seed: int = 0) -> Explorer:
             z, source = demo[distribution], "demo 2"
             curve = demo_curves.get((distribution, bits))
             if curve is None:  # a bit width outside the slider, set from code
-                curve = clip_curve_fast(z, bits, CLIP_GRID)
+                curve = L.clip_curve(z, bits, CLIP_GRID)
         else:
             source = "fresh draw"
             if (distribution, nu) not in draws:
@@ -306,7 +249,7 @@ def clip_explorer(n: int = CLIP_SAMPLE, seed: int = 0) -> Explorer:
             if key not in fresh:
                 if len(fresh) >= 16:
                     fresh.clear()
-                fresh[key] = clip_curve_fast(z, bits, CLIP_GRID)
+                fresh[key] = L.clip_curve(z, bits, CLIP_GRID)
             curve = fresh[key]
         hist = histogram(z)
         i = int(np.argmin(curve))
