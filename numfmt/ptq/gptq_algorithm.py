@@ -35,7 +35,7 @@ from numfmt.packing.gptq import act_order_permutation, group_index
 
 from ._checks import as_matrix, check_bool, check_positive_int
 
-__all__ = ["GPTQResult", "gptq", "hessian", "rtn"]
+__all__ = ["GPTQResult", "gptq", "hessian", "rtn", "rtn_values"]
 
 #: Columns whose rank-1 updates are applied one by one inside a lazy batch (an inner batch;
 #: any value gives the same result up to float rounding, as ``block_size`` does).
@@ -346,6 +346,103 @@ def rtn(weight, bits: int = 4, group_size: int | None = None, symmetric: bool = 
     perm = np.arange(cols)
     return GPTQResult(deq, codes, np.concatenate(scales, axis=1),
                       np.concatenate(zeros, axis=1), perm, _group_index(perm, group))
+
+
+def rtn_values(weight, bits: int = 4, group_size: int | None = None, symmetric: bool = True,
+               partial_last_group: bool = False) -> np.ndarray:
+    """``rtn(...).weight`` alone: the dequantized weights, bit for bit, without the codes.
+
+    For searches that quantize the same weight many times and keep only the dequantized
+    values (AWQ's, :func:`numfmt.ptq.awq_search`): it skips the integer codes and the zero
+    point's round trip, and the clamp where no element of a group can leave the grid.
+
+    Parameters
+    ----------
+    weight, bits, group_size, symmetric, partial_last_group
+        As :func:`rtn`.
+
+    Returns
+    -------
+    ndarray of float64, shape (out, in): equal to ``rtn(weight, ...).weight`` in every bit
+    (the sign of zeros included).
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`rtn`.
+    """
+    w = as_matrix(weight, "weight")
+    rows, cols = w.shape
+    int_range(bits, symmetric=check_bool(symmetric, "symmetric"))
+    group = _check_group(cols, group_size, partial_last_group)
+    deq = np.empty_like(w)
+    full = cols // group * group
+    if full:
+        _round_group_values(w[:, :full], group, bits, symmetric, deq[:, :full])
+    if full < cols:
+        _round_group_values(w[:, full:], cols - full, bits, symmetric, deq[:, full:])
+    return deq
+
+
+def _pairwise(v: np.ndarray, op) -> np.ndarray:
+    """``op.reduce(v, axis=-1, keepdims=True)`` by halving the last axis while it is even:
+    numpy reduces a short last axis slowly, and min and max do not depend on the order
+    (up to the sign of a zero, which the callers' results do not depend on)."""
+    while v.shape[-1] > 1 and v.shape[-1] % 2 == 0:
+        v = op(v[..., 0::2], v[..., 1::2])
+    return v if v.shape[-1] == 1 else op.reduce(v, axis=-1, keepdims=True)
+
+
+def _round_group_values(x, g, bits, symmetric, values):
+    """:func:`_round_groups`'s ``values`` alone, bit for bit, written into ``values``.
+
+    The steps that change nothing are left out, exactly: with integers in float64,
+    ``clip(r + z, qmin, qmax) - z`` is ``r`` wherever it is not clamped; division by a
+    positive scale and rint are monotone, so no element of a group is clamped when its
+    minimum and maximum are not, and the clamp runs only on chunks where one is. Adding
+    +0.0 at the end turns -0.0 into +0.0 as ``(r + z) - z`` does on the asymmetric grid.
+    """
+    from numfmt._chunks import rows_per_chunk
+    from numfmt.intquant import _affine_scale, _check_calibrated_scale
+    qmin, qmax = int_range(bits, symmetric)
+    rows, k = x.shape
+    step = rows_per_chunk(k)
+    reduce = ((lambda v, op: op.reduce(v, axis=-1, keepdims=True)) if g >= 64 else _pairwise)
+    for i in range(0, rows, step):
+        v = x[i:i + step].reshape(-1, k // g, g)          # (r, G, g)
+        mn, mx = reduce(v, np.minimum), reduce(v, np.maximum)
+        if symmetric:
+            amax = np.maximum(mx, -mn)
+            s = amax * (1.0 / qmax)
+            _check_calibrated_scale(s, amax > 0, 1.0)
+            s[s == 0] = 1.0
+            z = 0.0
+        else:
+            lo, hi = np.minimum(mn, 0.0) * 1.0, np.maximum(mx, 0.0) * 1.0
+            s = _affine_scale(lo, hi, qmax)
+            _check_calibrated_scale(s, (mn != 0) | (mx != 0), 1.0)
+            s[s == 0] = 1.0
+            z = np.clip(np.rint(-lo / s), qmin, qmax).astype(np.int64)
+            with np.errstate(over="ignore"):
+                ends = np.abs(np.concatenate([(qmin - z) * s, (qmax - z) * s], axis=-1))
+            if not np.isfinite(ends).all():
+                raise ValueError("the asymmetric grid over x's range reaches beyond float64's "
+                                 "range (an end of the grid is "
+                                 f"{float(ends.max()):.6g}); scale x down or quantize it "
+                                 "symmetrically")
+            z = z.astype(np.float64)
+        q = np.empty(v.shape)
+        with np.errstate(over="ignore"):
+            np.divide(v, s, out=q)
+            r_lo, r_hi = np.rint(mn / s) + z, np.rint(mx / s) + z
+        np.rint(q, out=q)
+        if (r_lo < qmin).any() or (r_hi > qmax).any():
+            np.clip(q, qmin - z, qmax - z, out=q)
+        q *= s
+        if symmetric:
+            values[i:i + step] = q.reshape(-1, k)
+        else:
+            np.add(q.reshape(-1, k), 0.0, out=values[i:i + step])
 
 
 def _round_groups(x, g, bits, symmetric, values, codes):
