@@ -1,19 +1,20 @@
 """Lecture 09 (PTQ algorithms), demo by demo: where its CPU time goes.
 
-Runs the lecture's demos in this process as main() runs them (the full workload, or --quick's),
-each in CPU seconds (process time, all threads) and wall seconds, then a breakdown of the
-real-model demos by the functions they spend it in: every call of GPTQ, AWQ's search,
-round-to-nearest and the Hessians is timed in the thread that runs it (time.thread_time, so the
-two quantizing threads add up), the perplexities in process time (they run alone, on torch's
-threads). On a shared machine the CPU seconds are the figure to compare; the load average is
-printed before and after.
+Runs the lecture's main() in this process (the full workload, or --quick's; its output goes to
+--output, to diff against a plain run) and times each demo in CPU seconds (process time, all
+threads), then breaks the real-model demos down by the functions they spend it in: every call
+of GPTQ, AWQ's search, round-to-nearest and the Hessians is timed in the thread that runs it
+(time.thread_time, so the two quantizing threads add up), the perplexities and the weight
+maps in process time (they run alone, on several threads). On a shared machine the CPU
+seconds are the figure to compare; the load average is printed before and after.
 
-Run:  python benchmarks/bench_lecture09.py [--quick]
+Run:  python benchmarks/bench_lecture09.py [--quick] [--output FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import importlib
 import os
@@ -52,49 +53,46 @@ class Tally:
         return timed
 
 
+DEMOS = (("demo1_output_error", "demo 1: synthetic layer"),
+         ("load_model", "load the model, reference perplexity"),
+         ("demo2_gptq", "demo 2: GPTQ"), ("demo3_awq", "demo 3: AWQ"),
+         ("demo4_activations", "demo 4: SmoothQuant, rotation, LLM.int8()"),
+         ("demo5_calibration", "demo 5: calibrators"), ("demo6_summary", "demo 6: summary"))
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the tests' workload")
+    parser.add_argument("--output", default=os.devnull,
+                        help="file for the lecture's own output (to diff against a plain run)")
     args = parser.parse_args(argv)
     import torch
     print(f"Before: {load_avg()}; torch threads {torch.get_num_threads()}")
     lec = importlib.import_module("lectures.09_ptq_algorithms")
-    tally = Tally()
-    # functions are looked up in the lecture's namespace at call time: wrap them there
+    tally, steps = Tally(), Tally()
+    # main() looks every function up in the lecture's namespace when it calls it: wrapped
+    # there, each call is timed and the lecture runs (and prints) exactly as it does alone
     for name in ("gptq", "hessian", "awq_search", "weight_rtn"):
         setattr(lec, name, tally.wrap(name, getattr(lec, name)))
-    lec.ppl = tally.wrap("ppl", lec.ppl, clock=time.process_time)
-    lec._first_layer_inputs = tally.wrap("first-layer inputs", lec._first_layer_inputs,
-                                         clock=time.process_time)
-    rows, total = [], [0.0, 0.0]
-
-    def timed(name, fn, *a, **kw):
-        c, w = time.process_time(), time.perf_counter()
-        out = fn(*a, **kw)
-        c, w = time.process_time() - c, time.perf_counter() - w
-        rows.append([name, f"{c:.1f}", f"{w:.1f}"])
-        total[0] += c
-        total[1] += w
-        return out
-
-    timed("demo 1: synthetic layer", lec.demo1_output_error)
-    m = timed("load the model, reference perplexity", lec.load_model,
-              workload=lec.QUICK if args.quick else lec.FULL)
-    g = timed("demo 2: GPTQ", lec.demo2_gptq, m)
-    a = timed("demo 3: AWQ", lec.demo3_awq, m, g)
-    d4 = timed("demo 4: SmoothQuant, rotation, LLM.int8()", lec.demo4_activations, m)
-    timed("demo 5: calibrators", lec.demo5_calibration, m,
-          dynamic_per_tensor=d4.smooth_ppl[None])
-    timed("demo 6: summary", lec.demo6_summary, m, g, a)
-    rows.append(["total", f"{total[0]:.1f}", f"{total[1]:.1f}"])
+    for name in ("ppl", "_first_layer_inputs", "map_weights"):
+        setattr(lec, name, tally.wrap(name, getattr(lec, name), clock=time.process_time))
+    for name, _ in DEMOS:
+        setattr(lec, name, steps.wrap(name, getattr(lec, name), clock=time.process_time))
+    c, w = time.process_time(), time.perf_counter()
+    with open(args.output, "w", encoding="utf-8") as out, contextlib.redirect_stdout(out):
+        lec.main(["--quick"] if args.quick else [])
+    c, w = time.process_time() - c, time.perf_counter() - w
+    rows = [[title, f"{steps.seconds[name]:.1f}"] for name, title in DEMOS]
+    rows.append(["total (and wall s)", f"{c:.1f} ({w:.1f} wall)"])
     print_header("Lecture 09, demo by demo (" + ("--quick" if args.quick else "full")
-                 + " workload, warm cache)")
-    print_table(["step", "CPU s", "wall s"], rows)
-    print_header("Inside the demos (CPU s of the calls, summed over threads)")
+                 + " workload, warm cache; CPU s, all threads)")
+    print_table(["step", "CPU s"], rows)
+    print_header("Inside the demos (CPU s of the calls)")
     print_table(["function", "calls", "CPU s"],
                 [[n, str(tally.calls[n]), f"{s:.1f}"] for n, s in tally.seconds.items()])
-    print("(weight_rtn includes the calls inside awq_search; ppl includes its activation "
-          "quantizers)")
+    print("gptq, hessian, awq_search and weight_rtn in the threads that ran them (summed); "
+          "weight_rtn includes its calls inside awq_search and map_weights; ppl includes its "
+          "activation quantizers; the rest in process time.")
     print(f"After: {load_avg()}")
 
 
