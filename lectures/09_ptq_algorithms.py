@@ -623,24 +623,13 @@ def _linear_stats(m: Model) -> dict:
             llm.capture_linear_inputs(m.ck.model, m.calib_windows).items()}
 
 
-def _f64(x):
-    """A (tokens, in) activation (torch tensor or array) as a float64 torch tensor."""
-    import torch
-    return torch.as_tensor(x).double()
-
-
-# The activation quantizers run on every linear's input in every forward pass: they use
-# numfmt.torch, numfmt's twin on torch (bit for bit the same values, tests/test_torch_numfmt.py),
-# which runs on torch's threads and skips the copies to and from numpy.
 def _per_tensor(x, bits: int = 8):
-    """Dynamic per-tensor symmetric INT``bits`` of a (tokens, in) activation, float64 tensor."""
-    import numfmt.torch as nt
-    return nt.quantize_int(_f64(x), bits).values
+    """Dynamic per-tensor symmetric INT``bits`` of a (tokens, in) float32 tensor."""
+    return quantize_int(np.asarray(x, np.float64), bits).values
 
 
 def _per_token(x, bits: int):
-    import numfmt.torch as nt
-    return nt.quantize_int(_f64(x), bits, granularity="channel").values
+    return quantize_int(np.asarray(x, np.float64), bits, granularity="channel").values
 
 
 def _group_head(name: str) -> str:
@@ -682,13 +671,8 @@ def w8a8_smoothquant(m: Model, stats: dict, weights: dict, alpha: float | None) 
     wq = map_weights(lambda n, w: quantize_int(w * s[n], 8, granularity="channel").values / s[n],
                      weights)
 
-    st = {}                           # s as float64 tensors, one per distinct s
-
     def act(x, name):
-        t = st.get(name)
-        if t is None:
-            t = st[name] = _f64(s[name])
-        return _per_tensor(_f64(x) / t) * t
+        return _per_tensor(np.asarray(x, np.float64) / s[name]) * s[name]
 
     return ppl(m, wq, act)
 
@@ -715,7 +699,7 @@ def w4a4(m: Model, weights: dict, rotated: bool, group: int = 32) -> float:
     (dynamic activation scales per token and group). ``rotated``: every linear's input is
     multiplied online by a Hadamard matrix H and its weight fused with it (W·H), so the
     quantized layer computes Q(x·H)·Q(W·H)ᵀ, equal to x·Wᵀ before rounding."""
-    import numfmt.torch as nt
+    import torch
     wq = {}
     # the linears of one kind (q_proj, ..., down_proj) across all layers, stacked by rows:
     # one fused rotation (and one orthogonality check of H) per kind instead of per linear;
@@ -737,7 +721,8 @@ def w4a4(m: Model, weights: dict, rotated: bool, group: int = 32) -> float:
 
     def act(x, name):
         xr = rotate(x, x.shape[-1]) if rotated else x
-        q = nt.quantize_int(xr.double(), 4, True, "group", group).values.to(x.dtype)
+        q = torch.as_tensor(quantize_int(xr.double().numpy(), 4, True, "group", group).values,
+                            dtype=x.dtype)
         return rotate(q, x.shape[-1], transpose=True) if rotated else q
 
     return ppl(m, wq, act)
@@ -858,7 +843,6 @@ def demo5_calibration(m: Model, tokens: int = 512,
     ``dynamic_per_tensor``: the perplexity with dynamic per-tensor scales when already
     measured: demo 4's W8A8 without smoothing is that very model (s = 1 leaves its weights
     and activations bit for bit as here)."""
-    import torch
     llm = harness()
     weights = float_weights(m)
     wq = map_weights(lambda n, w: quantize_int(w, 8, granularity="channel").values, weights)
@@ -874,8 +858,7 @@ def demo5_calibration(m: Model, tokens: int = 512,
         def act(x, name, clips=clips):
             t = clips[_group_head(name)]
             scale = t / 127
-            # numfmt.quantize_affine's steps on torch: round half to even, clamp, scale
-            return torch.clamp(torch.round(_f64(x) / scale), -127, 127) * scale
+            return np.clip(np.rint(np.asarray(x, np.float64) / scale), -127, 127) * scale
 
         out[method] = ppl(m, wq, act)
     out["dynamic per-tensor"] = (ppl(m, wq, lambda x, n: _per_tensor(x))
