@@ -50,7 +50,7 @@ from console.i18n import N_
 from lectures.i18n import domain
 from numfmt import quantize_int, rel_error
 from numfmt.ptq import (awq_search, calibrate_kl, calibrate_mse, calibrate_percentile,
-                        fuse_rotation, gptq, hadamard, hessian, llm_int8_matmul, rtn,
+                        fuse_rotation, gptq, hadamard, hessian, llm_int8_matmul, rtn_values,
                         smoothquant_scales)
 
 _ = domain("lecture09").gettext
@@ -440,8 +440,9 @@ def calibrate_layers(m: Model, quantize_group, sequential: bool = True, desc: st
 
 def weight_rtn(w: np.ndarray, bits: int, group: int) -> np.ndarray:
     """Round-to-nearest, asymmetric, groups of ``group`` input columns (the last group of a
-    576-input linear holds 64 columns when group = 128: 576 = 4 · 128 + 64)."""
-    return rtn(w, bits, group, symmetric=False, partial_last_group=True).weight
+    576-input linear holds 64 columns when group = 128: 576 = 4 · 128 + 64): numfmt.ptq.rtn's
+    weights, through its values-only twin (AWQ's search calls this 14 times per layer group)."""
+    return rtn_values(w, bits, group, symmetric=False, partial_last_group=True)
 
 
 def map_weights(f, weights: dict) -> dict:

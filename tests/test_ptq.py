@@ -17,7 +17,7 @@ from numfmt.packing import (GPTQWeight, gptq_dequantize, gptq_pack_qweight, gptq
                             gptq_unpack_qweight, gptq_unpack_qzeros)
 from numfmt.ptq import (awq_search, calibrate_kl, calibrate_mse, calibrate_percentile,
                         fuse_rotation, gptq, hadamard, hadamard_orders, hessian, llm_int8_matmul,
-                        random_rotation, rtn, smoothquant_scales)
+                        random_rotation, rtn, rtn_values, smoothquant_scales)
 
 
 # ------------------------------------------------------------------------------ problems
@@ -134,6 +134,62 @@ def test_rtn_is_gptq_with_a_diagonal_hessian(symmetric, group):
                                       quantize_int(w, 4, symmetric, "group", group).values)
     with pytest.raises(ValueError, match="does not divide"):
         rtn(w, 4, 24)
+
+
+def _bits(a):
+    return np.ascontiguousarray(a, np.float64).view(np.int64)
+
+
+@pytest.mark.parametrize("bits", [2, 3, 4, 8])
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("group", [None, 8, 32, 128, 24])
+def test_rtn_values_is_quantize_int_bit_for_bit(bits, symmetric, group):
+    # every bit, the sign of zeros included, against numfmt.quantize_int per group (the last
+    # group of 24 over 160 columns holds 16, quantized on its own) and against rtn's weight;
+    # rows of zeros, of -0.0, all-positive and all-negative groups, and groups whose maximum
+    # rounds past the top of the asymmetric grid (a tie at -lo / s = 1.5) are among them
+    rng = np.random.default_rng(100 * bits + (group or 0))
+    cols = 160 if group == 24 else 256
+    w = rng.standard_t(5, (40, cols)) * 0.02
+    w[0] = 0.0
+    w[1] = -0.0
+    w[2] = np.abs(w[2])
+    w[3] = -np.abs(w[3])
+    w[4, ::3] = -0.0
+    w[5, :8] = np.linspace(-1.5, 13.5, 8) * 1e-3      # s = 1e-3, z = rint(1.5) = 2, 13.5 -> 14
+    w[6] = rng.standard_normal(cols) * 1e-300          # scales near the smallest normal
+    partial = group == 24
+    got = rtn_values(w, bits, group, symmetric, partial_last_group=partial)
+    np.testing.assert_array_equal(_bits(got), _bits(rtn(w, bits, group, symmetric,
+                                                        partial_last_group=partial).weight))
+    if group is None:
+        expect = quantize_int(w, bits, symmetric, "channel").values
+    else:
+        full = cols // group * group
+        expect = np.concatenate(
+            [quantize_int(w[:, :full], bits, symmetric, "group", group).values]
+            + ([quantize_int(w[:, full:], bits, symmetric, "channel").values]
+               if full < cols else []), axis=1)
+    np.testing.assert_array_equal(_bits(got), _bits(expect))
+
+
+def test_rtn_values_bad_input_as_rtn():
+    w = np.ones((4, 64))
+    for kwargs in ({"bits": 1}, {"group_size": 24}, {"group_size": 0}, {"symmetric": 1}):
+        args = {"bits": 4, **kwargs}
+        with pytest.raises((ValueError, TypeError)) as a:
+            rtn(w, **args)
+        with pytest.raises(a.type):
+            rtn_values(w, **args)
+    for bad in (np.full((4, 64), np.nan), np.ones(64)):
+        with pytest.raises(ValueError):
+            rtn_values(bad)
+    tiny = np.full((2, 64), 1e-320)                    # a scale below the smallest normal
+    with pytest.raises(ValueError, match="smallest normal"):
+        rtn_values(tiny, 4, 32)
+    huge = np.concatenate([np.full((1, 32), -1.7e308), np.full((1, 32), 1.7e308)], axis=1)
+    with pytest.raises(ValueError, match="beyond float64"):
+        rtn_values(huge, 4, None, symmetric=False)
 
 
 def test_gptq_dead_inputs_get_zero_weights():

@@ -35,7 +35,7 @@ from numfmt.packing.gptq import act_order_permutation, group_index
 
 from ._checks import as_matrix, check_bool, check_positive_int
 
-__all__ = ["GPTQResult", "gptq", "hessian", "rtn"]
+__all__ = ["GPTQResult", "gptq", "hessian", "rtn", "rtn_values"]
 
 #: Columns whose rank-1 updates are applied one by one inside a lazy batch (an inner batch;
 #: any value gives the same result up to float rounding, as ``block_size`` does).
@@ -95,13 +95,23 @@ def _check_hessian(h, k: int) -> np.ndarray:
     if h.shape != (k, k):
         raise ValueError(f"hessian must be (in, in) = ({k}, {k}) for a weight with {k} input "
                          f"columns, got shape {h.shape}")
-    asym = np.abs(h - h.T).max()
-    if asym > SYMMETRY_RTOL * np.abs(h).max():
+    asym, hmax = _max_asymmetry(h), np.abs(h).max()
+    if asym > SYMMETRY_RTOL * hmax:
         raise ValueError(f"hessian must be symmetric; max |H - H^T| = {asym:.3g} against "
-                         f"max |H| = {np.abs(h).max():.3g}")
+                         f"max |H| = {hmax:.3g}")
     if (np.diag(h) < 0).any():
         raise ValueError("hessian has a negative diagonal entry: it is not 2 X^T X / n")
     return h.copy()
+
+
+def _max_asymmetry(h: np.ndarray, rows: int = 256) -> float:
+    """``max |H - H^T|`` of a finite square matrix, from its upper triangle (the difference
+    is antisymmetric, so that half holds the maximum) a strip of ``rows`` rows at a time, so
+    that the transposed reads stay in cache: the same value as the whole difference."""
+    n, m = h.shape[0], 0.0
+    for i in range(0, n, rows):
+        m = max(m, float(np.abs(h[i:i + rows, i:] - h[i:, i:i + rows].T).max()))
+    return m
 
 
 def _inverse_cholesky_upper(h: np.ndarray) -> np.ndarray:
@@ -243,8 +253,9 @@ def gptq(weight, hessian, bits: int = 4, group_size: int | None = None, symmetri
     h[dead, dead] = 1.0
     w[:, dead] = 0.0
     perm = act_order_permutation(np.diag(h)) if act_order else np.arange(cols)
-    w = w[:, perm]
-    h = h[np.ix_(perm, perm)]
+    if act_order:                                          # (w and h are copies already)
+        w = w[:, perm]
+        h = h[np.ix_(perm, perm)]
     h[np.diag_indices(cols)] += damp * np.mean(np.diag(h))
     u = _inverse_cholesky_upper(h)                         # (in, in) upper
 
@@ -346,6 +357,103 @@ def rtn(weight, bits: int = 4, group_size: int | None = None, symmetric: bool = 
     perm = np.arange(cols)
     return GPTQResult(deq, codes, np.concatenate(scales, axis=1),
                       np.concatenate(zeros, axis=1), perm, _group_index(perm, group))
+
+
+def rtn_values(weight, bits: int = 4, group_size: int | None = None, symmetric: bool = True,
+               partial_last_group: bool = False) -> np.ndarray:
+    """``rtn(...).weight`` alone: the dequantized weights, bit for bit, without the codes.
+
+    For searches that quantize the same weight many times and keep only the dequantized
+    values (AWQ's, :func:`numfmt.ptq.awq_search`): it skips the integer codes and the zero
+    point's round trip, and the clamp where no element of a group can leave the grid.
+
+    Parameters
+    ----------
+    weight, bits, group_size, symmetric, partial_last_group
+        As :func:`rtn`.
+
+    Returns
+    -------
+    ndarray of float64, shape (out, in): equal to ``rtn(weight, ...).weight`` in every bit
+    (the sign of zeros included).
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`rtn`.
+    """
+    w = as_matrix(weight, "weight")
+    rows, cols = w.shape
+    int_range(bits, symmetric=check_bool(symmetric, "symmetric"))
+    group = _check_group(cols, group_size, partial_last_group)
+    deq = np.empty_like(w)
+    full = cols // group * group
+    if full:
+        _round_group_values(w[:, :full], group, bits, symmetric, deq[:, :full])
+    if full < cols:
+        _round_group_values(w[:, full:], cols - full, bits, symmetric, deq[:, full:])
+    return deq
+
+
+def _pairwise(v: np.ndarray, op) -> np.ndarray:
+    """``op.reduce(v, axis=-1, keepdims=True)`` by halving the last axis while it is even:
+    numpy reduces a short last axis slowly, and min and max do not depend on the order
+    (up to the sign of a zero, which the callers' results do not depend on)."""
+    while v.shape[-1] > 1 and v.shape[-1] % 2 == 0:
+        v = op(v[..., 0::2], v[..., 1::2])
+    return v if v.shape[-1] == 1 else op.reduce(v, axis=-1, keepdims=True)
+
+
+def _round_group_values(x, g, bits, symmetric, values):
+    """:func:`_round_groups`'s ``values`` alone, bit for bit, written into ``values``.
+
+    The steps that change nothing are left out, exactly: with integers in float64,
+    ``clip(r + z, qmin, qmax) - z`` is ``r`` wherever it is not clamped; division by a
+    positive scale and rint are monotone, so no element of a group is clamped when its
+    minimum and maximum are not, and the clamp runs only on chunks where one is. Adding
+    +0.0 at the end turns -0.0 into +0.0 as ``(r + z) - z`` does on the asymmetric grid.
+    """
+    from numfmt._chunks import rows_per_chunk
+    from numfmt.intquant import _affine_scale, _check_calibrated_scale
+    qmin, qmax = int_range(bits, symmetric)
+    rows, k = x.shape
+    step = rows_per_chunk(k)
+    reduce = ((lambda v, op: op.reduce(v, axis=-1, keepdims=True)) if g >= 64 else _pairwise)
+    for i in range(0, rows, step):
+        v = x[i:i + step].reshape(-1, k // g, g)          # (r, G, g)
+        mn, mx = reduce(v, np.minimum), reduce(v, np.maximum)
+        if symmetric:
+            amax = np.maximum(mx, -mn)
+            s = amax * (1.0 / qmax)
+            _check_calibrated_scale(s, amax > 0, 1.0)
+            s[s == 0] = 1.0
+            z = 0.0
+        else:
+            lo, hi = np.minimum(mn, 0.0) * 1.0, np.maximum(mx, 0.0) * 1.0
+            s = _affine_scale(lo, hi, qmax)
+            _check_calibrated_scale(s, (mn != 0) | (mx != 0), 1.0)
+            s[s == 0] = 1.0
+            z = np.clip(np.rint(-lo / s), qmin, qmax).astype(np.int64)
+            with np.errstate(over="ignore"):
+                ends = np.abs(np.concatenate([(qmin - z) * s, (qmax - z) * s], axis=-1))
+            if not np.isfinite(ends).all():
+                raise ValueError("the asymmetric grid over x's range reaches beyond float64's "
+                                 "range (an end of the grid is "
+                                 f"{float(ends.max()):.6g}); scale x down or quantize it "
+                                 "symmetrically")
+            z = z.astype(np.float64)
+        q = np.empty(v.shape)
+        with np.errstate(over="ignore"):
+            np.divide(v, s, out=q)
+            r_lo, r_hi = np.rint(mn / s) + z, np.rint(mx / s) + z
+        np.rint(q, out=q)
+        if (r_lo < qmin).any() or (r_hi > qmax).any():
+            np.clip(q, qmin - z, qmax - z, out=q)
+        q *= s
+        if symmetric:
+            values[i:i + step] = q.reshape(-1, k)
+        else:
+            np.add(q.reshape(-1, k), 0.0, out=values[i:i + step])
 
 
 def _round_groups(x, g, bits, symmetric, values, codes):
