@@ -284,10 +284,11 @@ def ppl(m: Model, weights: dict | None = None, inputs=None) -> float:
         if weights:
             stack.enter_context(llm.swapped_weights(m.ck.model, weights))
         if inputs is not None:
-            stack.enter_context(llm.quantized_inputs(m.ck.model, inputs))
+            stack.enter_context(llm.quantized_inputs(m.ck.model, inputs, threads=workers()))
         # All windows in one forward pass, as lecture 08's Lab.ppl: the same numbers as one
         # window at a time here (tests/test_lecture09.py), about half the CPU time; the
-        # activation hooks quantize each window of the batch on its own.
+        # activation hooks quantize each window of the batch on its own, the windows on
+        # torch's threads at once (the quantizers are numpy's, which release the GIL).
         return llm.perplexity(m.ck.model, m.eval_windows, batch_size=len(m.eval_windows))
 
 

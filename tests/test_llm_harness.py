@@ -463,6 +463,28 @@ def test_quantized_inputs_see_one_sequence_at_a_time(checkpoint, corpus):
         np.testing.assert_array_equal(out["x"][b].numpy(), fmt(calls[b], name).float().numpy())
 
 
+def test_quantized_inputs_on_threads_equal_one_thread(checkpoint, corpus):
+    """Windows quantized on two threads at once: the same NLL, bit for bit, as one after the
+    other, with a numpy quantizer (per-token INT8 through numfmt, as lecture 09's); and the
+    quantizer still sees every window alone, in order."""
+    import numfmt
+    model = checkpoint.model
+    windows = llm.eval_windows(corpus, 3, 40)
+
+    def per_token(x, name):
+        return numfmt.quantize_int(np.asarray(x, np.float64), 8, granularity="channel").values
+    with llm.quantized_inputs(model, per_token):
+        one = llm.window_nll(model, windows, batch_size=3)
+    with llm.quantized_inputs(model, per_token, threads=2):
+        two = llm.window_nll(model, windows, batch_size=3)
+    np.testing.assert_array_equal(one, two)
+    assert one[0] != llm.window_nll(model, windows[:1])[0]
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="threads"):
+            with llm.quantized_inputs(model, per_token, threads=bad):
+                pass
+
+
 def test_token_nll_is_the_float64_log_softmax_bit_for_bit():
     """Chunked rows change nothing: each row's log-softmax depends on that row alone. Oracle:
     torch's log_softmax on the whole float64 array, and the NLL written out in numpy."""

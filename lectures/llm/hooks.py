@@ -231,7 +231,8 @@ def quantized_weights(model, quantize: Callable, names=None):
 # Activations
 # ---------------------------------------------------------------------------------------------
 @contextlib.contextmanager
-def quantized_inputs(model, quantize: Callable, names=None, share: bool = True):
+def quantized_inputs(model, quantize: Callable, names=None, share: bool = True,
+                     threads: int = 1):
     """Within the block, the input x of each chosen linear is replaced by ``quantize(x, name)``.
 
     ``x`` is passed one sequence at a time, as float32 of shape (T, K), so a "channel"
@@ -241,17 +242,27 @@ def quantized_inputs(model, quantize: Callable, names=None, share: bool = True):
     linears of one layer that read the same tensor (q/k/v the attention input, gate/up the MLP
     input) reuse the first one's quantized copy: right whenever ``quantize`` depends only on
     the tensor and on statistics of it (which are then equal); pass ``share=False`` for a
-    quantizer that treats q, k and v differently.
+    quantizer that treats q, k and v differently. With ``threads`` > 1 the sequences of a
+    batch are quantized on that many threads at once (for numpy quantizers, which release the
+    GIL in their array operations while torch's own threads wait for the hook); each sequence
+    is still quantized on its own and the results are joined in order, so nothing changes but
+    the time. ``quantize`` must then be safe to call from several threads (numfmt's are).
 
     Raises
     ------
     ValueError
-        If a name is not a decoder linear.
+        If a name is not a decoder linear, or ``threads`` is not a positive integer.
     """
     import torch
 
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be a positive integer, got {threads!r}")
     chosen = _select(model, names)
     memo = {"x": None, "q": None, "name": None}
+    pool = None
+    if threads > 1:
+        from concurrent.futures import ThreadPoolExecutor
+        pool = ThreadPoolExecutor(max_workers=threads)
 
     def hook_for(name):
         kind = layer_of(name)[1]
@@ -261,9 +272,10 @@ def quantized_inputs(model, quantize: Callable, names=None, share: bool = True):
             shared = share and memo["x"] is x and memo["name"] == _share_key(name, kind)
             if not shared:
                 seqs = x.reshape(-1, x.shape[-2], x.shape[-1])                  # (B, T, K)
-                q = torch.cat([torch.as_tensor(quantize(s, name)).to(dtype=x.dtype,
-                                                                     device=x.device)
-                               for s in seqs])
+                outs = (map(lambda s: quantize(s, name), seqs) if pool is None or len(seqs) < 2
+                        else pool.map(lambda s: quantize(s, name), seqs))
+                q = torch.cat([torch.as_tensor(o).to(dtype=x.dtype, device=x.device)
+                               for o in outs])
                 memo.update(x=x, q=q.reshape(x.shape), name=_share_key(name, kind))
             return (memo["q"],) + tuple(args[1:])
         return hook
@@ -275,6 +287,8 @@ def quantized_inputs(model, quantize: Callable, names=None, share: bool = True):
         for h in handles:
             h.remove()
         memo.clear()
+        if pool is not None:
+            pool.shutdown()
 
 
 def _share_key(name: str, kind: str) -> str:
