@@ -395,6 +395,31 @@ def rtn_values(weight, bits: int = 4, group_size: int | None = None, symmetric: 
     return deq
 
 
+def _group_grid(mn, mx, qmin: int, qmax: int, symmetric: bool):
+    """numfmt.quantize_int's scale (clip 1) and zero point from each group's minimum and
+    maximum (float64 arrays of one shape), with its checks and errors, in its order of
+    operations (so the same bits): ``(s, z)``, z int64 of s's shape, or None when symmetric."""
+    from numfmt.intquant import _affine_scale, _check_calibrated_scale
+    if symmetric:
+        amax = np.maximum(mx, -mn)
+        s = amax * (1.0 / qmax)                            # quantize_int's clip / qmax, clip = 1
+        _check_calibrated_scale(s, amax > 0, 1.0)
+        s[s == 0] = 1.0
+        return s, None
+    lo, hi = np.minimum(mn, 0.0) * 1.0, np.maximum(mx, 0.0) * 1.0
+    s = _affine_scale(lo, hi, qmax)
+    _check_calibrated_scale(s, (mn != 0) | (mx != 0), 1.0)
+    s[s == 0] = 1.0
+    z = np.clip(np.rint(-lo / s), qmin, qmax).astype(np.int64)
+    with np.errstate(over="ignore"):
+        ends = np.abs(np.concatenate([(qmin - z) * s, (qmax - z) * s], axis=-1))
+    if not np.isfinite(ends).all():
+        raise ValueError("the asymmetric grid over x's range reaches beyond float64's range "
+                         f"(an end of the grid is {float(ends.max()):.6g}); scale x down or "
+                         "quantize it symmetrically")
+    return s, z
+
+
 def _pairwise(v: np.ndarray, op) -> np.ndarray:
     """``op.reduce(v, axis=-1, keepdims=True)`` by halving the last axis while it is even:
     numpy reduces a short last axis slowly, and min and max do not depend on the order
@@ -414,7 +439,6 @@ def _round_group_values(x, g, bits, symmetric, values):
     +0.0 at the end turns -0.0 into +0.0 as ``(r + z) - z`` does on the asymmetric grid.
     """
     from numfmt._chunks import rows_per_chunk
-    from numfmt.intquant import _affine_scale, _check_calibrated_scale
     qmin, qmax = int_range(bits, symmetric)
     rows, k = x.shape
     step = rows_per_chunk(k)
@@ -422,26 +446,8 @@ def _round_group_values(x, g, bits, symmetric, values):
     for i in range(0, rows, step):
         v = x[i:i + step].reshape(-1, k // g, g)          # (r, G, g)
         mn, mx = reduce(v, np.minimum), reduce(v, np.maximum)
-        if symmetric:
-            amax = np.maximum(mx, -mn)
-            s = amax * (1.0 / qmax)
-            _check_calibrated_scale(s, amax > 0, 1.0)
-            s[s == 0] = 1.0
-            z = 0.0
-        else:
-            lo, hi = np.minimum(mn, 0.0) * 1.0, np.maximum(mx, 0.0) * 1.0
-            s = _affine_scale(lo, hi, qmax)
-            _check_calibrated_scale(s, (mn != 0) | (mx != 0), 1.0)
-            s[s == 0] = 1.0
-            z = np.clip(np.rint(-lo / s), qmin, qmax).astype(np.int64)
-            with np.errstate(over="ignore"):
-                ends = np.abs(np.concatenate([(qmin - z) * s, (qmax - z) * s], axis=-1))
-            if not np.isfinite(ends).all():
-                raise ValueError("the asymmetric grid over x's range reaches beyond float64's "
-                                 "range (an end of the grid is "
-                                 f"{float(ends.max()):.6g}); scale x down or quantize it "
-                                 "symmetrically")
-            z = z.astype(np.float64)
+        s, z = _group_grid(mn, mx, qmin, qmax, symmetric)
+        z = 0.0 if symmetric else z.astype(np.float64)
         q = np.empty(v.shape)
         with np.errstate(over="ignore"):
             np.divide(v, s, out=q)
@@ -467,7 +473,6 @@ def _round_groups(x, g, bits, symmetric, values, codes):
     layer group inside AWQ's search.
     """
     from numfmt._chunks import rows_per_chunk
-    from numfmt.intquant import _affine_scale, _check_calibrated_scale
 
     qmin, qmax = int_range(bits, symmetric)
     rows, k = x.shape
@@ -476,24 +481,9 @@ def _round_groups(x, g, bits, symmetric, values, codes):
     step = rows_per_chunk(k)
     for i in range(0, rows, step):
         v = x[i:i + step].reshape(-1, k // g, g)          # (r, G, g), a copy if x is strided
-        if symmetric:
-            amax = np.maximum(v.max(axis=-1, keepdims=True), -v.min(axis=-1, keepdims=True))
-            s = amax * (1.0 / qmax)                        # quantize_int's clip / qmax, clip = 1
-            _check_calibrated_scale(s, amax > 0, 1.0)
-            s[s == 0] = 1.0
-        else:
-            mn, mx = v.min(axis=-1, keepdims=True), v.max(axis=-1, keepdims=True)
-            lo, hi = np.minimum(mn, 0.0) * 1.0, np.maximum(mx, 0.0) * 1.0
-            s = _affine_scale(lo, hi, qmax)
-            _check_calibrated_scale(s, (mn != 0) | (mx != 0), 1.0)
-            s[s == 0] = 1.0
-            z = np.clip(np.rint(-lo / s), qmin, qmax).astype(np.int64)
-            with np.errstate(over="ignore"):
-                ends = np.abs(np.concatenate([(qmin - z) * s, (qmax - z) * s], axis=-1))
-            if not np.isfinite(ends).all():
-                raise ValueError("the asymmetric grid over x's range reaches beyond float64's "
-                                 f"range (an end of the grid is {float(ends.max()):.6g}); "
-                                 "scale x down or quantize it symmetrically")
+        s, z = _group_grid(v.min(axis=-1, keepdims=True), v.max(axis=-1, keepdims=True),
+                           qmin, qmax, symmetric)
+        if not symmetric:
             zeros[i:i + step] = z[..., 0]
         scales[i:i + step] = s[..., 0]
         q = np.empty(v.shape)
