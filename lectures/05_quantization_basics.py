@@ -37,8 +37,8 @@ from console import print_header, print_observations, print_table, print_title, 
 from console.i18n import N_
 from lectures.i18n import domain
 from numfmt import (FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E5M2, FloatFormat, block_quantize,
-                    clip_sweep, int_range, mx_quantize, nvfp4_quantize, quantize_int, rel_error, sqnr_db,
-                    tensor_scaled)
+                    clip_sweep, int_range, mx_quantize, nvfp4_quantize, quantize_int, rel_error,
+                    sqnr_db, tensor_scaled)
 
 _ = domain("lecture05").gettext
 

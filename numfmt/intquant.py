@@ -363,13 +363,22 @@ def clip_sweep(x, bits: int, clips) -> list:
         xc = flat[i:i + _CHUNK]
         b = buf[:xc.size]
         for j, sc in enumerate(scales):
-            with np.errstate(over="ignore"):  # as quantize_int: a tiny clip past float64 clamps
-                np.divide(xc, sc, out=b)
-            np.rint(b, out=b)
-            np.maximum(b, -qmax, out=b)
-            np.minimum(b, qmax, out=b)
-            b *= sc
+            _round_symmetric_into(xc, sc, qmax, b)
             b -= xc                                        # Q(x) - x, as rel_error takes it
             noise[j] += float(np.einsum("i,i->", b, b))
     return [float(np.sqrt(nz / signal)) if np.isfinite(nz) and nz >= _TINY
             else one_at_a_time((c,))[0] for nz, c in zip(noise, clips)]
+
+
+def _round_symmetric_into(x: np.ndarray, scale, qmax: int, out: np.ndarray) -> np.ndarray:
+    """``out = clamp(rint(x / scale), -qmax, qmax) * scale``: quantize_int's symmetric steps in
+    its order, so the same floats, for an already validated float64 ``x`` and a positive
+    normal ``scale`` (a float or an array that broadcasts). A tiny scale that sends ``x /
+    scale`` past float64 clamps, as in quantize_int. Returns ``out``."""
+    with np.errstate(over="ignore"):
+        np.divide(x, scale, out=out)
+    np.rint(out, out=out)
+    np.maximum(out, -qmax, out=out)
+    np.minimum(out, qmax, out=out)
+    out *= scale
+    return out

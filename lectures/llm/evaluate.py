@@ -5,6 +5,14 @@ from __future__ import annotations
 import numpy as np
 
 
+def check_positive_int(value, name: str) -> int:
+    """``value`` if it is a positive int (not a bool); otherwise ValueError naming ``name``.
+    The harness's one check for counts (windows per batch, threads)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
 def window_nll(model, windows, batch_size: int = 1) -> np.ndarray:
     """Mean negative log-likelihood per window, in nats per token: float64, shape (n,).
 
@@ -31,8 +39,7 @@ def window_nll(model, windows, batch_size: int = 1) -> np.ndarray:
     ids = torch.as_tensor(np.asarray(windows), dtype=torch.long)
     if ids.ndim != 2 or ids.shape[1] < 2:
         raise ValueError(f"windows must have shape (n, T) with T >= 2, got {tuple(ids.shape)}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    check_positive_int(batch_size, "batch_size")
     device = next(model.parameters()).device
     out = []
     with torch.inference_mode():

@@ -17,6 +17,8 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from lectures.llm.evaluate import check_positive_int
+
 #: The seven linears of a LLaMA decoder layer, in the order the forward pass meets them.
 LINEAR_KINDS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 _NAME = re.compile(r"model\.layers\.(\d+)\.(?:self_attn|mlp)\.(\w+)$")
@@ -116,8 +118,7 @@ def capture_linear_inputs(model, windows, names=None, hessian: bool = False,
     ids = torch.as_tensor(np.asarray(windows), dtype=torch.long)
     if ids.ndim != 2:
         raise ValueError(f"windows must have shape (n, T), got {tuple(ids.shape)}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    check_positive_int(batch_size, "batch_size")
     state = {n: {"absmax": None, "tokens": [], "h": None, "x": []} for n in chosen}
 
     def hook_for(name):
@@ -255,8 +256,7 @@ def quantized_inputs(model, quantize: Callable, names=None, share: bool = True,
     """
     import torch
 
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ValueError(f"threads must be a positive integer, got {threads!r}")
+    check_positive_int(threads, "threads")
     chosen = _select(model, names)
     memo = {"x": None, "q": None, "name": None}
     pool = None
@@ -272,8 +272,9 @@ def quantized_inputs(model, quantize: Callable, names=None, share: bool = True,
             shared = share and memo["x"] is x and memo["name"] == _share_key(name, kind)
             if not shared:
                 seqs = x.reshape(-1, x.shape[-2], x.shape[-1])                  # (B, T, K)
-                outs = (map(lambda s: quantize(s, name), seqs) if pool is None or len(seqs) < 2
-                        else pool.map(lambda s: quantize(s, name), seqs))
+                def one(s):
+                    return quantize(s, name)
+                outs = map(one, seqs) if pool is None else pool.map(one, seqs)
                 q = torch.cat([torch.as_tensor(o).to(dtype=x.dtype, device=x.device)
                                for o in outs])
                 memo.update(x=x, q=q.reshape(x.shape), name=_share_key(name, kind))

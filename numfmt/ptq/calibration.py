@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from numfmt._validate import as_calibration_array
-from numfmt.intquant import int_range, quantize_int
+from numfmt.intquant import _round_symmetric_into, int_range, quantize_int
 
 from ._checks import check_fraction, check_positive_int
 
@@ -100,12 +100,7 @@ def calibrate_mse(x, bits: int = 8, grid: int = 100, max_shrink: float = 0.8) ->
             q = quantize_int(arr, bits, clip=ratio).values
         else:
             # quantize_int's steps in its order on the validated x: the same values
-            with np.errstate(over="ignore"):
-                np.divide(arr, scale, out=q)
-            np.rint(q, out=q)
-            np.maximum(q, -qmax, out=q)
-            np.minimum(q, qmax, out=q)
-            q *= scale
+            _round_symmetric_into(arr, scale, qmax, q)
         err = np.mean((q - arr) ** 2)
         if err < best_err:
             best, best_err = amax * ratio, err

@@ -381,6 +381,11 @@ def rtn_values(weight, bits: int = 4, group_size: int | None = None, symmetric: 
     ------
     TypeError, ValueError
         As :func:`rtn`.
+
+    References
+    ----------
+    The round-to-nearest baseline GPTQ is measured against (Frantar et al. 2023, section 5),
+    on numfmt.quantize_int's grid per group, as :func:`rtn`.
     """
     w = as_matrix(weight, "weight")
     rows, cols = w.shape
