@@ -74,7 +74,7 @@ def main(argv=None) -> None:
     # there, each call is timed and the lecture runs (and prints) exactly as it does alone
     for name in ("gptq", "hessian", "awq_search", "weight_rtn"):
         setattr(lec, name, tally.wrap(name, getattr(lec, name)))
-    for name in ("ppl", "_first_layer_inputs", "map_weights"):
+    for name in ("ppl", "_first_layer_inputs", "map_items"):
         setattr(lec, name, tally.wrap(name, getattr(lec, name), clock=time.process_time))
     for name, _ in DEMOS:
         setattr(lec, name, steps.wrap(name, getattr(lec, name), clock=time.process_time))
@@ -91,7 +91,7 @@ def main(argv=None) -> None:
     print_table(["function", "calls", "CPU s"],
                 [[n, str(tally.calls[n]), f"{s:.1f}"] for n, s in tally.seconds.items()])
     print("gptq, hessian, awq_search and weight_rtn in the threads that ran them (summed); "
-          "weight_rtn includes its calls inside awq_search and map_weights; ppl includes its "
+          "weight_rtn includes its calls inside awq_search and map_items; ppl includes its "
           "activation quantizers; the rest in process time.")
     print(f"After: {load_avg()}")
 

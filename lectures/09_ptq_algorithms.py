@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import re
 import sys
 from dataclasses import dataclass, field
@@ -49,9 +50,8 @@ from console import print_header, print_observations, print_table, print_title, 
 from console.i18n import N_
 from lectures.i18n import domain
 from numfmt import quantize_int, rel_error
-from numfmt.ptq import (awq_search, calibrate_kl, calibrate_mse, calibrate_percentile,
-                        fuse_rotation, gptq, hadamard, hessian, llm_int8_matmul, rtn_values,
-                        smoothquant_scales)
+from numfmt.ptq import (awq_search, calibrate_kl, calibrate_mse, calibrate_percentile, gptq,
+                        hadamard, hessian, llm_int8_matmul, rtn_values, smoothquant_scales)
 
 _ = domain("lecture09").gettext
 
@@ -370,9 +370,13 @@ def calibrate_layers(m: Model, quantize_group, sequential: bool = True, desc: st
     and its inputs, which returns the new stacked weight (an array, or a result with a
     ``weight`` field, such as numfmt.ptq's); and, when ``sequential``, compute the next layer's
     inputs with this layer already quantized (GPTQ's sequential calibration: later layers see,
-    and compensate, the errors of earlier ones). Otherwise they come from the float layer, and
-    ``quantize_group`` may be a dict key -> callable: every callable then sees the same inputs
-    from one pass, and the return value is key -> (name -> weight).
+    and compensate, the errors of earlier ones). Otherwise they come from the float layer.
+
+    ``quantize_group`` may be a dict key -> callable, and the return value is then key ->
+    (name -> weight). Without ``sequential`` every callable sees the same inputs, from one
+    pass; with it, each key follows its own inputs through its own quantized layers (exactly
+    what one call per key would compute), and only the layers' quantization is shared: the
+    groups of all keys are quantized together, so the threads stay busy.
 
     The groups of a layer are quantized on :func:`workers` threads. Returns name -> new weight
     for every decoder linear; ``results``, if given, receives (key,) layer index, group name
@@ -380,63 +384,80 @@ def calibrate_layers(m: Model, quantize_group, sequential: bool = True, desc: st
     """
     import torch
     many = isinstance(quantize_group, dict)
-    if many and sequential:
-        raise ValueError("several quantizers share one pass only without sequential "
-                         "calibration (each would need its own quantized layers)")
     quantizers = quantize_group if many else {None: quantize_group}
     model = m.ck.model
-    states = _first_layer_inputs(model, m.calib_windows if windows is None else windows)
+    first = _first_layer_inputs(model, m.calib_windows if windows is None else windows)
+    # the inputs of the current layer: one stream per key when sequential, else one shared
+    streams = {k: first for k in quantizers} if sequential else {None: first}
     new = {k: {} for k in quantizers}
     layers = model.model.layers
-    last_group = next(reversed(INPUT_GROUPS))
     for li in progress(range(len(layers)), desc):
         layer = layers[li]
-        seen = {g: [] for g in INPUT_GROUPS}
-
-        def record(g):
-            def hook(module, args):
-                x = args[0].detach()
-                seen[g].append(x.reshape(-1, x.shape[-1]).double().cpu().numpy())
-                if sequential and g == last_group:
-                    raise _Stop       # this pass's outputs are not needed: stop before down_proj
-            return hook
-
-        hooks = [layer.get_submodule(names[0]).register_forward_pre_hook(record(g))
-                 for g, names in INPUT_GROUPS.items()]
-        outs = []
-        with torch.inference_mode():
-            try:
-                for h, kw in states:
-                    with contextlib.suppress(_Stop):
-                        outs.append(layer(h, **kw))
-            finally:
-                for hk in hooks:
-                    hk.remove()
         mods = {g: [layer.get_submodule(n) for n in names] for g, names in INPUT_GROUPS.items()}
         ws = {g: [mod.weight.detach().double().cpu().numpy() for mod in mods[g]]
               for g in INPUT_GROUPS}
-        done = _quantize_groups({(k, g): (q, np.concatenate(ws[g]), np.concatenate(seen[g]))
+        seen, outs = {}, {}
+        for sk, states in streams.items():
+            seen[sk], outs[sk] = _record_group_inputs(layer, states, stop=sequential)
+        done = _quantize_groups({(k, g): (q, np.concatenate(ws[g]),
+                                          np.concatenate(seen[k if sequential else None][g]))
                                  for k, q in quantizers.items() for g in INPUT_GROUPS})
-        saved = {}
         for (k, g), r in done.items():
             if results is not None:
                 results[(k, li, g) if many else (li, g)] = r
             stacked = getattr(r, "weight", r)
             bounds = np.cumsum([0] + [w.shape[0] for w in ws[g]])
-            for n, mod, a, b in zip(INPUT_GROUPS[g], mods[g], bounds[:-1], bounds[1:]):
+            for n, a, b in zip(INPUT_GROUPS[g], bounds[:-1], bounds[1:]):
                 new[k][f"model.layers.{li}.{n}"] = stacked[a:b]
-                if sequential:
-                    saved[n] = mod.weight.data
-                    mod.weight.data = torch.as_tensor(stacked[a:b], dtype=mod.weight.dtype,
-                                                      device=mod.weight.device)
-        if sequential:
-            if li + 1 < len(layers):          # the last layer's outputs feed nothing here
-                with torch.inference_mode():
-                    outs = [layer(h, **kw) for h, kw in states]
-            for n, data in saved.items():
-                layer.get_submodule(n).weight.data = data
-        states = [(o, kw) for o, (_, kw) in zip(outs, states)]
+        if sequential and li + 1 < len(layers):     # the last layer's outputs feed nothing here
+            for k in quantizers:
+                saved = {}
+                for g, names in INPUT_GROUPS.items():
+                    for n, mod in zip(names, mods[g]):
+                        saved[n] = mod.weight.data
+                        mod.weight.data = torch.as_tensor(new[k][f"model.layers.{li}.{n}"],
+                                                          dtype=mod.weight.dtype,
+                                                          device=mod.weight.device)
+                try:
+                    with torch.inference_mode():
+                        outs[k] = [layer(h, **kw) for h, kw in streams[k]]
+                finally:
+                    for n, data in saved.items():
+                        layer.get_submodule(n).weight.data = data
+        streams = {sk: [(o, kw) for o, (_, kw) in zip(outs[sk], states)]
+                   for sk, states in streams.items()}
     return new if many else new[None]
+
+
+def _record_group_inputs(layer, states, stop: bool):
+    """Run ``states`` ((hidden states, keyword arguments) per window) through ``layer``,
+    recording each input group's input (float64 (tokens, in) per window). ``stop``: end each
+    pass at the last group's input (its outputs are not needed). Returns (group -> list of
+    inputs, the layer's outputs, or an empty list when stopped)."""
+    import torch
+    seen = {g: [] for g in INPUT_GROUPS}
+    last_group = next(reversed(INPUT_GROUPS))
+
+    def record(g):
+        def hook(module, args):
+            x = args[0].detach()
+            seen[g].append(x.reshape(-1, x.shape[-1]).double().cpu().numpy())
+            if stop and g == last_group:
+                raise _Stop
+        return hook
+
+    hooks = [layer.get_submodule(names[0]).register_forward_pre_hook(record(g))
+             for g, names in INPUT_GROUPS.items()]
+    outs = []
+    try:
+        with torch.inference_mode():
+            for h, kw in states:
+                with contextlib.suppress(_Stop):
+                    outs.append(layer(h, **kw))
+    finally:
+        for hk in hooks:
+            hk.remove()
+    return seen, outs
 
 
 def weight_rtn(w: np.ndarray, bits: int, group: int) -> np.ndarray:
@@ -446,17 +467,18 @@ def weight_rtn(w: np.ndarray, bits: int, group: int) -> np.ndarray:
     return rtn_values(w, bits, group, symmetric=False, partial_last_group=True)
 
 
-def map_weights(f, weights: dict) -> dict:
-    """``{name: f(name, w)}`` over a dict of weights, on :func:`workers` threads (every
-    weight is independent; the order of ``weights`` is kept)."""
+def map_items(f, items: dict) -> dict:
+    """``{name: f(name, v)}`` over a dict (weights, captured inputs), on :func:`workers`
+    threads (every item is independent; numpy releases the GIL; the order of ``items`` is
+    kept)."""
     from concurrent.futures import ThreadPoolExecutor
     with ThreadPoolExecutor(max_workers=workers()) as pool:
-        return dict(zip(weights, pool.map(f, weights, weights.values())))
+        return dict(zip(items, pool.map(f, items, items.values())))
 
 
 def rtn_weights(m: Model, bits: int, group: int) -> dict:
     """Every decoder linear quantized by :func:`weight_rtn`."""
-    return map_weights(lambda n, w: weight_rtn(w, bits, group), float_weights(m))
+    return map_items(lambda n, w: weight_rtn(w, bits, group), float_weights(m))
 
 
 def bits_per_weight(m: Model, bits: int, group: int) -> float:
@@ -489,18 +511,21 @@ def demo2_gptq(m: Model, settings=None) -> GPTQRealResult:
     for bits, group in settings:
         rtn = rtn_weights(m, bits, group)
         out[("RTN", bits, group)] = ppl(m, rtn)
+
+        def q(w, x, act, bits=bits, group=group):
+            return gptq(w, hessian(x), bits, group, symmetric=False, act_order=act,
+                        partial_last_group=True).weight
+
+        # act-order off and on, each calibrated sequentially on its own quantized layers; the
+        # two runs share the loop over layers, so their GPTQ calls keep both threads busy
+        new = calibrate_layers(m, {act: functools.partial(q, act=act) for act in (False, True)},
+                               desc=f"GPTQ INT{bits} g{group}, act-order off and on")
         for act in (False, True):
             key = ("GPTQ-act" if act else "GPTQ", bits, group)
-
-            def q(w, x, bits=bits, group=group, act=act):
-                return gptq(w, hessian(x), bits, group, symmetric=False, act_order=act,
-                            partial_last_group=True).weight
-
-            new = calibrate_layers(m, q, desc=f"GPTQ INT{bits} g{group}"
-                                   + (" act-order" if act else ""))
-            out[key] = ppl(m, new)
+            out[key] = ppl(m, new[act])
             if act and (bits, group) == settings[0]:    # kept for the tests (850 MB each)
-                weights[key] = new
+                weights[key] = new[act]
+        del new
         rows.append([f"INT{bits} g{group}", bits_per_weight(m, bits, group),
                      out[("RTN", bits, group)],
                      out[("GPTQ", bits, group)], out[("GPTQ-act", bits, group)]])
@@ -669,8 +694,8 @@ def w8a8_smoothquant(m: Model, stats: dict, weights: dict, alpha: float | None) 
     scales = {} if alpha is None else _smoothing_scales(m, stats, weights, alpha)
     one = {n: np.ones(w.shape[1]) for n, w in weights.items()}
     s = {**one, **scales}
-    wq = map_weights(lambda n, w: quantize_int(w * s[n], 8, granularity="channel").values / s[n],
-                     weights)
+    # numfmt.ptq.rtn_values per row: quantize_int(..., granularity="channel")'s values, bit for bit
+    wq = map_items(lambda n, w: rtn_values(w * s[n], 8, symmetric=True) / s[n], weights)
 
     def act(x, name):
         return _per_tensor(np.asarray(x, np.float64) / s[name]) * s[name]
@@ -698,35 +723,28 @@ def rotate(x, n: int, transpose: bool = False):
 def w4a4(m: Model, weights: dict, rotated: bool, group: int = 32) -> float:
     """W4A4: INT4 weights and activations, symmetric, groups of ``group`` along the input
     (dynamic activation scales per token and group). ``rotated``: every linear's input is
-    multiplied online by a Hadamard matrix H and its weight fused with it (W·H), so the
-    quantized layer computes Q(x·H)·Q(W·H)ᵀ, equal to x·Wᵀ before rounding."""
+    multiplied online by a Hadamard matrix H and its weight fused with it (W·H, what
+    numfmt.ptq.fuse_rotation returns), so the quantized layer computes Q(x·H)·Q(W·H)ᵀ, equal
+    to x·Wᵀ before rounding. The products with H go through :func:`rotate`'s Kronecker
+    factors; Q is numfmt.ptq.rtn_values, quantize_int's group values bit for bit."""
     import torch
-    wq = {}
-    # the linears of one kind (q_proj, ..., down_proj) across all layers, stacked by rows:
-    # one fused rotation (and one orthogonality check of H) per kind instead of per linear;
-    # rows are independent, so each weight comes out as it would alone
-    kinds = {}
-    for n in weights:
-        kinds.setdefault(harness().layer_of(n)[1], []).append(n)
-    for names in kinds.values():
-        w = np.concatenate([weights[n] for n in names])
-        h = hadamard(w.shape[1]) if rotated else None
-        wr = fuse_rotation(w, h) if rotated else w
+
+    def rot(a, transpose=False):
+        return rotate(torch.from_numpy(a), a.shape[-1], transpose).numpy()
+
+    def weight(name, w):
         # the harness multiplies its input by the weight it holds: hand it Q(W·H)·Hᵀ and the
         # activations Q(x·H)·Hᵀ, whose product is Q(x·H)·Q(W·H)ᵀ
-        q = quantize_int(wr, 4, True, "group", group).values
-        if rotated:
-            q = q @ h.T
-        bounds = np.cumsum([0] + [weights[n].shape[0] for n in names])
-        wq.update({n: q[a:b] for n, a, b in zip(names, bounds[:-1], bounds[1:])})
+        q = rtn_values(rot(w) if rotated else w, 4, group, symmetric=True)
+        return rot(q, transpose=True) if rotated else q
 
     def act(x, name):
         xr = rotate(x, x.shape[-1]) if rotated else x
-        q = torch.as_tensor(quantize_int(xr.double().numpy(), 4, True, "group", group).values,
+        q = torch.as_tensor(rtn_values(xr.double().numpy(), 4, group, symmetric=True),
                             dtype=x.dtype)
         return rotate(q, x.shape[-1], transpose=True) if rotated else q
 
-    return ppl(m, wq, act)
+    return ppl(m, map_items(weight, weights), act)
 
 
 def demo4_activations(m: Model) -> ActivationResult:
@@ -846,13 +864,18 @@ def demo5_calibration(m: Model, tokens: int = 512,
     and activations bit for bit as here)."""
     llm = harness()
     weights = float_weights(m)
-    wq = map_weights(lambda n, w: quantize_int(w, 8, granularity="channel").values, weights)
+    wq = map_items(lambda n, w: rtn_values(w, 8, symmetric=True), weights)   # as in demo 4
     names = [n for n in weights if any(n.endswith(ns[0]) for ns in INPUT_GROUPS.values())]
     windows = m.calib_windows[:max(1, tokens // m.calib_windows.shape[1])]
     caps = llm.capture_linear_inputs(m.ck.model, windows, names, keep_inputs=True)
     out, ratio = {}, {}
     for method in progress(CALIBRATORS, "calibrators"):
-        clips = {n: _clip(method, c.inputs.astype(np.float64)) for n, c in caps.items()}
+        def clip(n, c, method=method):
+            return _clip(method, c.inputs.astype(np.float64))
+        # on threads, except KL's search: a Python loop over its candidates, which holds the
+        # GIL (measured: 1.6 times slower on 2 threads than on one)
+        clips = ({n: clip(n, c) for n, c in caps.items()} if method == "KL (entropy)"
+                 else map_items(clip, caps))
         ratio[method] = float(np.median([clips[n] / np.abs(caps[n].inputs).max()
                                          for n in caps]))
 

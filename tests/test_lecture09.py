@@ -109,7 +109,7 @@ def test_synthetic_lecture_output_is_deterministic_and_fits():
 
 
 def test_hadamard_factors_are_the_kronecker_form():
-    from numfmt.ptq import hadamard
+    from numfmt.ptq import fuse_rotation, hadamard
     torch = pytest.importorskip("torch")
     for n, (p, q) in L.HADAMARD_FACTORS.items():
         np.testing.assert_array_equal(hadamard(n, False),
@@ -118,6 +118,9 @@ def test_hadamard_factors_are_the_kronecker_form():
         np.testing.assert_allclose(L.rotate(x, n).numpy(), x.numpy() @ hadamard(n), atol=1e-12)
         np.testing.assert_allclose(L.rotate(x, n, transpose=True).numpy(),
                                    x.numpy() @ hadamard(n).T, atol=1e-12)
+        # W4A4 fuses its weights through rotate: W·H as numfmt.ptq.fuse_rotation gives it
+        np.testing.assert_allclose(L.rotate(x, n).numpy(), fuse_rotation(x.numpy(), hadamard(n)),
+                                   atol=1e-12)
 
 
 # ------------------------------------------------------------------------ the real model
@@ -141,6 +144,25 @@ def test_batched_perplexity_equals_one_window_at_a_time(model):
     with llm.quantized_inputs(lm, nvfp4):
         one = llm.perplexity(lm, windows, batch_size=1)
     assert L.ppl(model, inputs=nvfp4) == pytest.approx(one, rel=1e-6)
+
+
+@pytest.mark.slow
+def test_several_sequential_quantizers_follow_their_own_inputs(model):
+    """calibrate_layers with a dict of quantizers and sequential calibration (demo 2 runs
+    act-order off and on so) must give each key exactly what a call of its own gives: its
+    layers see the inputs of its own quantized layers, not another key's."""
+    def by_input(bits, group):     # quantized weights that also depend on the inputs seen
+        return lambda w, x: L.weight_rtn(w, bits, group) * (1 + 1e-3 * np.tanh(np.abs(x).mean()))
+
+    qa, qb = by_input(4, 128), by_input(3, 32)
+    both = L.calibrate_layers(model, {"a": qa, "b": qb})
+    for key, q in (("a", qa), ("b", qb)):
+        alone = L.calibrate_layers(model, q)
+        assert both[key].keys() == alone.keys() and len(alone) == 7 * 30
+        assert all(np.array_equal(both[key][n], alone[n]) for n in alone), key
+    # and sequential calibration differs from one pass over the float layers
+    float_pass = L.calibrate_layers(model, qa, sequential=False)
+    assert not all(np.array_equal(float_pass[n], both["a"][n]) for n in float_pass)
 
 
 @pytest.fixture(scope="module")
