@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import re
 import sys
 from dataclasses import dataclass, field
@@ -370,13 +369,9 @@ def calibrate_layers(m: Model, quantize_group, sequential: bool = True, desc: st
     and its inputs, which returns the new stacked weight (an array, or a result with a
     ``weight`` field, such as numfmt.ptq's); and, when ``sequential``, compute the next layer's
     inputs with this layer already quantized (GPTQ's sequential calibration: later layers see,
-    and compensate, the errors of earlier ones). Otherwise they come from the float layer.
-
-    ``quantize_group`` may be a dict key -> callable, and the return value is then key ->
-    (name -> weight). Without ``sequential`` every callable sees the same inputs, from one
-    pass; with it, each key follows its own inputs through its own quantized layers (exactly
-    what one call per key would compute), and only the layers' quantization is shared: the
-    groups of all keys are quantized together, so the threads stay busy.
+    and compensate, the errors of earlier ones). Otherwise they come from the float layer, and
+    ``quantize_group`` may be a dict key -> callable: every callable then sees the same inputs
+    from one pass, and the return value is key -> (name -> weight).
 
     The groups of a layer are quantized on :func:`workers` threads. Returns name -> new weight
     for every decoder linear; ``results``, if given, receives (key,) layer index, group name
@@ -384,80 +379,63 @@ def calibrate_layers(m: Model, quantize_group, sequential: bool = True, desc: st
     """
     import torch
     many = isinstance(quantize_group, dict)
+    if many and sequential:
+        raise ValueError("several quantizers share one pass only without sequential "
+                         "calibration (each would need its own quantized layers)")
     quantizers = quantize_group if many else {None: quantize_group}
     model = m.ck.model
-    first = _first_layer_inputs(model, m.calib_windows if windows is None else windows)
-    # the inputs of the current layer: one stream per key when sequential, else one shared
-    streams = {k: first for k in quantizers} if sequential else {None: first}
+    states = _first_layer_inputs(model, m.calib_windows if windows is None else windows)
     new = {k: {} for k in quantizers}
     layers = model.model.layers
+    last_group = next(reversed(INPUT_GROUPS))
     for li in progress(range(len(layers)), desc):
         layer = layers[li]
+        seen = {g: [] for g in INPUT_GROUPS}
+
+        def record(g):
+            def hook(module, args):
+                x = args[0].detach()
+                seen[g].append(x.reshape(-1, x.shape[-1]).double().cpu().numpy())
+                if sequential and g == last_group:
+                    raise _Stop       # this pass's outputs are not needed: stop before down_proj
+            return hook
+
+        hooks = [layer.get_submodule(names[0]).register_forward_pre_hook(record(g))
+                 for g, names in INPUT_GROUPS.items()]
+        outs = []
+        with torch.inference_mode():
+            try:
+                for h, kw in states:
+                    with contextlib.suppress(_Stop):
+                        outs.append(layer(h, **kw))
+            finally:
+                for hk in hooks:
+                    hk.remove()
         mods = {g: [layer.get_submodule(n) for n in names] for g, names in INPUT_GROUPS.items()}
         ws = {g: [mod.weight.detach().double().cpu().numpy() for mod in mods[g]]
               for g in INPUT_GROUPS}
-        seen, outs = {}, {}
-        for sk, states in streams.items():
-            seen[sk], outs[sk] = _record_group_inputs(layer, states, stop=sequential)
-        done = _quantize_groups({(k, g): (q, np.concatenate(ws[g]),
-                                          np.concatenate(seen[k if sequential else None][g]))
+        done = _quantize_groups({(k, g): (q, np.concatenate(ws[g]), np.concatenate(seen[g]))
                                  for k, q in quantizers.items() for g in INPUT_GROUPS})
+        saved = {}
         for (k, g), r in done.items():
             if results is not None:
                 results[(k, li, g) if many else (li, g)] = r
             stacked = getattr(r, "weight", r)
             bounds = np.cumsum([0] + [w.shape[0] for w in ws[g]])
-            for n, a, b in zip(INPUT_GROUPS[g], bounds[:-1], bounds[1:]):
+            for n, mod, a, b in zip(INPUT_GROUPS[g], mods[g], bounds[:-1], bounds[1:]):
                 new[k][f"model.layers.{li}.{n}"] = stacked[a:b]
-        if sequential and li + 1 < len(layers):     # the last layer's outputs feed nothing here
-            for k in quantizers:
-                saved = {}
-                for g, names in INPUT_GROUPS.items():
-                    for n, mod in zip(names, mods[g]):
-                        saved[n] = mod.weight.data
-                        mod.weight.data = torch.as_tensor(new[k][f"model.layers.{li}.{n}"],
-                                                          dtype=mod.weight.dtype,
-                                                          device=mod.weight.device)
-                try:
-                    with torch.inference_mode():
-                        outs[k] = [layer(h, **kw) for h, kw in streams[k]]
-                finally:
-                    for n, data in saved.items():
-                        layer.get_submodule(n).weight.data = data
-        streams = {sk: [(o, kw) for o, (_, kw) in zip(outs[sk], states)]
-                   for sk, states in streams.items()}
+                if sequential:
+                    saved[n] = mod.weight.data
+                    mod.weight.data = torch.as_tensor(stacked[a:b], dtype=mod.weight.dtype,
+                                                      device=mod.weight.device)
+        if sequential:
+            if li + 1 < len(layers):          # the last layer's outputs feed nothing here
+                with torch.inference_mode():
+                    outs = [layer(h, **kw) for h, kw in states]
+            for n, data in saved.items():
+                layer.get_submodule(n).weight.data = data
+        states = [(o, kw) for o, (_, kw) in zip(outs, states)]
     return new if many else new[None]
-
-
-def _record_group_inputs(layer, states, stop: bool):
-    """Run ``states`` ((hidden states, keyword arguments) per window) through ``layer``,
-    recording each input group's input (float64 (tokens, in) per window). ``stop``: end each
-    pass at the last group's input (its outputs are not needed). Returns (group -> list of
-    inputs, the layer's outputs, or an empty list when stopped)."""
-    import torch
-    seen = {g: [] for g in INPUT_GROUPS}
-    last_group = next(reversed(INPUT_GROUPS))
-
-    def record(g):
-        def hook(module, args):
-            x = args[0].detach()
-            seen[g].append(x.reshape(-1, x.shape[-1]).double().cpu().numpy())
-            if stop and g == last_group:
-                raise _Stop
-        return hook
-
-    hooks = [layer.get_submodule(names[0]).register_forward_pre_hook(record(g))
-             for g, names in INPUT_GROUPS.items()]
-    outs = []
-    try:
-        with torch.inference_mode():
-            for h, kw in states:
-                with contextlib.suppress(_Stop):
-                    outs.append(layer(h, **kw))
-    finally:
-        for hk in hooks:
-            hk.remove()
-    return seen, outs
 
 
 def weight_rtn(w: np.ndarray, bits: int, group: int) -> np.ndarray:
@@ -511,21 +489,18 @@ def demo2_gptq(m: Model, settings=None) -> GPTQRealResult:
     for bits, group in settings:
         rtn = rtn_weights(m, bits, group)
         out[("RTN", bits, group)] = ppl(m, rtn)
-
-        def q(w, x, act, bits=bits, group=group):
-            return gptq(w, hessian(x), bits, group, symmetric=False, act_order=act,
-                        partial_last_group=True).weight
-
-        # act-order off and on, each calibrated sequentially on its own quantized layers; the
-        # two runs share the loop over layers, so their GPTQ calls keep both threads busy
-        new = calibrate_layers(m, {act: functools.partial(q, act=act) for act in (False, True)},
-                               desc=f"GPTQ INT{bits} g{group}, act-order off and on")
         for act in (False, True):
             key = ("GPTQ-act" if act else "GPTQ", bits, group)
-            out[key] = ppl(m, new[act])
+
+            def q(w, x, bits=bits, group=group, act=act):
+                return gptq(w, hessian(x), bits, group, symmetric=False, act_order=act,
+                            partial_last_group=True).weight
+
+            new = calibrate_layers(m, q, desc=f"GPTQ INT{bits} g{group}"
+                                   + (" act-order" if act else ""))
+            out[key] = ppl(m, new)
             if act and (bits, group) == settings[0]:    # kept for the tests (850 MB each)
-                weights[key] = new[act]
-        del new
+                weights[key] = new
         rows.append([f"INT{bits} g{group}", bits_per_weight(m, bits, group),
                      out[("RTN", bits, group)],
                      out[("GPTQ", bits, group)], out[("GPTQ-act", bits, group)]])

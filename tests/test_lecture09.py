@@ -146,25 +146,6 @@ def test_batched_perplexity_equals_one_window_at_a_time(model):
     assert L.ppl(model, inputs=nvfp4) == pytest.approx(one, rel=1e-6)
 
 
-@pytest.mark.slow
-def test_several_sequential_quantizers_follow_their_own_inputs(model):
-    """calibrate_layers with a dict of quantizers and sequential calibration (demo 2 runs
-    act-order off and on so) must give each key exactly what a call of its own gives: its
-    layers see the inputs of its own quantized layers, not another key's."""
-    def by_input(bits, group):     # quantized weights that also depend on the inputs seen
-        return lambda w, x: L.weight_rtn(w, bits, group) * (1 + 1e-3 * np.tanh(np.abs(x).mean()))
-
-    qa, qb = by_input(4, 128), by_input(3, 32)
-    both = L.calibrate_layers(model, {"a": qa, "b": qb})
-    for key, q in (("a", qa), ("b", qb)):
-        alone = L.calibrate_layers(model, q)
-        assert both[key].keys() == alone.keys() and len(alone) == 7 * 30
-        assert all(np.array_equal(both[key][n], alone[n]) for n in alone), key
-    # and sequential calibration differs from one pass over the float layers
-    float_pass = L.calibrate_layers(model, qa, sequential=False)
-    assert not all(np.array_equal(float_pass[n], both["a"][n]) for n in float_pass)
-
-
 @pytest.fixture(scope="module")
 def d2(model):
     return L.demo2_gptq(model)
