@@ -1,0 +1,69 @@
+"""Write a notebook the way JupyterLab saves it, so that opening and saving it changes nothing.
+
+JupyterLab reads a notebook into JavaScript, where ``3.0`` and ``3`` are the same number, and
+sends it back to the server, which writes ``3``. A notebook executed by ``jupyter nbconvert``
+keeps Python's ``3.0`` in its widget state, so the first save in JupyterLab rewrites those
+lines and ``git status`` shows the notebook modified though nothing was run. JupyterLab also
+replaces a kernelspec whose display name is not the current ipykernel's.
+
+Run after executing a notebook (``python -m lectures.widgets.tidy notebooks/*.ipynb``);
+``tests/test_notebooks_clean.py`` checks every committed notebook.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+#: The kernelspec that JupyterLab writes for the ipykernel of the virtual environment.
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+
+
+def _as_javascript(value):
+    """``value`` with every integral float turned into an int, as JSON.parse then
+    JSON.stringify would leave it (floats beyond 2**53 are not integers in JavaScript either)."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2.0 ** 53:
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _as_javascript(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_as_javascript(v) for v in value]
+    return value
+
+
+def tidy_text(text: str) -> str:
+    """The notebook JSON ``text`` as JupyterLab would save it (nbformat's writer, JavaScript
+    numbers, the ipykernel kernelspec)."""
+    import nbformat
+
+    nb = nbformat.from_dict(_as_javascript(json.loads(text)))
+    nb.metadata["kernelspec"] = dict(KERNELSPEC)
+    out = nbformat.writes(nb)
+    return out if out.endswith("\n") else out + "\n"
+
+
+def tidy(path) -> bool:
+    """Rewrite the notebook at ``path`` as JupyterLab saves it; return True if it changed."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    new = tidy_text(text)
+    if new == text:
+        return False
+    path.write_text(new, encoding="utf-8")
+    return True
+
+
+def main(argv=None) -> int:
+    paths = sys.argv[1:] if argv is None else argv
+    if not paths:
+        print("usage: python -m lectures.widgets.tidy NOTEBOOK.ipynb [...]", file=sys.stderr)
+        return 2
+    for p in paths:
+        if tidy(p):
+            print(f"tidied {p}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""Opening a committed notebook in JupyterLab and saving it must change nothing.
+
+JupyterLab rewrites a kernelspec other than the virtual environment's ipykernel and saves
+widget state through JavaScript numbers (``3.0`` becomes ``3``); either leaves a student's
+checkout modified though nothing was run. The expected text is built here from the JSON and
+nbformat's writer, independently of ``lectures.widgets.tidy``'s own code path.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted(ROOT.glob("notebooks/**/*.ipynb"))
+
+
+def _integral_floats(value, where="$"):
+    if isinstance(value, float) and value.is_integer():
+        yield where
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _integral_floats(v, f"{where}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _integral_floats(v, f"{where}[{i}]")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_kernelspec_is_ipykernels(path):
+    ks = json.loads(path.read_text(encoding="utf-8"))["metadata"].get("kernelspec")
+    assert ks == {"display_name": "Python 3 (ipykernel)", "language": "python",
+                  "name": "python3"}, f"{path.name}: kernelspec {ks}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_number_that_javascript_would_rewrite(path):
+    floats = list(_integral_floats(json.loads(path.read_text(encoding="utf-8"))))
+    assert not floats, (f"{path.name}: {len(floats)} integral floats (first {floats[:3]}); "
+                        "run python -m lectures.widgets.tidy on it")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_saved_as_nbformat_writes_it(path):
+    text = path.read_text(encoding="utf-8")
+    assert nbformat.writes(nbformat.reads(text, as_version=4)) + "\n" == text
+
+
+def test_tidy_rewrites_what_jupyterlab_would(tmp_path):
+    from lectures.widgets.tidy import tidy
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["widgets"] = {"state": {"value": 3.0, "step": 0.5, "big": 2.0 ** 60}}
+    p = tmp_path / "x.ipynb"
+    p.write_text(json.dumps(nb, indent=1, sort_keys=True), encoding="utf-8")
+    assert tidy(p) is True
+    saved = json.loads(p.read_text(encoding="utf-8"))
+    assert saved["metadata"]["widgets"]["state"] == {"value": 3, "step": 0.5, "big": 2.0 ** 60}
+    assert isinstance(saved["metadata"]["widgets"]["state"]["value"], int)
+    assert saved["metadata"]["kernelspec"]["display_name"] == "Python 3 (ipykernel)"
+    assert tidy(p) is False
