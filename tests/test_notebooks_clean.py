@@ -62,3 +62,17 @@ def test_tidy_rewrites_what_jupyterlab_would(tmp_path):
     assert isinstance(saved["metadata"]["widgets"]["state"]["value"], int)
     assert saved["metadata"]["kernelspec"]["display_name"] == "Python 3 (ipykernel)"
     assert tidy(p) is False
+
+
+def test_jupyterlab_news_is_off_in_the_shipped_settings():
+    """The "Jupyter news?" pop-up covers the bottom right of the figures; the repository ships
+    JupyterLab overrides that turn news and update checks off (installed with the package as
+    data files, or passed with ``--LabApp.app_settings_dir=jupyter``)."""
+    import tomllib
+
+    overrides = json.loads((ROOT / "jupyter" / "overrides.json").read_text())
+    notification = overrides["@jupyterlab/apputils-extension:notification"]
+    assert notification == {"fetchNews": "false", "checkForUpdates": False}
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    data_files = pyproject["tool"]["setuptools"]["data-files"]
+    assert data_files["share/jupyter/lab/settings"] == ["jupyter/overrides.json"]
