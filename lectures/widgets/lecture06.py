@@ -152,8 +152,9 @@ def ste_explorer() -> Explorer:
                           f"zero point {s['zero_point']}, codes [{s['qmin']}, {s['qmax']}]", axes)
         return fig
 
+    # Two rows: four controls in one row squeeze the sliders' labels and readouts.
     return Explorer("Fake quantization and its straight-through estimator", controls,
-                    ste_curve, draw)
+                    ste_curve, draw, rows=[["bits", "symmetric"], ["lo", "hi"]])
 
 
 def master_explorer() -> Explorer:
