@@ -233,6 +233,35 @@ def test_full_grid_goes_into_packing_as_uint4b8():
     np.testing.assert_array_equal(gptq_dequantize(gw), (r.codes * fp16[:, r.g_idx]).T)
 
 
+@pytest.mark.parametrize("act_order", [False, True])
+def test_packing_symmetric_is_the_authors_grid_with_float16_scales(act_order):
+    # numfmt.packing.gptq_quantize(symmetric=True) against the transcribed Quantizer per
+    # group, its scale rounded to float16 as a checkpoint stores it, zero point 8
+    from numfmt.packing import act_order_permutation, gptq_quantize, gptq_unpack_qweight
+    from numfmt.packing import gptq_unpack_qzeros
+    rng = np.random.default_rng(12)
+    w = rng.standard_t(5, (256, 32)) * 0.02                            # (K, N)
+    w[:128, 3] = np.abs(w[:128, 3])          # a group without negative weights: 2 amax / 15
+    perm = act_order_permutation(rng.uniform(0, 1, 256)) if act_order else None
+    gw = gptq_quantize(w, 128, perm=perm, symmetric=True)
+    np.testing.assert_array_equal(gptq_unpack_qzeros(gw.qzeros), 8)
+    codes = gptq_unpack_qweight(gw.qweight)
+    for g in range(2):
+        rows = np.flatnonzero(gw.g_idx == g)
+        blk = w[rows].T                                                 # (N, g): rows of W
+        amax = np.abs(blk).max(axis=1)
+        scale = (2 * amax / 15).astype(np.float16)  # = the Quantizer's where a weight is < 0
+        np.testing.assert_array_equal(gw.scales[g], scale)
+        s64 = scale.astype(np.float64)
+        q, _ = authors_quantize(blk, s64[:, None], 8.0, 0, 15)
+        np.testing.assert_array_equal(codes[rows].T, q)
+        neg = blk.min(axis=1) < 0
+        np.testing.assert_array_equal(authors_find_params(blk, 4, True)[0][neg],
+                                      2 * amax[neg] / 15)
+    with pytest.raises(TypeError, match="symmetric"):
+        gptq_quantize(w, 128, symmetric=1)
+
+
 @pytest.mark.parametrize("group", [None, 16, 24])
 @pytest.mark.parametrize("bits", [2, 4, 8])
 def test_rtn_full_grid_is_gptq_with_a_diagonal_hessian(group, bits):
