@@ -159,7 +159,8 @@ def demo1_bytes(seed: int = 0) -> BytesResult:
     cost_rows = [[name, layout, f"{e:,}", f"{o:,}", f"{bits[name]:.4f}"]
                  for name, layout, e, o in entries]
     grids = gptq_grids(w)
-    per_seed = [grids if s == seed else gptq_grids(gaussian_weights(seed=s)) for s in range(3)]
+    per_seed = [grids if s == seed else gptq_grids(gaussian_weights(seed=s), symmetric_only=True)
+                for s in range(3)]
     gain = tuple(g["full"]["sqnr"] - g["restricted"]["sqnr"] for g in per_seed)
     return BytesResult(nibble_rows, _block_dump(mxp, mxq, 32), _block_dump(nvp, nvq, 16),
                        cost_rows, bits, split, word, grids, gain,
@@ -173,15 +174,18 @@ GPTQ_GRIDS = (  # key, symmetric, numfmt.ptq's symmetric_grid, label (translated
 )
 
 
-def gptq_grids(w: np.ndarray, group: int = 128) -> dict:
+def gptq_grids(w: np.ndarray, group: int = 128, symmetric_only: bool = False) -> dict:
     """Round to nearest of ``w`` (K, N) in groups of ``group`` rows on each GPTQ_GRIDS grid.
 
     Returns, per grid key: the number of distinct codes used, the step relative to the
     group's amax (mean over groups), the relative error (fraction), the SQNR (dB), and for
     the symmetric grids the largest and smallest level relative to amax (mean over groups).
+    ``symmetric_only``: leave the asymmetric grid out.
     """
     out = {}
     for key, symmetric, grid, _label in GPTQ_GRIDS:
+        if symmetric_only and not symmetric:
+            continue
         r = rtn(w.T, 4, group, symmetric, symmetric_grid=grid)          # (N, K): groups on K
         amax = np.abs(w.T).reshape(w.shape[1], -1, group).max(axis=2)   # (N, G)
         out[key] = {"codes": int(np.unique(r.codes).size),
