@@ -22,10 +22,16 @@ Zero points are stored as they are. Original GPTQ ("v1") checkpoints store
 + 1 = 16 unless the reader masks it; storing the zero point itself avoids that
 trap (it is what the "gptq_v2" checkpoint format does).
 
+Symmetric checkpoints (the authors' and AutoGPTQ's ``sym=True``, most published
+ones) use all 16 codes with scale 2 amax / 15 and every zero point 8: the ``uint4b8``
+codes GPTQ-Marlin reads (:func:`gptq_quantize` with ``symmetric=True``).
+
 This module rounds to nearest (RTN) within each group: it is about storage. The GPTQ
 algorithm itself (error-compensating updates with the inverse Hessian) is
 :func:`numfmt.ptq.gptq`; its 4-bit asymmetric ``codes.T``, ``scales.T``,
-``zeros.T`` and ``g_idx`` fill this layout unchanged (tests/test_ptq.py).
+``zeros.T`` and ``g_idx`` fill this layout unchanged (tests/test_ptq.py), and so do
+its ``symmetric_grid="full"`` codes plus 8 with zero points 8
+(tests/test_gptq_reference.py).
 """
 
 from dataclasses import dataclass

@@ -303,9 +303,10 @@ def gptq(weight, hessian, bits: int = 4, group_size: int | None = None, symmetri
     act_order : bool, default False
         Quantize the columns in order of decreasing ``diag(H)`` (``desc_act``), so that the
         columns whose error costs most are rounded while many others can still absorb it. A
-        heuristic of the authors' repository (``--act-order`` in github.com/IST-DASLab/gptq,
-        added after the paper), not of the paper, whose section 3 finds that the order of the
-        columns barely matters on large models. With groups it also regroups the columns by
+        heuristic of the authors' repository, not of the paper: ``--act-order`` came to
+        github.com/IST-DASLab/gptq with the camera-ready version, and its README calls it a
+        heuristic; the paper's section 3 finds that the order of the columns barely matters
+        on large models. With groups it also regroups the columns by
         activation energy; ``static_groups`` keeps the groups of the original order.
     damp : float >= 0, default 0.01
         Adds ``damp * mean(diag(H))`` to the diagonal (the reference's ``percdamp``).
@@ -338,7 +339,8 @@ def gptq(weight, hessian, bits: int = 4, group_size: int | None = None, symmetri
     static_groups : bool, default False
         With groups: fix each group's scale and zero point before any column is quantized,
         from groups of consecutive columns in the *original* order (after ``dead_inputs``),
-        as the authors' and AutoGPTQ's ``static_groups``. Act-order then changes only the
+        as the authors' ``--static-groups`` (github.com/IST-DASLab/gptq) and AutoGPTQ's
+        ``static_groups``. Act-order then changes only the
         order of quantization, not which columns share a scale, and ``g_idx`` is ``k //
         group_size``: a kernel needs no row reordering.
     dead_inputs : {"round", "zero"}, default "round"
