@@ -11,10 +11,14 @@ numfmt's restricted symmetric grid into the Quantizer (the swap a comparison nee
 the authors' symmetric grid is the "full" one).
 """
 
+import inspect
+
 import numpy as np
 import pytest
 
-from numfmt.packing import GPTQWeight, gptq_pack_qweight, gptq_pack_qzeros
+from numfmt.packing import (GPTQWeight, act_order_permutation, gptq_dequantize,
+                            gptq_pack_qweight, gptq_pack_qzeros, gptq_quantize,
+                            gptq_unpack_qweight, gptq_unpack_qzeros)
 from numfmt.ptq import (DEAD_INPUTS, SYMMETRIC_GRIDS, g_idx_bits_per_weight, gptq,
                         gptq_reference, hessian, rtn, rtn_values)
 
@@ -228,7 +232,6 @@ def test_full_grid_goes_into_packing_as_uint4b8():
     codes = (r.codes + 8).T
     gw = GPTQWeight(gptq_pack_qweight(codes), r.scales.T.astype(np.float16),
                     gptq_pack_qzeros(np.full((4, 16), 8)), r.g_idx, 16)
-    from numfmt.packing import gptq_dequantize
     fp16 = r.scales.astype(np.float16).astype(np.float64)
     np.testing.assert_array_equal(gptq_dequantize(gw), (r.codes * fp16[:, r.g_idx]).T)
 
@@ -237,8 +240,6 @@ def test_full_grid_goes_into_packing_as_uint4b8():
 def test_packing_symmetric_is_the_authors_grid_with_float16_scales(act_order):
     # numfmt.packing.gptq_quantize(symmetric=True) against the transcribed Quantizer per
     # group, its scale rounded to float16 as a checkpoint stores it, zero point 8
-    from numfmt.packing import act_order_permutation, gptq_quantize, gptq_unpack_qweight
-    from numfmt.packing import gptq_unpack_qzeros
     rng = np.random.default_rng(12)
     w = rng.standard_t(5, (256, 32)) * 0.02                            # (K, N)
     w[:128, 3] = np.abs(w[:128, 3])          # a group without negative weights: 2 amax / 15
@@ -392,7 +393,6 @@ def test_readable_reference_gives_the_fast_codes(seed, kwargs):
 
 
 def test_readable_reference_is_short():
-    import inspect
     from numfmt.ptq import gptq_readable
     src = inspect.getsource(gptq_readable.gptq_reference)
     body = src[src.index('"""', src.index('"""') + 3) + 3:]
