@@ -436,6 +436,12 @@ def test_new_options_bad_input(kwargs, match):
     with pytest.raises(TypeError, match="static_groups"):
         gptq(np.ones((3, 4)), np.eye(4), group_size=2, static_groups=1)
     assert SYMMETRIC_GRIDS == ("restricted", "full")
+    # the full grid's lowest level, -16/15 amax at 4 bits, must be a float64 number
+    huge = np.full((2, 4), 1.7e308) * np.array([1, -1, 1, -1])
+    for f in (rtn, rtn_values, lambda w, **k: gptq(w, np.eye(4), **k)):
+        with pytest.raises(ValueError, match="beyond float64's range"):
+            f(huge, symmetric_grid="full")
+        f(huge)                                        # the restricted grid stays within amax
     if "symmetric_grid" in kwargs:
         with pytest.raises(ValueError, match=match):
             rtn(np.ones((3, 4)), symmetric=kwargs.get("symmetric", True),

@@ -374,7 +374,8 @@ def gptq(weight, hessian, bits: int = 4, group_size: int | None = None, symmetri
         ``group_size`` does not divide ``in`` (without ``partial_last_group``); ``damp`` is
         negative or not finite; ``block_size`` is not positive; ``symmetric_grid`` or
         ``dead_inputs`` is not one of its values, or "full" is asked of an asymmetric grid;
-        ``static_groups`` comes without a ``group_size``; or the dampened Hessian is not
+        ``static_groups`` comes without a ``group_size``; the "full" grid's lowest level
+        (-2^b / (2^b - 1) amax) is beyond float64's range; or the dampened Hessian is not
         positive definite.
 
     Notes
@@ -579,6 +580,12 @@ def _group_grid(mn, mx, qmin: int, qmax: int, symmetric: bool, full: bool = Fals
         amax = np.maximum(mx, -mn)
         if full:  # (amax / levels) * 2 is 2 amax / levels in every bit, and cannot overflow
             s = amax / (qmax - qmin) * 2.0
+            with np.errstate(over="ignore"):
+                bottom = s * qmin                          # -2^b / (2^b - 1) amax
+            if not np.isfinite(bottom).all():
+                raise ValueError("the full symmetric grid's lowest level -2^b / (2^b - 1) amax "
+                                 "is beyond float64's range; scale the weights down or use "
+                                 "symmetric_grid='restricted'")
         else:
             s = amax * (1.0 / qmax)                        # quantize_int's clip / qmax, clip = 1
         _check_calibrated_scale(s, amax > 0, 1.0)
