@@ -8,7 +8,8 @@ The question
     them. This lecture opens the files:
 
       Demo 1  The bytes: two 4-bit codes per byte, an MXFP4 block and an NVFP4 block in hex,
-              and the bits per weight each storage format really pays, metadata included.
+              the bits per weight each storage format really pays, metadata included, and
+              the two symmetric INT4 grids: 15 codes, or GPTQ checkpoints' 16.
       Demo 2  INT4, FP4 and NF4 on normally distributed weights, at the same 4.5 bits per
               weight: which 16 levels waste the least?
       Demo 3  QLoRA's double quantization: store the scales themselves in 8 bits. How many
@@ -38,6 +39,7 @@ from console import (OBSERVATIONS_WIDTH, display_width, print_header, print_obse
 from console.i18n import N_
 from lectures.i18n import domain
 from numfmt import E8M0, FP4_E2M1, FP8_E4M3, FP16, mx_quantize, nvfp4_quantize, rel_error, sqnr_db
+from numfmt.ptq import rtn
 from numfmt.packing import (
     absmax_dequantize, absmax_quantize, act_order_permutation, double_dequantize,
     e4m3_bits_as_fp16, fp4_levels, gptq_dequantize, gptq_pack_qweight, gptq_quantize,
@@ -75,6 +77,9 @@ class BytesResult:
     bits: dict              # format -> bits per weight actually paid
     split: dict             # format -> (bits per weight in elements, bits per weight in the rest)
     gptq_word: int = 0      # the int32 word of nibble_rows' last row, as an unsigned number
+    grids: dict = None      # GPTQ_GRIDS key -> codes used, step / amax, rel error, SQNR, top / amax
+    grid_gain_db: tuple = ()  # SQNR of "full" minus "restricted", for seeds 0, 1, 2 (dB)
+    qzeros_word: int = 0    # the stored GPTQ file's first qzeros word, as an unsigned number
 
 
 GPTQ_WORD_ROW = N_("GPTQ int32 word, 8 codes down a column")
@@ -128,7 +133,7 @@ def demo1_bytes(seed: int = 0) -> BytesResult:
     k, n = w.shape
     mxq, nvq = mx_quantize(w, FP4_E2M1), nvfp4_quantize(w)
     mxp, nvp = pack_block_fp4(mxq, "mxfp4"), pack_block_fp4(nvq, "nvfp4")
-    gptq = gptq_quantize(w, group_size=128)
+    gptq = gptq_quantize(w, group_size=128, symmetric=True)             # as GPTQ checkpoints
     q1 = qlora_quantize(w, double_quant=False)
     q2 = qlora_quantize(w)
     fp8 = marlin_fp8_pack(w.T.astype(np.float16))                        # Marlin wants (N, K)
@@ -153,8 +158,44 @@ def demo1_bytes(seed: int = 0) -> BytesResult:
     split = {name: (8 * e / w.size, 8 * o / w.size) for name, _, e, o in entries}
     cost_rows = [[name, layout, f"{e:,}", f"{o:,}", f"{bits[name]:.4f}"]
                  for name, layout, e, o in entries]
+    grids = gptq_grids(w)
+    per_seed = [grids if s == seed else gptq_grids(gaussian_weights(seed=s), symmetric_only=True)
+                for s in range(3)]
+    gain = tuple(g["full"]["sqnr"] - g["restricted"]["sqnr"] for g in per_seed)
     return BytesResult(nibble_rows, _block_dump(mxp, mxq, 32), _block_dump(nvp, nvq, 16),
-                       cost_rows, bits, split, word)
+                       cost_rows, bits, split, word, grids, gain,
+                       int(gptq.qzeros.view(np.uint32)[0, 0]))
+
+
+GPTQ_GRIDS = (  # key, symmetric, numfmt.ptq's symmetric_grid, label (translated where printed)
+    ("restricted", True, "restricted", N_("symmetric -7..7, step amax / 7")),
+    ("full", True, "full", N_("symmetric -8..7, step 2 amax / 15 (GPTQ)")),
+    ("asymmetric", False, "restricted", N_("asymmetric 0..15 + zero point")),
+)
+
+
+def gptq_grids(w: np.ndarray, group: int = 128, symmetric_only: bool = False) -> dict:
+    """Round to nearest of ``w`` (K, N) in groups of ``group`` rows on each GPTQ_GRIDS grid.
+
+    Returns, per grid key: the number of distinct codes used, the step relative to the
+    group's amax (mean over groups), the relative error (fraction), the SQNR (dB), and for
+    the symmetric grids the largest and smallest level relative to amax (mean over groups).
+    ``symmetric_only``: leave the asymmetric grid out.
+    """
+    out = {}
+    for key, symmetric, grid, _label in GPTQ_GRIDS:
+        if symmetric_only and not symmetric:
+            continue
+        r = rtn(w.T, 4, group, symmetric, symmetric_grid=grid)          # (N, K): groups on K
+        amax = np.abs(w.T).reshape(w.shape[1], -1, group).max(axis=2)   # (N, G)
+        out[key] = {"codes": int(np.unique(r.codes).size),
+                    "step": float(np.mean(r.scales / amax)),
+                    "rel_error": rel_error(r.weight.T, w), "sqnr": sqnr_db(r.weight.T, w)}
+        if symmetric:
+            qmin, qmax = (-8, 7) if grid == "full" else (-7, 7)
+            out[key]["top"] = float(np.mean(qmax * r.scales / amax))
+            out[key]["bottom"] = float(np.mean(qmin * r.scales / amax))
+    return out
 
 
 def _bits(v: float) -> str:
@@ -202,6 +243,13 @@ def show_demo1(r: BytesResult) -> None:
     print("\n" + _("How each format is laid out (what the other bytes hold):"))
     print_table([_("format"), _("layout")],
                 [[_(name), _(layout)] for name, layout, *_rest in r.cost_rows])
+    print("\n" + _("GPTQ's INT4 grids, round to nearest in groups of 128 (amax: the group's "
+                   "largest |w|):"))
+    g = r.grids
+    print_table([_("grid"), _("codes used"), _("step / amax"), _("rel. error (%)"), "SQNR (dB)"],
+                [[_(label), g[key]["codes"], f"{g[key]['step']:.4f}",
+                  f"{g[key]['rel_error'] * 100:.2f}", f"{g[key]['sqnr']:.2f}"]
+                 for key, _sym, _grid, label in GPTQ_GRIDS])
     b = r.bits
     print_observations([
         _("No 4-bit format costs 4 bits. MXFP4 pays {mxfp4} bits per weight, NVFP4 {nvfp4}, "
@@ -215,6 +263,22 @@ def show_demo1(r: BytesResult) -> None:
         _("GPTQ also stores g_idx, one int32 per input row: {bits:.4f} bits per weight here. "
           "Without act-order (demo 4) it is just k // 128 and carries no information.").format(
             bits=32 / SHAPE[1]),
+        _("Two symmetric INT4 grids exist. The restricted one keeps codes -7..7, symmetric "
+          "about zero, with step amax / 7. GPTQ's checkpoints use all 16 codes: step 2 amax / "
+          "15 and zero point 8 (the GPTQ authors' quant.py and AutoGPTQ with sym=True; Marlin "
+          "reads these codes as uint4b8, unsigned with a bias of 8). The step is {ratio:.4f} "
+          "of the restricted one, so the error falls from {restricted:.2f}% to {full:.2f}%, "
+          "{gain:.2f} dB (seeds 0-2: {gain_lo:.2f} to {gain_hi:.2f} dB). The price is symmetry: "
+          "the levels run from {bottom:.4f} amax to {top:.4f} amax, so where a group's largest "
+          "|w| is a positive weight, it is stored as {top:.4f} of itself.").format(
+            ratio=g["full"]["step"] / g["restricted"]["step"],
+            restricted=g["restricted"]["rel_error"] * 100, full=g["full"]["rel_error"] * 100,
+            gain=r.grid_gain_db[0], gain_lo=min(r.grid_gain_db), gain_hi=max(r.grid_gain_db),
+            bottom=g["full"]["bottom"], top=g["full"]["top"]),
+        _("In the stored layout the grid shows only in the zero points: here every one is 8, "
+          "so each qzeros word reads 0x{word:08X}. Asymmetric min-max with a zero "
+          "point per group ({asym:.2f}%) has a step (max - min) / 15, never larger than "
+          "2 amax / 15.").format(word=r.qzeros_word, asym=g["asymmetric"]["rel_error"] * 100),
         _("GPTQ is an algorithm as well as this layout (Frantar et al. 2022): it quantizes one "
           "input row at a time and moves that row's rounding error onto the rows not yet "
           "quantized, weighted by the inverse Hessian 2XX^T of the layer's inputs, so the "
@@ -491,9 +555,11 @@ def demo4_layouts(seed: int = 0, group_size: int = 128) -> LayoutResult:
 
     What to notice: act-order quantizes the input rows with the largest Hessian diagonal
     (the loudest activations) first, while many rows remain to absorb their rounding error
-    (GPTQ's error feedback; Frantar et al. 2022, section 4); so the rows of one group end up
-    scattered over K. The codes here are round-to-nearest: only the layout is GPTQ's. A kernel reading 16 rows at a time would then need
-    several scales per tile; sorting the rows by group once, and permuting the activations
+    (GPTQ's error feedback; act-order is a heuristic of the authors' repository,
+    github.com/IST-DASLab/gptq, not of the paper); so the rows of one group end up scattered
+    over K. The codes here are round-to-nearest on the symmetric grid of GPTQ checkpoints:
+    only the layout is GPTQ's. A kernel reading 16 rows at a time would then need several
+    scales per tile; sorting the rows by group once, and permuting the activations
     the same way, gives it one. Marlin then stores each 16 x 64 tile so that every thread
     finds the 8 values it needs in one 32-bit word, in the order the tensor core wants them.
     """
@@ -503,7 +569,7 @@ def demo4_layouts(seed: int = 0, group_size: int = 128) -> LayoutResult:
     # Activation statistics with a few loud channels: diag(X^T X) over 512 tokens.
     x = rng.standard_normal((512, k)) * np.exp(rng.normal(0, 1, k))
     perm = act_order_permutation((x * x).sum(axis=0))
-    gw = gptq_quantize(w, group_size, perm=perm)
+    gw = gptq_quantize(w, group_size, perm=perm, symmetric=True)
     order = kernel_row_order(gw.g_idx)
     tiles = {"checkpoint": gw.g_idx, "sorted": gw.g_idx[order]}
     per_tile = {key: float(np.mean([len(np.unique(g[i:i + 16])) for i in range(0, k, 16)]))
@@ -589,7 +655,9 @@ def show_demo4(r: LayoutResult) -> None:
     print_observations([
         _("Act-order (GPTQ's desc_act) quantizes the input rows in order of falling Hessian "
           "diagonal, here the activation energy diag(X^T X): the loudest rows go first, while "
-          "many rows are left to absorb their rounding error (Frantar et al. 2022, section 4). "
+          "many rows are left to absorb their rounding error. It is a heuristic of the GPTQ "
+          "authors' repository (--act-order, github.com/IST-DASLab/gptq), not of the paper, "
+          "whose section 3 finds that the order barely matters on large models. "
           "Groups still follow the checkpoint's rows, so a 16-row tile touches {before:.2f} "
           "groups on average and the group changes {switches_before} times down K. After "
           "sorting, each tile has {after:.2f} group and the group changes {switches_after} "

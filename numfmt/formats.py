@@ -237,6 +237,12 @@ class FloatFormat:
         upward (1.5 -> 2, 3 -> 4), as ml_dtypes does; inside E8M0's lowest binade
         (2^-127, 2^-126) the nearest power of two wins as everywhere else (1.2 * 2^-127 ->
         2^-127), as in ml_dtypes 0.7; ml_dtypes 0.5 and 0.6 returned 2^-126 for every value there.
+
+        See Also
+        --------
+        numfmt.round_reference.round_reference : the same rounding to nearest in about twenty
+            readable lines (binade, spacing, ties to even, overflow), equal in every bit; the
+            paths here are its fast version.
         """
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")

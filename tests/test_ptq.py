@@ -196,7 +196,7 @@ def test_gptq_dead_inputs_get_zero_weights():
     w, x = correlated_problem(0)
     x[:, [3, 17]] = 0.0
     h = hessian(x)
-    got = gptq(w, h, 4, 8, False, True)
+    got = gptq(w, h, 4, 8, False, True, dead_inputs="zero")
     np.testing.assert_array_equal(got.weight[:, [3, 17]], 0.0)
     np.testing.assert_allclose(got.weight, reference_gptq(w, h, 4, 8, False, True, 0.01),
                                rtol=1e-9, atol=1e-15)

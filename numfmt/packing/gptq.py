@@ -22,17 +22,23 @@ Zero points are stored as they are. Original GPTQ ("v1") checkpoints store
 + 1 = 16 unless the reader masks it; storing the zero point itself avoids that
 trap (it is what the "gptq_v2" checkpoint format does).
 
+Symmetric checkpoints (the authors' and AutoGPTQ's ``sym=True``, most published
+ones) use all 16 codes with scale 2 amax / 15 and every zero point 8: the ``uint4b8``
+codes GPTQ-Marlin reads (:func:`gptq_quantize` with ``symmetric=True``).
+
 This module rounds to nearest (RTN) within each group: it is about storage. The GPTQ
 algorithm itself (error-compensating updates with the inverse Hessian) is
 :func:`numfmt.ptq.gptq`; its 4-bit asymmetric ``codes.T``, ``scales.T``,
-``zeros.T`` and ``g_idx`` fill this layout unchanged (tests/test_ptq.py).
+``zeros.T`` and ``g_idx`` fill this layout unchanged (tests/test_ptq.py), and so do
+its ``symmetric_grid="full"`` codes plus 8 with zero points 8
+(tests/test_gptq_reference.py).
 """
 
 from dataclasses import dataclass
 
 import numpy as np
 
-from numfmt._validate import check_fits_storage, check_int
+from numfmt._validate import check_bool, check_fits_storage, check_int
 
 from ._checks import as_float_array, as_int_array, check_int32, check_ndim, check_range
 
@@ -221,8 +227,10 @@ def act_order_permutation(hessian_diag):
 
     References
     ----------
-    Frantar et al., "GPTQ" (2023), and its ``--act-order`` option
-    (``perm = argsort(diag(H), descending=True)``).
+    The ``--act-order`` option of the GPTQ authors' repository, github.com/IST-DASLab/gptq
+    (``perm = argsort(diag(H), descending=True)``; AutoGPTQ's ``desc_act``): a heuristic
+    of the code, not of the paper (Frantar et al. 2023, whose section 3 finds the order of
+    the columns barely matters on large models).
     """
     h = as_float_array(hessian_diag, "hessian_diag")
     check_ndim(h, 1, "hessian_diag")
@@ -337,13 +345,20 @@ def permute_qweight_rows(qweight, perm):
     return gptq_pack_qweight(codes[perm])
 
 
-def gptq_quantize(weight, group_size=128, perm=None):
+def gptq_quantize(weight, group_size=128, perm=None, symmetric=False):
     """Quantize a weight (K, N) to 4-bit GPTQ storage, rounding to nearest.
 
-    Asymmetric min-max quantization per group of ``group_size`` rows and per
-    column: scale = (max - min) / 15 in float16, zero = round(-min / scale)
-    clipped to [0, 15], q = clip(round(w / scale) + zero, 0, 15). The range is
-    widened to include 0, so a zero weight is exact.
+    Per group of ``group_size`` rows and per column, with the scale rounded to
+    float16 first (as stored) and q = clip(round(w / scale) + zero, 0, 15):
+
+    * asymmetric (min-max): scale = (max - min) / 15, zero = round(-min / scale)
+      clipped to [0, 15]. The range is widened to include 0, so a zero weight is exact.
+    * symmetric: scale = 2 amax / 15 and zero = 8, all 16 codes: the grid of the
+      GPTQ authors' ``Quantizer(sym=True)`` and AutoGPTQ's default ``sym=True``, so
+      of most published GPTQ checkpoints, and the ``uint4b8`` codes (unsigned, bias
+      8) GPTQ-Marlin reads. Weights are then (q - 8) * scale, from -16/15 amax up to
+      14/15 amax; a group's largest positive weight is clipped to 14/15 of itself.
+      (:func:`numfmt.ptq.gptq` calls this grid ``symmetric_grid="full"``.)
 
     Parameters
     ----------
@@ -353,6 +368,8 @@ def gptq_quantize(weight, group_size=128, perm=None):
     perm : array_like of int, shape (K,), optional
         Act-order quantization order (see :func:`act_order_permutation`). The
         rows stay in their original order in ``qweight``; ``g_idx`` records the groups.
+    symmetric : bool, default False
+        The symmetric grid above (zero points all 8) instead of min-max.
 
     Returns
     -------
@@ -367,8 +384,14 @@ def gptq_quantize(weight, group_size=128, perm=None):
         group's scale does not fit float16 (above 65504 it would be Inf, below 2**-25 it
         would flush to 0 and the group decode to zeros): such weights are refused, not stored.
     TypeError
-        If ``group_size`` is not an integer.
+        If ``group_size`` is not an integer or ``symmetric`` not a bool.
+
+    References
+    ----------
+    IST-DASLab/gptq ``quant.py`` (``Quantizer.find_params``); AutoGPTQ
+    ``QuantLinear.pack``; vLLM ``scalar_types.uint4b8`` (GPTQ-Marlin).
     """
+    symmetric = check_bool(symmetric, "symmetric")
     w = as_float_array(weight, "weight")
     check_ndim(w, 2, "weight")
     k, n = w.shape
@@ -383,13 +406,19 @@ def gptq_quantize(weight, group_size=128, perm=None):
     grouped = w[order].reshape(k // group_size, group_size, n)          # (G, g, N)
     lo = np.minimum(grouped.min(axis=1), 0.0)
     hi = np.maximum(grouped.max(axis=1), 0.0)
+    if symmetric:
+        lo = np.minimum(lo, -hi)
+        hi = -lo
     with np.errstate(over="ignore"):  # a width past float64 is Inf and refused below
         ideal = (hi - lo) / 15
     check_fits_storage(ideal, np.float16, "the float16 group scale (max - min) / 15 =",
                        "GPTQ stores scales in float16: scale the weight into range first")
     scale = ideal.astype(np.float16)                                    # (G, N)
     safe = np.where(scale > 0, scale.astype(np.float64), 1.0)
-    zero = np.clip(np.round(-lo / safe), 0, 15).astype(np.int64)
+    if symmetric:
+        zero = np.full(scale.shape, 8, np.int64)
+    else:
+        zero = np.clip(np.round(-lo / safe), 0, 15).astype(np.int64)
     q_sorted = np.clip(np.round(grouped / safe[:, None, :]) + zero[:, None, :], 0, 15)
     codes = np.empty((k, n), np.int64)
     codes[order] = q_sorted.reshape(k, n)

@@ -30,12 +30,13 @@ from typing import NamedTuple
 import numpy as np
 
 from numfmt._validate import as_calibration_array, check_block, check_real_scalar
-from numfmt.intquant import int_range, quantize_int
+from numfmt.intquant import int_range
 from numfmt.packing.gptq import act_order_permutation, group_index
 
 from ._checks import as_matrix, check_bool, check_positive_int
 
-__all__ = ["GPTQResult", "gptq", "hessian", "rtn", "rtn_values"]
+__all__ = ["DEAD_INPUTS", "GPTQResult", "SYMMETRIC_GRIDS", "g_idx_bits_per_weight", "gptq",
+           "hessian", "rtn", "rtn_values"]
 
 #: Columns whose rank-1 updates are applied one by one inside a lazy batch (an inner batch;
 #: any value gives the same result up to float rounding, as ``block_size`` does).
@@ -44,12 +45,29 @@ SUB_BLOCK = 16
 #: Relative asymmetry |H - H^T| / max|H| accepted as float rounding of a symmetric matrix.
 SYMMETRY_RTOL = 1e-8
 
+#: :func:`gptq`'s ``symmetric_grid``: numfmt's restricted range, or all 2^b codes (the
+#: reference's and AutoGPTQ's ``sym=True``, Marlin's ``uint4b8``).
+SYMMETRIC_GRIDS = ("restricted", "full")
+
+#: :func:`gptq`'s ``dead_inputs``: round a never-activated column to nearest, or zero it.
+DEAD_INPUTS = ("round", "zero")
+
+
+class _Grid(NamedTuple):
+    """An integer grid: codes in [qmin, qmax]; ``full`` for the symmetric grid of all 2^b."""
+
+    bits: int
+    symmetric: bool
+    full: bool
+    qmin: int
+    qmax: int
+
 
 class GPTQResult(NamedTuple):
     """Result of :func:`gptq`. Every array is in the weight's original column order."""
 
     weight: np.ndarray  #: float64 (out, in): the dequantized weights
-    codes: np.ndarray   #: int64 (out, in): integer codes on numfmt's grid (see int_range)
+    codes: np.ndarray   #: int64 (out, in): integer codes (signed when symmetric; see gptq)
     scales: np.ndarray  #: float64 (out, G): one per row and group (G = 1 without groups)
     zeros: np.ndarray   #: int64 (out, G): zero points (0 when symmetric)
     perm: np.ndarray    #: int64 (in,): the order columns were quantized in
@@ -88,6 +106,41 @@ def hessian(x) -> np.ndarray:
     h = xs.T @ xs
     h *= 2.0 / xs.shape[0]
     return h
+
+
+def g_idx_bits_per_weight(shapes) -> float:
+    """Bits per weight that GPTQ's ``g_idx`` adds to a set of linear layers.
+
+    A GPTQ checkpoint stores ``g_idx``, one int32 per input column, whatever the grouping;
+    only with act-order (and dynamic groups) does it carry information, since otherwise it is
+    ``k // group_size``. Over layers of shapes (out_i, in_i) it costs
+    ``32 * sum(in_i) / sum(out_i * in_i)`` bits per weight: ``32 / out`` for one layer.
+
+    Parameters
+    ----------
+    shapes : iterable of (out, in) pairs of positive ints
+        The weights' shapes in ``torch.nn.Linear`` orientation, as :func:`gptq` takes them.
+
+    Returns
+    -------
+    float, bits per weight.
+
+    Raises
+    ------
+    TypeError
+        If a dimension is not an integer.
+    ValueError
+        If ``shapes`` is empty, a shape is not a pair, or a dimension is not positive.
+
+    References
+    ----------
+    AutoGPTQ's and GPTQ-for-LLaMa's ``QuantLinear`` (``g_idx``: int32, shape (in,)).
+    """
+    pairs = [tuple(p) for p in shapes]
+    if not pairs or any(len(p) != 2 for p in pairs):
+        raise ValueError(f"shapes must be a non-empty list of (out, in) pairs, got {shapes!r}")
+    dims = [[check_positive_int(d, "a dimension of shapes") for d in p] for p in pairs]
+    return 32 * sum(k for _, k in dims) / sum(n * k for n, k in dims)
 
 
 def _check_hessian(h, k: int) -> np.ndarray:
@@ -164,10 +217,71 @@ def _group_index(perm: np.ndarray, group: int) -> np.ndarray:
     return g_idx
 
 
+def _check_grid(bits, symmetric, symmetric_grid) -> _Grid:
+    """The integer grid of ``bits``, ``symmetric`` and ``symmetric_grid``, checked."""
+    if symmetric_grid not in SYMMETRIC_GRIDS:
+        raise ValueError(f"symmetric_grid must be one of {SYMMETRIC_GRIDS}, got "
+                         f"{symmetric_grid!r}")
+    qmin, qmax = int_range(bits, symmetric=check_bool(symmetric, "symmetric"))
+    full = symmetric_grid == "full"
+    if full and not symmetric:
+        raise ValueError("symmetric_grid='full' is a symmetric grid: it needs symmetric=True")
+    return _Grid(bits, bool(symmetric), full, qmin - 1 if full else qmin, qmax)
+
+
+def _grid_params(block: np.ndarray, grid: _Grid):
+    """Scale (rows,) float64 and zero point (rows,) int64 of each row of ``block`` (rows, g)
+    on ``grid``: numfmt.quantize_int's per-row grid (clip 1), or the full symmetric one."""
+    s, z = _group_grid(block.min(axis=1), block.max(axis=1), grid.qmin, grid.qmax,
+                       grid.symmetric, grid.full)
+    return s, (np.zeros(len(s), np.int64) if z is None else z)
+
+
+class _Setup(NamedTuple):
+    w: np.ndarray          # float64 (out, in), a copy
+    h: np.ndarray          # float64 (in, in), a copy
+    grid: _Grid
+    group: int             # columns per group (in without groups)
+    act_order: bool
+    damp: float
+    static_groups: bool
+    zero_dead: bool
+
+
+def _setup(weight, hessian, bits, group_size, symmetric, act_order, damp, partial_last_group,
+           symmetric_grid, static_groups, dead_inputs) -> _Setup:
+    """:func:`gptq`'s arguments checked (the same for :func:`gptq_reference`)."""
+    w = as_matrix(weight, "weight").copy()                 # (out, in)
+    h = _check_hessian(hessian, w.shape[1])
+    grid = _check_grid(bits, symmetric, symmetric_grid)
+    act_order = check_bool(act_order, "act_order")
+    group = _check_group(w.shape[1], group_size, partial_last_group)
+    damp = check_real_scalar(damp, "damp")
+    if not (np.isfinite(damp) and damp >= 0):
+        raise ValueError(f"damp must be a finite number >= 0, got {damp!r}")
+    if check_bool(static_groups, "static_groups") and group_size is None:
+        raise ValueError("static_groups fixes groups of columns: it needs a group_size")
+    if dead_inputs not in DEAD_INPUTS:
+        raise ValueError(f"dead_inputs must be one of {DEAD_INPUTS}, got {dead_inputs!r}")
+    return _Setup(w, h, grid, group, act_order, damp, static_groups, dead_inputs == "zero")
+
+
+def _static_params(w: np.ndarray, group: int, grid: _Grid):
+    """Scales and zero points (out, G) of the groups of consecutive *original* columns."""
+    params = [_grid_params(w[:, a:a + group], grid) for a in range(0, w.shape[1], group)]
+    return (np.stack([s for s, _ in params], axis=1),
+            np.stack([z for _, z in params], axis=1))
+
+
 def gptq(weight, hessian, bits: int = 4, group_size: int | None = None, symmetric: bool = True,
          act_order: bool = False, damp: float = 0.01, block_size: int = 128,
-         partial_last_group: bool = False) -> GPTQResult:
+         partial_last_group: bool = False, symmetric_grid: str = "restricted",
+         static_groups: bool = False, dead_inputs: str = "round") -> GPTQResult:
     """Quantize a linear layer's weights with GPTQ (Frantar et al. 2023, Algorithm 1).
+
+    The fast version: :func:`numfmt.ptq.gptq_reference` is the same algorithm in about
+    forty readable lines, one column at a time in the paper's notation, and gives the same
+    codes (tests/test_gptq_reference.py).
 
     Parameters
     ----------
@@ -181,15 +295,19 @@ def gptq(weight, hessian, bits: int = 4, group_size: int | None = None, symmetri
         None: one scale (and zero point) per output row, from the whole original row. An int
         dividing ``in``: one per row and group of ``group_size`` consecutive columns *in the
         order they are quantized*, computed from the weights as they stand (already updated)
-        when the group's first column is reached.
+        when the group's first column is reached (see Notes for the reference's lazy batches).
     symmetric : bool, default True
-        numfmt's integer grid (:func:`numfmt.quantize_int`): True is the signed restricted
-        range ``[-(2^(b-1)-1), 2^(b-1)-1]`` with ``scale = amax / qmax`` and zero point 0;
-        False is ``[0, 2^b - 1]`` over ``[min(w, 0), max(w, 0)]`` with an integer zero point.
-        So with a diagonal Hessian GPTQ returns exactly numfmt's round-to-nearest.
+        True: zero point 0 on the grid ``symmetric_grid`` names. False: numfmt's asymmetric
+        grid (:func:`numfmt.quantize_int`), codes ``[0, 2^b - 1]`` over ``[min(w, 0),
+        max(w, 0)]`` with an integer zero point, the reference's ``sym=False`` exactly.
     act_order : bool, default False
         Quantize the columns in order of decreasing ``diag(H)`` (``desc_act``), so that the
-        columns whose error costs most are rounded while many others can still absorb it.
+        columns whose error costs most are rounded while many others can still absorb it. A
+        heuristic of the authors' repository, not of the paper: ``--act-order`` came to
+        github.com/IST-DASLab/gptq with the camera-ready version, and its README calls it a
+        heuristic; the paper's section 3 finds that the order of the columns barely matters
+        on large models. With groups it also regroups the columns by
+        activation energy; ``static_groups`` keeps the groups of the original order.
     damp : float >= 0, default 0.01
         Adds ``damp * mean(diag(H))`` to the diagonal (the reference's ``percdamp``).
     block_size : int > 0, default 128
@@ -202,6 +320,34 @@ def gptq(weight, hessian, bits: int = 4, group_size: int | None = None, symmetri
         order) holds the ``in % group_size`` remaining columns, as in the reference
         implementation (``g_idx = i // group_size``); e.g. 576 inputs in groups of 128 are
         four groups of 128 and one of 64. Without it such a group size is an error.
+    symmetric_grid : {"restricted", "full"}, default "restricted"
+        The symmetric grid (``symmetric=True`` only). "restricted": numfmt's signed
+        restricted range ``[-(2^(b-1)-1), 2^(b-1)-1]`` with ``scale = amax / (2^(b-1)-1)``,
+        2^b - 1 levels, symmetric about zero; so with a diagonal Hessian GPTQ returns exactly
+        :func:`numfmt.quantize_int`. "full": all 2^b codes ``[-2^(b-1), 2^(b-1)-1]`` with
+        ``scale = 2 amax / (2^b - 1)``, the grid of the authors' ``Quantizer(sym=True)`` (zero
+        point ``(maxq + 1) / 2 = 2^(b-1)`` on unsigned codes) and of AutoGPTQ, and so of
+        published symmetric GPTQ checkpoints and of the unsigned-with-bias-8 ``uint4b8`` codes
+        Marlin and vLLM read: its step is 14/15 of the restricted one at 4 bits, its most
+        negative level is -16/15 amax and its largest positive 14/15 amax. The reference
+        gives a group without negative weights half that scale (its ``xmin`` stays 0), which
+        clips the group at 7/15 of its maximum; here every group gets ``2 amax / (2^b - 1)``.
+        A group's most negative weight, read when the group starts, lies on a tie,
+        ``-(2^b - 1) / 2`` steps: exactly it rounds to even, ``-2^(b-1)``, but the last bits
+        of the updated weights decide it, so implementations that update in another order
+        may differ in that one code (and in the error feedback after it).
+    static_groups : bool, default False
+        With groups: fix each group's scale and zero point before any column is quantized,
+        from groups of consecutive columns in the *original* order (after ``dead_inputs``),
+        as the authors' ``--static-groups`` (github.com/IST-DASLab/gptq) and AutoGPTQ's
+        ``static_groups``. Act-order then changes only the
+        order of quantization, not which columns share a scale, and ``g_idx`` is ``k //
+        group_size``: a kernel needs no row reordering.
+    dead_inputs : {"round", "zero"}, default "round"
+        Inputs with ``H_ii = 0`` (never active in calibration) get ``H_ii = 1``, so that H
+        is invertible; the column is then independent of all others. "round": it keeps its
+        weight, rounded to nearest on its group's grid, so inputs that are active later are
+        still served. "zero": its weights are set to 0 first, as the reference does.
 
     Returns
     -------
@@ -210,58 +356,78 @@ def gptq(weight, hessian, bits: int = 4, group_size: int | None = None, symmetri
         scales[:, g_idx]`` elementwise; ``codes`` int64 (out, in); ``scales`` float64 and
         ``zeros`` int64 (out, G) with ``G = ceil(in / group_size)`` (1 without groups); ``perm``
         int64 (in,), the quantization order; ``g_idx`` int32 (in,), ``g_idx[perm[i]] = i //
-        group_size``. For bits=4, asymmetric, ``codes.T``, ``scales.T``, ``zeros.T`` and
-        ``g_idx`` are :class:`numfmt.packing.GPTQWeight`'s (K, N)-oriented fields unchanged
-        (scales stored in float16 there). Symmetric codes are signed; the unsigned layout
-        holds them as ``codes + 2^(b-1)`` with zero point ``2^(b-1)``.
+        group_size`` (``k // group_size`` with ``static_groups``). For bits=4, asymmetric,
+        ``codes.T``, ``scales.T``, ``zeros.T`` and ``g_idx`` are
+        :class:`numfmt.packing.GPTQWeight`'s (K, N)-oriented fields unchanged (scales stored
+        in float16 there). Symmetric codes are signed; the unsigned layout holds them as
+        ``codes + 2^(b-1)`` with zero point ``2^(b-1)`` (with the "full" grid, exactly the
+        reference's codes).
 
     Raises
     ------
     TypeError
         If an array is not real-valued, an integer argument is not an integer, or
-        ``symmetric``/``act_order`` is not a bool.
+        ``symmetric``/``act_order``/``static_groups`` is not a bool.
     ValueError
         If ``weight`` is not 2-D, empty or non-finite; ``hessian`` is not (in, in), not
         symmetric, non-finite or has a negative diagonal; ``bits`` is outside [2, 16];
         ``group_size`` does not divide ``in`` (without ``partial_last_group``); ``damp`` is
-        negative or not finite; ``block_size`` is not positive; or the dampened Hessian is not
+        negative or not finite; ``block_size`` is not positive; ``symmetric_grid`` or
+        ``dead_inputs`` is not one of its values, or "full" is asked of an asymmetric grid;
+        ``static_groups`` comes without a ``group_size``; the "full" grid's lowest level
+        (-2^b / (2^b - 1) amax) is beyond float64's range; or the dampened Hessian is not
         positive definite.
 
     Notes
     -----
-    As the reference implementation: inputs with ``H_ii = 0`` (never active) get ``H_ii = 1``
-    and a zero weight column; the per-row scales without groups are computed before that.
-    Unlike the reference, a group that starts inside a lazy batch takes its scale from the
-    fully updated weights (the reference reads them before the batch's own updates), so that
-    every ``block_size`` gives the same result.
+    Without groups, the per-row scales come from the original weights, before
+    ``dead_inputs="zero"`` zeroes a column (as in the reference).
+
+    A group whose first column falls inside a lazy batch (``group_size`` smaller than
+    ``block_size``, or not a multiple of it): here its scale comes from the fully updated
+    weights, those a column-at-a-time GPTQ holds at that moment, so the result does not
+    depend on ``block_size``. The reference's ``fasterquant`` reads the group's weights
+    from its outer copy ``W``, which has not yet received the updates of the earlier
+    columns of the same batch (they live in ``W1``), so its codes change with ``blocksize``
+    and equal these when ``blocksize`` divides ``groupsize``. Published checkpoints with
+    groups of 32 or 64 and the default ``blocksize=128`` carry the reference's behaviour.
+
+    References
+    ----------
+    Frantar et al. 2023, Algorithm 1 and section 4 (lazy batches, Cholesky); the authors'
+    repository github.com/IST-DASLab/gptq, ``gptq.py`` (``fasterquant``: ``actorder``,
+    ``static_groups``, the dead-input rule) and ``quant.py`` (``Quantizer``, the "full"
+    symmetric grid); AutoGPTQ's ``GPTQ.fasterquant`` (the same, and ``g_idx``).
     """
-    w = as_matrix(weight, "weight").copy()                 # (out, in)
+    c = _setup(weight, hessian, bits, group_size, symmetric, act_order, damp,
+               partial_last_group, symmetric_grid, static_groups, dead_inputs)
+    w, h, grid, group = c.w, c.h, c.grid, c.group
     rows, cols = w.shape
-    h = _check_hessian(hessian, cols)
-    qmin, qmax = int_range(bits, symmetric=check_bool(symmetric, "symmetric"))
-    act_order = check_bool(act_order, "act_order")
-    group = _check_group(cols, group_size, partial_last_group)
-    damp = check_real_scalar(damp, "damp")
-    if not (np.isfinite(damp) and damp >= 0):
-        raise ValueError(f"damp must be a finite number >= 0, got {damp!r}")
     block_size = check_positive_int(block_size, "block_size")
+    qmin, qmax = grid.qmin, grid.qmax
 
     if group_size is None:                                 # scales from the original rows
-        _, _, row_scale, row_zero = quantize_int(w, bits, symmetric, "channel")
+        row_scale, row_zero = _grid_params(w, grid)
 
     dead = np.diag(h) == 0
     h[dead, dead] = 1.0
-    w[:, dead] = 0.0
-    perm = act_order_permutation(np.diag(h)) if act_order else np.arange(cols)
-    if act_order:                                          # (w and h are copies already)
+    if c.zero_dead:
+        w[:, dead] = 0.0
+    n_groups = -(-cols // group)
+    if c.static_groups:
+        scales, zeros = _static_params(w, group, grid)
+    else:
+        scales = np.empty((rows, n_groups))
+        zeros = np.empty((rows, n_groups), np.int64)
+    perm = act_order_permutation(np.diag(h)) if c.act_order else np.arange(cols)
+    g_idx = _group_index(np.arange(cols) if c.static_groups else perm, group)
+    if c.act_order:                                        # (w and h are copies already)
         w = w[:, perm]
         h = h[np.ix_(perm, perm)]
-    h[np.diag_indices(cols)] += damp * np.mean(np.diag(h))
+    h[np.diag_indices(cols)] += c.damp * np.mean(np.diag(h))
     u = _inverse_cholesky_upper(h)                         # (in, in) upper
 
-    n_groups = -(-cols // group)
-    scales = np.empty((rows, n_groups))
-    zeros = np.empty((rows, n_groups), np.int64)
+    group_of = g_idx[perm]                                 # group of the j-th quantized column
     # Work on W^T (in, out): a column of W is then a contiguous row, and the rank-1 updates
     # run over contiguous memory.
     wt = np.ascontiguousarray(w.T)                         # (in, out)
@@ -281,12 +447,14 @@ def gptq(weight, hessian, bits: int = 4, group_size: int | None = None, symmetri
             u1 = u[j1:j2, j1:j2]
             for i in range(j2 - j1):
                 j = j1 + i
-                if j % group == 0:
-                    if group_size is None:
-                        s, z = row_scale[:, 0], row_zero[:, 0]
-                    else:
-                        s, z = _group_params(wt, err, u, (i1, i2), (j1, j2), j, group, bits,
-                                             symmetric)
+                if group_size is None:
+                    if j == 0:
+                        s, z = row_scale, row_zero
+                        scales[:, 0], zeros[:, 0] = s, z
+                elif c.static_groups:
+                    s, z = scales[:, group_of[j]], zeros[:, group_of[j]]
+                elif j % group == 0:
+                    s, z = _group_params(wt, err, u, (i1, i2), (j1, j2), j, group, grid)
                     scales[:, j // group], zeros[:, j // group] = s, z
                 # numfmt.quantize_int's steps, in its order, so a diagonal H reproduces RTN
                 q = codes[j]
@@ -310,23 +478,23 @@ def gptq(weight, hessian, bits: int = 4, group_size: int | None = None, symmetri
             wt[i2:] -= u[i1:i2, i2:].T @ err[i1:i2]
     codes, deq = codes.T.astype(np.int64), deq.T
     inv = np.argsort(perm)
-    return GPTQResult(deq[:, inv], codes[:, inv], scales, zeros, perm.astype(np.int64),
-                      _group_index(perm, group))
+    return GPTQResult(deq[:, inv], codes[:, inv], scales, zeros, perm.astype(np.int64), g_idx)
 
 
 def rtn(weight, bits: int = 4, group_size: int | None = None, symmetric: bool = True,
-        partial_last_group: bool = False) -> GPTQResult:
+        partial_last_group: bool = False, symmetric_grid: str = "restricted") -> GPTQResult:
     """Round-to-nearest on GPTQ's grid and grouping: the baseline GPTQ is measured against.
 
     Exactly :func:`numfmt.quantize_int` per row (``group_size=None``) or per group of
     consecutive columns, each group as ``quantize_int(..., granularity="channel")`` on its
-    columns, so that a last group of fewer columns (``partial_last_group``) is allowed. Equal
+    columns, so that a last group of fewer columns (``partial_last_group``) is allowed; with
+    ``symmetric_grid="full"``, the same steps on :func:`gptq`'s full symmetric grid. Equal
     to :func:`gptq` with a diagonal Hessian and no act-order, bit for bit.
 
     Parameters
     ----------
     weight : array_like of float, shape (out, in), finite
-    bits, group_size, symmetric, partial_last_group
+    bits, group_size, symmetric, partial_last_group, symmetric_grid
         As :func:`gptq`.
 
     Returns
@@ -341,7 +509,7 @@ def rtn(weight, bits: int = 4, group_size: int | None = None, symmetric: bool = 
     """
     w = as_matrix(weight, "weight")
     rows, cols = w.shape
-    int_range(bits, symmetric=check_bool(symmetric, "symmetric"))
+    grid = _check_grid(bits, symmetric, symmetric_grid)
     group = _check_group(cols, group_size, partial_last_group)
     deq, codes = np.empty_like(w), np.empty(w.shape, np.int64)
     full = cols // group * group
@@ -351,7 +519,7 @@ def rtn(weight, bits: int = 4, group_size: int | None = None, symmetric: bool = 
         segments.append((full, cols, cols - full))
     scales, zeros = [], []
     for a, b, g in segments:
-        s, z = _round_groups(w[:, a:b], g, bits, symmetric, deq[:, a:b], codes[:, a:b])
+        s, z = _round_groups(w[:, a:b], g, grid, deq[:, a:b], codes[:, a:b])
         scales.append(s)
         zeros.append(z)
     perm = np.arange(cols)
@@ -360,7 +528,8 @@ def rtn(weight, bits: int = 4, group_size: int | None = None, symmetric: bool = 
 
 
 def rtn_values(weight, bits: int = 4, group_size: int | None = None, symmetric: bool = True,
-               partial_last_group: bool = False) -> np.ndarray:
+               partial_last_group: bool = False, symmetric_grid: str = "restricted"
+               ) -> np.ndarray:
     """``rtn(...).weight`` alone: the dequantized weights, bit for bit, without the codes.
 
     For searches that quantize the same weight many times and keep only the dequantized
@@ -369,7 +538,7 @@ def rtn_values(weight, bits: int = 4, group_size: int | None = None, symmetric: 
 
     Parameters
     ----------
-    weight, bits, group_size, symmetric, partial_last_group
+    weight, bits, group_size, symmetric, partial_last_group, symmetric_grid
         As :func:`rtn`.
 
     Returns
@@ -389,25 +558,36 @@ def rtn_values(weight, bits: int = 4, group_size: int | None = None, symmetric: 
     """
     w = as_matrix(weight, "weight")
     rows, cols = w.shape
-    int_range(bits, symmetric=check_bool(symmetric, "symmetric"))
+    grid = _check_grid(bits, symmetric, symmetric_grid)
     group = _check_group(cols, group_size, partial_last_group)
     deq = np.empty_like(w)
     full = cols // group * group
     if full:
-        _round_group_values(w[:, :full], group, bits, symmetric, deq[:, :full])
+        _round_group_values(w[:, :full], group, grid, deq[:, :full])
     if full < cols:
-        _round_group_values(w[:, full:], cols - full, bits, symmetric, deq[:, full:])
+        _round_group_values(w[:, full:], cols - full, grid, deq[:, full:])
     return deq
 
 
-def _group_grid(mn, mx, qmin: int, qmax: int, symmetric: bool):
+def _group_grid(mn, mx, qmin: int, qmax: int, symmetric: bool, full: bool = False):
     """numfmt.quantize_int's scale (clip 1) and zero point from each group's minimum and
     maximum (float64 arrays of one shape), with its checks and errors, in its order of
-    operations (so the same bits): ``(s, z)``, z int64 of s's shape, or None when symmetric."""
+    operations (so the same bits): ``(s, z)``, z int64 of s's shape, or None when symmetric.
+    ``full``: the symmetric grid of all 2^b codes, ``s = 2 amax / (2^b - 1)`` (qmin = -2^(b-1)).
+    """
     from numfmt.intquant import _affine_scale, _check_calibrated_scale
     if symmetric:
         amax = np.maximum(mx, -mn)
-        s = amax * (1.0 / qmax)                            # quantize_int's clip / qmax, clip = 1
+        if full:  # (amax / levels) * 2 is 2 amax / levels in every bit, and cannot overflow
+            s = amax / (qmax - qmin) * 2.0
+            with np.errstate(over="ignore"):
+                bottom = s * qmin                          # -2^b / (2^b - 1) amax
+            if not np.isfinite(bottom).all():
+                raise ValueError("the full symmetric grid's lowest level -2^b / (2^b - 1) amax "
+                                 "is beyond float64's range; scale the weights down or use "
+                                 "symmetric_grid='restricted'")
+        else:
+            s = amax * (1.0 / qmax)                        # quantize_int's clip / qmax, clip = 1
         _check_calibrated_scale(s, amax > 0, 1.0)
         s[s == 0] = 1.0
         return s, None
@@ -434,7 +614,7 @@ def _pairwise(v: np.ndarray, op) -> np.ndarray:
     return v if v.shape[-1] == 1 else op.reduce(v, axis=-1, keepdims=True)
 
 
-def _round_group_values(x, g, bits, symmetric, values):
+def _round_group_values(x, g, grid, values):
     """:func:`_round_groups`'s ``values`` alone, bit for bit, written into ``values``.
 
     The steps that change nothing are left out, exactly: with integers in float64,
@@ -444,14 +624,14 @@ def _round_group_values(x, g, bits, symmetric, values):
     +0.0 at the end turns -0.0 into +0.0 as ``(r + z) - z`` does on the asymmetric grid.
     """
     from numfmt._chunks import rows_per_chunk
-    qmin, qmax = int_range(bits, symmetric)
+    qmin, qmax, symmetric = grid.qmin, grid.qmax, grid.symmetric
     rows, k = x.shape
     step = rows_per_chunk(k)
     reduce = ((lambda v, op: op.reduce(v, axis=-1, keepdims=True)) if g >= 64 else _pairwise)
     for i in range(0, rows, step):
         v = x[i:i + step].reshape(-1, k // g, g)          # (r, G, g)
         mn, mx = reduce(v, np.minimum), reduce(v, np.maximum)
-        s, z = _group_grid(mn, mx, qmin, qmax, symmetric)
+        s, z = _group_grid(mn, mx, qmin, qmax, symmetric, grid.full)
         z = 0.0 if symmetric else z.astype(np.float64)
         q = np.empty(v.shape)
         with np.errstate(over="ignore"):
@@ -467,7 +647,7 @@ def _round_group_values(x, g, bits, symmetric, values):
             np.add(q.reshape(-1, k), 0.0, out=values[i:i + step])
 
 
-def _round_groups(x, g, bits, symmetric, values, codes):
+def _round_groups(x, g, grid, values, codes):
     """``quantize_int(x, bits, symmetric, "group", g)`` on a finite (rows, k) block, g | k,
     written into ``values`` (float64) and ``codes`` (int64) of the block's shape; returns the
     scales and zero points, (rows, k // g).
@@ -479,7 +659,7 @@ def _round_groups(x, g, bits, symmetric, values, codes):
     """
     from numfmt._chunks import rows_per_chunk
 
-    qmin, qmax = int_range(bits, symmetric)
+    qmin, qmax, symmetric = grid.qmin, grid.qmax, grid.symmetric
     rows, k = x.shape
     scales = np.empty((rows, k // g))
     zeros = np.zeros((rows, k // g), np.int64)
@@ -487,7 +667,7 @@ def _round_groups(x, g, bits, symmetric, values, codes):
     for i in range(0, rows, step):
         v = x[i:i + step].reshape(-1, k // g, g)          # (r, G, g), a copy if x is strided
         s, z = _group_grid(v.min(axis=-1, keepdims=True), v.max(axis=-1, keepdims=True),
-                           qmin, qmax, symmetric)
+                           qmin, qmax, symmetric, grid.full)
         if not symmetric:
             zeros[i:i + step] = z[..., 0]
         scales[i:i + step] = s[..., 0]
@@ -507,7 +687,7 @@ def _round_groups(x, g, bits, symmetric, values, codes):
     return scales, zeros
 
 
-def _group_params(wt, err, u, block, sub, j, group, bits, symmetric):
+def _group_params(wt, err, u, block, sub, j, group, grid):
     """Scale and zero point (out,) of the group starting at column j, inside sub-block
     ``sub = (j1, j2)`` of lazy batch ``block = (i1, i2)``, from the weights as a
     column-at-a-time GPTQ would hold them now: the sub-block's rows of ``wt`` (in, out) are
@@ -522,5 +702,4 @@ def _group_params(wt, err, u, block, sub, j, group, bits, symmetric):
     if end > i2:
         parts.append(wt[i2:end] - u[i1:j, i2:end].T @ err[i1:j] if j > i1 else wt[i2:end])
     cur = parts[0] if len(parts) == 1 else np.concatenate(parts)
-    _, _, s, z = quantize_int(cur.T, bits, symmetric, "channel")
-    return s[:, 0], z[:, 0]
+    return _grid_params(cur.T, grid)
