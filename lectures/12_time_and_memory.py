@@ -63,6 +63,11 @@ KV_FORMATS = (("BF16", 16.0), ("INT8, per token", 8 + 16 / 64), ("FP8 E4M3, per 
               ("MXFP4", L08.KV_BITS["mxfp4"]), ("NVFP4", L08.KV_BITS["nvfp4"]))
 CONTEXTS = (2048, 8192)        # context lengths of the KV table (8,192: SmolLM2's longest)
 HEAD_BITS = 16                 # demo 2: the output projection and the cache kept in BF16
+#: SmolLM2-135M's shape as its published configuration gives it (HuggingFaceTB/SmolLM2-135M,
+#: config.json); demo 2 and the notebook's explorer use it without loading the weights, and
+#: the tests check it against the loaded model's configuration.
+SMOLLM2 = speed.ModelShape(layers=30, hidden=576, intermediate=1536, heads=9, kv_heads=3,
+                           head_dim=64, vocab=49152)
 GB = 1e9
 MB = 1e6
 
@@ -94,7 +99,7 @@ WORDS = {"faster": N_("faster"), "slower": N_("slower"), "within noise": N_("wit
 class Workload:
     """How much each measurement repeats and how many tokens it runs."""
 
-    repeats: int = 5                 # machine measurements
+    repeats: int = 7                 # machine measurements
     numel: int = 1 << 24             # float32 elements per bandwidth array
     n: int = 1024                    # matmul size
     prompt: int = 64                 # tokens before the decode steps
@@ -106,7 +111,7 @@ class Workload:
 
 
 FULL = Workload()
-QUICK = Workload(repeats=3, n=512, prompt=32, new_tokens=4, decode_repeats=2,
+QUICK = Workload(repeats=5, prompt=32, new_tokens=4, decode_repeats=2,
                  slow_tokens=1, passes=((1, 16), (1, 128)), pass_repeats=2)
 
 
@@ -219,6 +224,49 @@ def format_rows() -> list:
     for fmt in WEIGHT_FORMATS:
         rows.append((fmt.label, lambda shapes, f=fmt: llm.model_bits_per_weight(f, shapes)))
     return rows
+
+
+def format_bits(shape: speed.ModelShape = SMOLLM2) -> dict:
+    """Bits per weight of the decoder linears in each format of demo 2: {label: bits}."""
+    shapes = shape.linear_shapes()
+    return {label: bits_of(shapes) for label, bits_of in format_rows()}
+
+
+def decode_point(weights: str, kv: str, context: int, batch: int, bandwidth: float,
+                 peak: float, shape: speed.ModelShape = SMOLLM2) -> dict:
+    """The roofline's decode step for ``batch`` sequences at ``context`` tokens each.
+
+    Parameters
+    ----------
+    weights : a label of :func:`format_rows` (the decoder linears' format)
+    kv : a label of :data:`KV_FORMATS` (the cache's format)
+    context, batch : int
+    bandwidth : float, bytes/s; peak : float, op/s (the products' dtype)
+
+    Returns
+    -------
+    dict: "tokens_per_s" (all sequences together), "step_ms", "weight_mb", "kv_mb" (bytes
+    moved per step), "kv_cache_mb" (the cache held), "intensity" (op/B), "bound".
+
+    Raises
+    ------
+    ValueError
+        If a label is unknown.
+    """
+    bits = format_bits(shape)
+    kv_bits = dict(KV_FORMATS)
+    if weights not in bits:
+        raise ValueError(f"weights must be one of {list(bits)}, got {weights!r}")
+    if kv not in kv_bits:
+        raise ValueError(f"kv must be one of {list(kv_bits)}, got {kv!r}")
+    c = speed.pass_cost(shape, bits[weights], context=context, batch=batch,
+                        head_bits=HEAD_BITS, kv_bits=kv_bits[kv])
+    seconds = cost.roofline_seconds(c.flops, c.nbytes, peak, bandwidth)
+    return {"tokens_per_s": batch / seconds, "step_ms": seconds * 1e3,
+            "weight_mb": c.weight_bytes / MB, "kv_mb": c.kv_bytes / MB,
+            "kv_cache_mb": shape.kv_bytes(context, kv_bits[kv], batch) / MB,
+            "intensity": c.intensity,
+            "bound": "compute" if c.flops / peak >= c.nbytes / bandwidth else "memory"}
 
 
 def demo2_bytes_per_token(shape: speed.ModelShape, bandwidth: float,
@@ -465,10 +513,11 @@ def show_demo3(r: DecodeResult) -> None:
     if r.codes:
         c = r.codes
         obs.append(_("Torch's int8 weights are numfmt's: quantize_affine at torch's own per-row "
-                     "scales (amax / 127.5) gives the same codes for all but {differ} of "
-                     "{total:,} weights, and {ties} of those {differ} are ties (w / scale within "
-                     "{tie} of a half step, each row's largest |w| among them) that torch's "
-                     "float32 reciprocal of the scale breaks the other way.").format(
+                     "scales gives the same codes for all but {differ:,} of {total:,} weights, and "
+                     "{ties:,} of those {differ:,} are ties (w / scale within {tie} of a half "
+                     "step) that torch's float32 reciprocal of the scale breaks the other way. "
+                     "Its scale is amax / 127.5, so each row's largest |w| is such a tie."
+                     ).format(
                          differ=c.differ, total=c.total, ties=c.at_ties, tie=TIE))
     base = r.rows[0]
     for t in r.rows[1:]:
@@ -592,8 +641,15 @@ def show_demo4(r: OperatingResult) -> None:
         rows.append([_(p.path), what, f"{p.cost.intensity:.1f}",
                      _(WORDS[p.bound]), f"{p.predicted / GB:.1f}", span(p.measured, GB),
                      f"{100 * p.measured.median / p.predicted:.0f}%"])
-    print_table([_("path"), _("pass"), _("op/B"), _("bound"),
-                 _("roofline G op/s"), _("measured G op/s"), _("of roofline")], rows)
+    print_table([_("path"), _("pass"), _("op/B"), _("bound"), _("roofline"), _("measured"),
+                 "%"], rows)
+    say(_("Roofline and measured: G op/s (10^9 operations per second); %: measured against "
+          "the roofline."))
+    above = [p for p in r.points if p.measured.median > p.predicted]
+    if above:
+        say(_("{n} of the passes ran faster than the roofline: demo 1's ceilings are "
+              "measurements too, taken while other work may have shared the machine; the "
+              "roofline holds only as well as they were measured.").format(n=len(above)))
     obs = []
     fp = [p for p in r.points if p.path == PATHS[0].label]
     if fp:

@@ -15,6 +15,7 @@ import contextlib
 import copy
 import importlib.util
 import io
+import logging
 import warnings
 from dataclasses import dataclass
 from typing import Callable
@@ -24,7 +25,8 @@ from lectures.llm.hooks import decoder_linears
 from lectures.machine import Spread, repeat_seconds
 
 __all__ = ["ModelShape", "PassCost", "pass_cost", "QuantizedPath", "PathUnavailable",
-           "int8_dynamic", "torchao_weight_only", "decode_seconds", "prefill_seconds",
+           "int8_dynamic", "int8_dynamic_module", "dynamic_input_qparams",
+           "torchao_weight_only", "decode_seconds", "prefill_seconds",
            "TORCHAO_INSTALL", "LLAMA_CPP_INSTALL", "llama_cpp_status"]
 
 TORCHAO_INSTALL = "pip install --no-deps torchao==0.18.0"
@@ -168,29 +170,57 @@ def _row_scale_bits(bits: int, scale_bits: int = 32) -> Callable:
 @contextlib.contextmanager
 def _quiet():
     """torch.ao's deprecation notices and torchao's import messages kept off the lecture."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        with contextlib.redirect_stderr(io.StringIO()):
-            yield
+    previous = logging.root.manager.disable
+    logging.disable(logging.WARNING)        # torch's and torchao's loggers hold the real stderr
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with contextlib.redirect_stderr(io.StringIO()):
+                yield
+    finally:
+        logging.disable(previous)
 
 
 def int8_dynamic(model):
     """A copy of ``model`` whose decoder linears are torch's dynamic int8 linears.
 
     ``torch.ao.quantization.quantize_dynamic`` with per-channel weights: each row's int8 codes
-    and an FP32 scale (symmetric, codes in [-128, 127]); each input is quantized at run time
-    to uint8 per tensor (scale and zero point from its min and max) and the product runs in
-    int8 with int32 accumulation (fbgemm on x86). The output projection stays float32.
+    and an FP32 scale (symmetric, codes in [-128, 127], scale amax / 127.5); each input is
+    quantized at run time to uint8 per tensor (scale and zero point from its min and max,
+    :func:`dynamic_input_qparams`) and the product runs in int8 with int32 accumulation
+    (fbgemm on x86). The output projection stays float32.
     """
+    return _quantize_dynamic(copy.deepcopy(model), list(decoder_linears(model)))
+
+
+def int8_dynamic_module(linear):
+    """One ``torch.nn.Linear`` (left unchanged) as torch's dynamic int8 linear, as in
+    :func:`int8_dynamic`."""
+    import torch
+    return _quantize_dynamic(torch.nn.Sequential(copy.deepcopy(linear)), ["0"])[0]
+
+
+def _quantize_dynamic(module, names):
     import torch
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
-    names = list(decoder_linears(model))
     with _quiet():
         torch.backends.quantized.engine = _engine()
-        return quantize_dynamic(copy.deepcopy(model),
-                                {n: per_channel_dynamic_qconfig for n in names},
-                                dtype=torch.qint8)
+        return quantize_dynamic(module, {n: per_channel_dynamic_qconfig for n in names},
+                                dtype=torch.qint8, inplace=True)
+
+
+def dynamic_input_qparams(x) -> tuple[float, int]:
+    """The (scale, zero point) torch's dynamic int8 linear gives its input ``x`` (a tensor).
+
+    Per tensor, affine, from ``min(x, 0)`` and ``max(x, 0)`` onto uint8 codes; on x86
+    (fbgemm, x86 engines) onto [0, 127] only ("reduce_range"), so that the int8 x uint8 pair
+    products of the AVX2/AVX-512 instruction VPMADDUBSW cannot saturate its int16 sums.
+    """
+    import torch
+    reduce = torch.backends.quantized.engine in ("x86", "fbgemm")
+    scale, zero_point = torch._choose_qparams_per_tensor(x, reduce_range=reduce)
+    return float(scale), int(zero_point)
 
 
 def _engine() -> str:
