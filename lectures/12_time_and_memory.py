@@ -58,8 +58,8 @@ L08 = importlib.import_module("lectures.08_real_model")
 WEIGHT_FORMATS = L08.WEIGHT_FORMATS
 #: KV-cache formats: bits per element, an FP16 scale per token and head of 64 included where
 #: there is one (as lecture 08 demo 5 counts them).
-KV_FORMATS = (("BF16", 16.0), ("INT8, per token", 8 + 16 / 64), ("FP8 E4M3, per token",
-                                                                  8 + 16 / 64),
+KV_FORMATS = ((N_("BF16"), 16.0), (N_("INT8, per token"), 8 + 16 / 64),
+              (N_("FP8 E4M3, per token"), 8 + 16 / 64),
               ("MXFP4", L08.KV_BITS["mxfp4"]), ("NVFP4", L08.KV_BITS["nvfp4"]))
 CONTEXTS = (2048, 8192)        # context lengths of the KV table (8,192: SmolLM2's longest)
 HEAD_BITS = 16                 # demo 2: the output projection and the cache kept in BF16
@@ -521,12 +521,18 @@ def show_demo3(r: DecodeResult) -> None:
                          differ=c.differ, total=c.total, ties=c.at_ties, tie=TIE))
     base = r.rows[0]
     for t in r.rows[1:]:
-        obs.append(_("{path} against float32: {verdict} ({measured:.2f} against {base:.2f} "
-                     "tokens/s, medians), although it reads {ratio:.1f}x fewer bytes.").format(
-                         path=_(t.label), verdict=_(WORDS[compare(t.measured, base.measured)]),
-                         measured=t.measured.median, base=base.measured.median,
-                         ratio=base.cost.nbytes / t.cost.nbytes))
-    if r.rows:
+        verdict = compare(t.measured, base.measured)
+        text = (_("{path} against float32: {verdict} ({measured:.2f} against {base:.2f} "
+                  "tokens/s, medians); it reads {ratio:.1f}x fewer bytes.")
+                if verdict == "faster" else
+                _("{path} against float32: {verdict} ({measured:.2f} against {base:.2f} "
+                  "tokens/s, medians), although it reads {ratio:.1f}x fewer bytes."))
+        obs.append(text.format(path=_(t.label), verdict=_(WORDS[verdict]),
+                               measured=t.measured.median, base=base.measured.median,
+                               ratio=base.cost.nbytes / t.cost.nbytes))
+    if any(t.of_roofline > 1 for t in r.rows):
+        obs.append(above_note(sum(t.of_roofline > 1 for t in r.rows)))
+    elif r.rows:
         best = max(r.rows, key=lambda t: t.of_roofline)
         obs.append(_("No path reaches its roofline; the closest is {path} at {share:.0f}%. The "
                      "rest of each step is overhead the roofline does not model: Python and "
@@ -628,6 +634,13 @@ def _bound(c: speed.PassCost, m: MachineResult, compute: str) -> str:
     return "compute" if compute_s >= c.nbytes / m.best_bandwidth else "memory"
 
 
+def above_note(n: int) -> str:
+    """What it means when ``n`` measurements beat the roofline."""
+    return _("{n} of the measurements ran faster than the roofline: demo 1's ceilings are "
+             "measurements too, taken while other work may have shared the machine; the "
+             "roofline holds only as well as they were measured.").format(n=n)
+
+
 def show_demo4(r: OperatingResult) -> None:
     print_header(_("Demo 4: prefill against decode"))
     say(_("Each pass on {cpu}: operations per byte it must move (weights once, the K/V cache) "
@@ -647,23 +660,22 @@ def show_demo4(r: OperatingResult) -> None:
           "the roofline."))
     above = [p for p in r.points if p.measured.median > p.predicted]
     if above:
-        say(_("{n} of the passes ran faster than the roofline: demo 1's ceilings are "
-              "measurements too, taken while other work may have shared the machine; the "
-              "roofline holds only as well as they were measured.").format(n=len(above)))
+        say(above_note(len(above)))
     obs = []
     fp = [p for p in r.points if p.path == PATHS[0].label]
     if fp:
         dec = fp[0]
         pre = max(fp, key=lambda p: p.cost.tokens)
-        obs.append(_("One decode token: {dec:.2f} op/B, memory-bound. A prefill of {tokens} "
-                      "tokens: {pre:.0f} op/B, {bound}-bound. The same weights, read once, "
-                      "serve every token of a pass: batch and sequence length move the point "
-                      "to the right, across the ridge.").format(
-                          dec=dec.cost.intensity, tokens=pre.cost.tokens,
-                          pre=pre.cost.intensity, bound=_(WORDS[pre.bound])))
-        obs.append(_("Measured float32 throughput grows from {dec:.1f} G op/s (decode) to "
-                     "{pre:.1f} G op/s (largest prefill): {ratio:.0f}x more arithmetic per "
-                     "second from the same machine.").format(
+        obs.append(_("One decode token: {dec:.2f} op/B, bound by {dec_bound}. A prefill of "
+                     "{tokens} tokens: {pre:.0f} op/B, bound by {bound}. The same weights, read "
+                     "once, serve every token of a pass: batch and sequence length move the "
+                     "point to the right, across the ridge.").format(
+                          dec=dec.cost.intensity, dec_bound=_(WORDS[dec.bound]),
+                          tokens=pre.cost.tokens, pre=pre.cost.intensity,
+                          bound=_(WORDS[pre.bound])))
+        obs.append(_("Measured float32 throughput: {dec:.1f} G op/s for a decode step, {pre:.1f} "
+                     "G op/s for the largest prefill ({ratio:.0f}x), on the same machine and "
+                     "the same weights.").format(
                          dec=dec.measured.median / GB, pre=pre.measured.median / GB,
                          ratio=pre.measured.median / dec.measured.median))
     sp = r.predicted_speedup
