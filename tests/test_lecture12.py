@@ -336,3 +336,23 @@ def test_lecture_source_fits_100_columns():
     for path in ("lectures/12_time_and_memory.py", "lectures/machine.py",
                  "lectures/llm/speed.py", "numfmt/cost.py", "lectures/widgets/lecture12.py"):
         assert all(len(line) <= 100 for line in (ROOT / path).read_text().splitlines()), path
+
+
+def test_chinese_prints_the_same_numbers(m, capsys):
+    """Demos 1-2 in Chinese: the English numbers, no English left in the text, tables aligned."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from text_checks import english_runs, layout_problems, number_differences
+    from console.i18n import language
+
+    b = L.demo2_bytes_per_token(L.SMOLLM2, m.best_bandwidth)
+    with language("en"):
+        L.show_demo1(m)
+        L.show_demo2(b)
+    en = capsys.readouterr().out
+    with language("zh"):
+        L.show_demo1(m)
+        L.show_demo2(b)
+    zh = capsys.readouterr().out
+    assert number_differences(en, zh) == []
+    assert english_runs(zh.replace(m.cpu, "")) == []
+    assert layout_problems(zh) == []
