@@ -328,8 +328,9 @@ def show_demo2(r: BytesResult) -> None:
     print_observations([
         _("A BF16 K/V cache holds 2 x {layers} layers x {kv_heads} heads x {head_dim} = "
           "{elements:,} elements per token: {per_token:,.0f} bytes. Grouped-query attention "
-          "(3 K/V heads for 9 query heads) makes it 3x smaller than 9 heads would.").format(
-            layers=s.layers, kv_heads=s.kv_heads, head_dim=s.head_dim,
+          "(each K/V head serves {group} query heads) makes it {group}x smaller than one K/V "
+          "head per query head would.").format(
+            layers=s.layers, kv_heads=s.kv_heads, head_dim=s.head_dim, group=s.heads // s.kv_heads,
             elements=2 * s.layers * s.kv_heads * s.head_dim, per_token=r.kv["BF16"]),
         _("At an empty context, float32 weights read {f32:.0f} MB per token and INT4 in groups "
           "of 32 {int4:.0f} MB: {ratio:.1f}x fewer bytes, not 8x, because the output projection "
@@ -784,6 +785,7 @@ def main(argv=None) -> None:
         _("Counts are exact. Speeds are measured on this machine: they change from run to run "
           "(median, [least-most] of the repeats), and more on a busy machine."),
     ])
+    speed.import_torchao_quietly()
     try:
         ck = llm.load_checkpoint(device="cpu")
     except llm.ModelUnavailableError as err:

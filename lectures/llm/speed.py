@@ -27,7 +27,7 @@ from lectures.machine import Spread, repeat_seconds
 __all__ = ["ModelShape", "PassCost", "pass_cost", "QuantizedPath", "PathUnavailable",
            "int8_dynamic", "int8_dynamic_module", "dynamic_input_qparams",
            "torchao_weight_only", "decode_seconds", "prefill_seconds",
-           "TORCHAO_INSTALL", "LLAMA_CPP_INSTALL", "llama_cpp_status"]
+           "TORCHAO_INSTALL", "LLAMA_CPP_INSTALL", "llama_cpp_status", "import_torchao_quietly"]
 
 TORCHAO_INSTALL = "pip install --no-deps torchao==0.18.0"
 LLAMA_CPP_INSTALL = "pip install llama-cpp-python"
@@ -169,13 +169,15 @@ def _row_scale_bits(bits: int, scale_bits: int = 32) -> Callable:
 
 @contextlib.contextmanager
 def _quiet():
-    """torch.ao's deprecation notices and torchao's import messages kept off the lecture."""
+    """torch.ao's deprecation notices and torchao's import messages (printed, logged and
+    warned) kept off the lecture's output."""
     previous = logging.root.manager.disable
     logging.disable(logging.WARNING)        # torch's and torchao's loggers hold the real stderr
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            with contextlib.redirect_stderr(io.StringIO()):
+            with contextlib.redirect_stderr(io.StringIO()), \
+                    contextlib.redirect_stdout(io.StringIO()):
                 yield
     finally:
         logging.disable(previous)
@@ -262,6 +264,20 @@ def torchao_weight_only(bits: int) -> Callable:
                                       f"{str(exc).strip().splitlines()[0][:90]}") from exc
         return q
     return build
+
+
+def import_torchao_quietly() -> bool:
+    """Import torchao, if installed, with its import-time messages (kernels it cannot load
+    on this machine, deprecations) kept off the output; whether it is installed.
+
+    Libraries such as transformers import torchao by themselves when it is installed; calling
+    this first keeps those messages out of a lecture's text.
+    """
+    if importlib.util.find_spec("torchao") is None:
+        return False
+    with _quiet():
+        import torchao  # noqa: F401
+    return True
 
 
 def llama_cpp_status() -> str | None:
