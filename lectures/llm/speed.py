@@ -277,6 +277,11 @@ def import_torchao_quietly() -> bool:
         return False
     with _quiet():
         import torchao  # noqa: F401
+        import torchao.quantization  # noqa: F401
+        try:    # imported later on first use otherwise, with a deprecation notice of torch's
+            importlib.import_module("torchao.prototype.mx_formats")
+        except ImportError:
+            pass
     return True
 
 
