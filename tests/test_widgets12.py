@@ -80,3 +80,8 @@ def test_plot_bytes_per_token():
     assert ax.get_title() and ax.get_xlabel() and ax.get_legend() is not None
     with pytest.raises(TypeError, match="demo2_bytes_per_token"):
         W.plot_bytes_per_token(None)
+
+
+def test_decode_explorer_measures_the_machine_by_itself():
+    e = W.decode_explorer()                 # as benchmarks/bench_explorers.py builds it
+    assert e.state["tokens_per_s"] > 0 and e.state["bound"] in ("memory", "compute")

@@ -85,9 +85,12 @@ def plot_bytes_per_token(r) -> Figure:
     return fig
 
 
-def decode_explorer(m) -> Explorer:
+def decode_explorer(m=None) -> Explorer:
     """Context length, batch, weight and K/V formats -> the roofline's decode speed on the
-    machine of ``m`` (``L.demo1_machine()``'s result) and the K/V cache's size."""
+    machine of ``m`` (``L.demo1_machine()``'s result; measured here with ``L.QUICK`` when
+    None) and the K/V cache's size."""
+    if m is None:
+        m = L.demo1_machine(L.QUICK)
     check_result(m, L.MachineResult, "demo1_machine")
     formats = list(L.format_bits())
     kvs = [label for label, _ in L.KV_FORMATS]
