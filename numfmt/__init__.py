@@ -25,7 +25,7 @@ __all__ = [
 
 # Submodules load on first use (PEP 562), so ``import numfmt`` costs formats, blocks, intquant
 # and metrics only: ``numfmt.packing.pack_int4`` works after ``import numfmt`` all the same.
-_SUBMODULES = ("anatomy", "packing", "ptq", "qat", "rounding", "scaling")
+_SUBMODULES = ("anatomy", "cost", "packing", "ptq", "qat", "rounding", "scaling")
 
 
 def __getattr__(name):

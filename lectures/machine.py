@@ -1,0 +1,164 @@
+"""The machine a lecture runs on, measured: its name, memory bandwidth and matmul throughput.
+
+Lecture 12 draws its roofline from these two ceilings. Every figure is a measurement on the
+machine that runs it, so it differs from machine to machine and from run to run: each comes as
+a :class:`Spread` (median, least and most of several repeats), and nothing here is ever
+compared with a fixed number in a test.
+
+The bandwidth is measured the way STREAM does (J. McCalpin, "Memory bandwidth and machine
+balance in current high performance computers", IEEE TCCA Newsletter, 1995): a triad
+``a = b + s * c`` over arrays far larger than the caches, counted at 3 arrays' bytes; and a
+read-only pass (a sum), which is what reading weights is. The throughput is one square matmul
+per dtype: float32 and bfloat16 through ``torch.mm``, int8 through ``torch._int_mm`` (int32
+accumulation), where the CPU's torch build has the kernel.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+__all__ = ["Spread", "cpu_name", "cores", "repeat_seconds", "stream_bandwidth",
+           "matmul_throughput", "MATMUL_DTYPES"]
+
+MATMUL_DTYPES = ("float32", "bfloat16", "int8")
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Repeated measurements of one quantity: their median, least and most value (same unit)."""
+
+    median: float
+    low: float
+    high: float
+    repeats: int
+
+    @classmethod
+    def of(cls, values) -> "Spread":
+        values = [float(v) for v in values]
+        if not values:
+            raise ValueError("Spread needs at least one value")
+        return cls(statistics.median(values), min(values), max(values), len(values))
+
+    def scaled(self, factor: float) -> "Spread":
+        """Every value times ``factor``; a negative factor swaps low and high."""
+        a, b = self.low * factor, self.high * factor
+        return Spread(self.median * factor, min(a, b), max(a, b), self.repeats)
+
+    def inverse(self, numerator: float = 1.0) -> "Spread":
+        """``numerator / value`` (seconds -> rate): the least time gives the highest rate."""
+        return Spread(numerator / self.median, numerator / self.high, numerator / self.low,
+                      self.repeats)
+
+    @property
+    def relative(self) -> float:
+        """(high - low) / median: the run-to-run spread as a fraction of the median."""
+        return (self.high - self.low) / self.median if self.median else float("inf")
+
+
+def cpu_name() -> str:
+    """The processor's model name (``/proc/cpuinfo`` on Linux, else the platform module)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def cores() -> int:
+    """Logical CPUs this process may run on (its affinity mask where the OS tells it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:   # not Linux
+        return os.cpu_count() or 1
+
+
+def repeat_seconds(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> Spread:
+    """Wall seconds of ``fn()``, ``repeats`` times after ``warmup`` untimed calls.
+
+    Raises
+    ------
+    ValueError
+        If ``repeats`` < 1 or ``warmup`` < 0.
+    """
+    if repeats < 1 or warmup < 0:
+        raise ValueError(f"need repeats >= 1 and warmup >= 0, got {repeats} and {warmup}")
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return Spread.of(times)
+
+
+def stream_bandwidth(numel: int = 1 << 24, repeats: int = 5) -> dict:
+    """Memory bandwidth in bytes per second: STREAM's triad and a read-only sum, on torch.
+
+    Parameters
+    ----------
+    numel : int, float32 elements per array (default 2^24: 64 MiB each, beyond any cache)
+    repeats : int
+
+    Returns
+    -------
+    dict with "triad" and "read" -> :class:`Spread` of bytes per second. The triad
+    ``torch.add(b, c, alpha=s, out=a)`` is one pass over three arrays (12 bytes per element
+    counted, as STREAM counts it; write-allocate traffic is not counted); "read" sums one
+    array of ``2 * numel`` elements (4 bytes per element). torch uses all its threads.
+
+    Raises
+    ------
+    ValueError
+        If ``numel`` < 1 or ``repeats`` < 1.
+    """
+    import torch
+
+    if numel < 1:
+        raise ValueError(f"numel must be positive, got {numel}")
+    g = torch.Generator().manual_seed(0)
+    a = torch.empty(numel)
+    b, c = torch.rand(numel, generator=g), torch.rand(numel, generator=g)
+    big = torch.rand(2 * numel, generator=g)
+    triad = repeat_seconds(lambda: torch.add(b, c, alpha=3.0, out=a), repeats)
+    read = repeat_seconds(lambda: big.sum(), repeats)
+    return {"triad": triad.inverse(12.0 * numel), "read": read.inverse(4.0 * 2 * numel)}
+
+
+def matmul_throughput(dtype: str, n: int = 1024, repeats: int = 5) -> Spread:
+    """Operations per second (2 n^3 per product) of one n x n x n matmul in ``dtype``.
+
+    "float32" and "bfloat16": ``torch.mm``; "int8": ``torch._int_mm`` (int8 operands, int32
+    result). Raises what torch raises where a dtype has no kernel on this machine.
+
+    Raises
+    ------
+    ValueError
+        If ``dtype`` is not one of :data:`MATMUL_DTYPES` or ``n`` is not a positive multiple
+        of 8.
+    """
+    import torch
+
+    if dtype not in MATMUL_DTYPES:
+        raise ValueError(f"dtype must be one of {MATMUL_DTYPES}, got {dtype!r}")
+    if n < 8 or n % 8:
+        raise ValueError(f"n must be a positive multiple of 8, got {n}")
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g)
+    if dtype == "int8":
+        a8 = torch.clamp(a * 32, -127, 127).to(torch.int8)
+        b8 = torch.clamp(b * 32, -127, 127).to(torch.int8)
+        fn = lambda: torch._int_mm(a8, b8)  # noqa: E731
+    else:
+        t = getattr(torch, dtype)
+        a, b = a.to(t), b.to(t)
+        fn = lambda: torch.mm(a, b)  # noqa: E731
+    return repeat_seconds(fn, repeats).inverse(2.0 * n**3)
