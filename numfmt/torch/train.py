@@ -49,7 +49,7 @@ from torch import nn
 from numfmt.blocks import exact_scales
 from numfmt.formats import (BF16, FORMATS, FP4_E2M1, FP8_E4M3, FP8_E5M2, FP16, FP32,
                             FloatFormat)
-from numfmt.torch.blocks import block_quantize, tensor_scaled
+from numfmt.torch.blocks import _scaled_round, block_quantize
 from numfmt.torch.formats import round as round_to
 
 __all__ = ["OperandSpec", "Recipe", "RECIPES", "HIGH_PRECISION_LAYERS", "nvfp4_recipe",
@@ -538,18 +538,17 @@ def quantize_operand(t: torch.Tensor, spec: OperandSpec, *, generator=None, amax
     sr = spec.rounding == "stochastic"
     try:
         if spec.block == "tensor":
-            if scale is None and amax is not None and amax > 0 and math.isfinite(amax):
-                scale = float(exact_scales(torch.tensor(float(amax), dtype=torch.float64),
-                                           fmt.max_value))
             if scale is None:
-                q = tensor_scaled(t, fmt)
-                if margin == 0 and not sr:
-                    return q.values.to(torch.float32)
-                scale = q.tensor_scale
-            return _round_scaled(t.reshape(1, -1), torch.tensor([scale * 2.0**margin],
-                                                                dtype=torch.float64,
-                                                                device=t.device),
-                                 fmt, sr, generator).reshape(rows, inner)
+                if amax is None:
+                    amax = float(t.abs().amax())  # exact in float32
+                if not math.isfinite(amax):
+                    return torch.full_like(t, float("nan"))
+                # tensor_scaled's scale: exact amax / max, 1 for an all-zero tensor
+                scale = float(exact_scales(torch.tensor(float(amax), dtype=torch.float64),
+                                           fmt.max_value)) if amax > 0 else 1.0
+            full = torch.full((rows,), scale * 2.0**margin, dtype=torch.float64,
+                              device=t.device)
+            return _round_scaled(t, full, fmt, sr, generator)
         blocks, a, b = _as_blocks(t, spec.block)
         scale_format, rule = _BLOCK_SCALES[spec.scale]
         q = block_quantize(blocks, fmt, blocks.shape[-1], scale_format, scale_rule=rule)
@@ -599,6 +598,8 @@ def _round_scaled(blocks: torch.Tensor, full: torch.Tensor, fmt: FloatFormat, sr
                   generator) -> torch.Tensor:
     """``round(x / s) * s`` for blocks (n, k) of float32 and scales ``full`` (n,) float64,
     as numfmt's scaled round (0 where the scale is 0); float32 values."""
+    if not sr:  # numfmt.torch's chunked scaled round: tensor_scaled's arithmetic
+        return _scaled_round(blocks, full, fmt, pow2=False)[1].to(torch.float32)
     safe = torch.where(full > 0, full, 1.0)[:, None]
     y = blocks.to(torch.float64) / safe
     e = round_to(y, fmt, mode="stochastic" if sr else "nearest",
@@ -669,7 +670,7 @@ class _QuantLinearFunction(torch.autograd.Function):
         if layer.capture:
             layer.last_operands["dy"] = dy.detach().clone()
         gen = layer._generator(dy.device)
-        dx = dw = db = None
+        dx = dw = db = dyq = None
         if ctx.needs_input_grad[0]:
             dyq = layer._quantize(dy, "dgrad", "dy", recipe=recipe, generator=gen)
             s_w = recipe.dgrad[1]
@@ -685,8 +686,11 @@ class _QuantLinearFunction(torch.autograd.Function):
                 xq_t = xq_f.t()
             else:
                 xq_t = layer._quantize(x.t(), "wgrad", "x", recipe=recipe, hadamard_matrix=h)
-            dyq_t = layer._quantize(dy.t(), "wgrad", "dy", recipe=recipe, generator=gen,
-                                    hadamard_matrix=h)
+            if dyq is not None and s_dy == recipe.dgrad[0] and _transposes(s_dy):
+                dyq_t = dyq.t()
+            else:
+                dyq_t = layer._quantize(dy.t(), "wgrad", "dy", recipe=recipe, generator=gen,
+                                        hadamard_matrix=h)
             dw = (xq_t @ dyq_t.t()).t()                          # (in, N) (N, out) -> (out, in)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = dy.sum(0)
