@@ -50,7 +50,8 @@ from torch import nn
 from numfmt.blocks import exact_scales
 from numfmt.formats import (BF16, FORMATS, FP4_E2M1, FP8_E4M3, FP8_E5M2, FP16, FP32,
                             FloatFormat)
-from numfmt.torch.blocks import _scaled_round, block_quantize
+from numfmt.torch._core import absmax_rows
+from numfmt.torch.blocks import _scaled_round, block_quantize, block_scales
 from numfmt.torch.formats import round as round_to
 
 __all__ = ["OperandSpec", "Recipe", "RECIPES", "HIGH_PRECISION_LAYERS", "nvfp4_recipe",
@@ -466,7 +467,7 @@ def _apply_rht(t: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
     if inner % n:
         raise ValueError(f"OperandSpec.rht needs the inner dimension ({inner}) to be a multiple "
                          f"of {n}")
-    return (t.reshape(rows, inner // n, n) @ h.to(t.device, t.dtype)).reshape(rows, inner)
+    return torch.mm(t.reshape(-1, n), h.to(t.device, t.dtype)).reshape(rows, inner)
 
 
 # ------------------------------------------------------------------------------ quantization
@@ -551,11 +552,14 @@ def quantize_operand(t: torch.Tensor, spec: OperandSpec, *, generator=None, amax
             return _round_scaled(t, full, fmt, sr, generator)
         blocks, a, b = _as_blocks(t, spec.block)
         scale_format, rule = _BLOCK_SCALES[spec.scale]
-        q = block_quantize(blocks, fmt, blocks.shape[-1], scale_format, scale_rule=rule)
-        if sr:
-            full = (q.scales.reshape(-1) * q.tensor_scale)
-            values = _round_scaled(blocks, full, fmt, True, generator)
+        if sr:  # block_quantize's scales; the elements rounded stochastically
+            amax = absmax_rows(blocks)
+            if not bool(torch.isfinite(amax).all()):
+                return torch.full_like(t, float("nan"))
+            scales, tensor_scale = block_scales(amax.to(torch.float64), fmt, scale_format, rule)
+            values = _round_scaled(blocks, scales * tensor_scale, fmt, True, generator)
         else:
+            q = block_quantize(blocks, fmt, blocks.shape[-1], scale_format, scale_rule=rule)
             values = q.values.to(torch.float32)
         return _from_blocks(values, rows, inner, a, b)
     except ValueError:
