@@ -546,7 +546,8 @@ def quantize_operand(t: torch.Tensor, spec: OperandSpec, *, generator=None, amax
                 if not math.isfinite(amax):
                     return torch.full_like(t, float("nan"))
                 # tensor_scaled's scale: exact amax / max, 1 for an all-zero tensor
-                scale = float(exact_scales(np.array(float(amax)), fmt.max_value)) if amax > 0 else 1.0
+                scale = (float(exact_scales(np.array(float(amax)), fmt.max_value))
+                         if amax > 0 else 1.0)
             full = torch.full((rows,), scale * 2.0**margin, dtype=torch.float64,
                               device=t.device)
             return _round_scaled(t, full, fmt, sr, generator)
@@ -659,8 +660,9 @@ class _QuantLinearFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, layer):
         recipe = layer.effective_recipe
-        xq = layer._quantize(x, "fprop", "x")
-        wq = layer._quantize(weight, "fprop", "w")
+        gen = layer._generator(x.device, 0)
+        xq = layer._quantize(x, "fprop", "x", generator=gen)
+        wq = layer._quantize(weight, "fprop", "w", generator=gen)
         y = xq @ wq.t() if bias is None else torch.addmm(bias, xq, wq.t())
         ctx.layer, ctx.recipe, ctx.has_bias = layer, recipe, bias is not None
         ctx.save_for_backward(x, weight, xq, wq)
@@ -673,7 +675,7 @@ class _QuantLinearFunction(torch.autograd.Function):
         dy = dy.contiguous()
         if layer.capture:
             layer.last_operands["dy"] = dy.detach().clone()
-        gen = layer._generator(dy.device)
+        gen = layer._generator(dy.device, 1)
         dx = dw = db = dyq = None
         if ctx.needs_input_grad[0]:
             dyq = layer._quantize(dy, "dgrad", "dy", recipe=recipe, generator=gen)
@@ -807,13 +809,14 @@ class QuantLinear(nn.Module):
         return RECIPES["bf16"] if self.name and r.is_high_precision(self.name) else r
 
     # pieces ----------------------------------------------------------------------------
-    def _generator(self, device: torch.device) -> torch.Generator:
-        """This step's generator on ``device``, seeded from (seed, step): runs repeat."""
+    def _generator(self, device: torch.device, phase: int) -> torch.Generator:
+        """The generator of this step's forward (``phase`` 0) or backward (1) pass on
+        ``device``, seeded from (seed, step, phase): runs repeat, and the passes draw apart."""
         key = str(device)
         if key not in self._gens:
             self._gens[key] = torch.Generator(device=device)
         g = self._gens[key]
-        g.manual_seed((self.seed * 1_000_003 + self.step) % (2**63 - 1))
+        g.manual_seed(((self.seed * 1_000_003 + self.step) * 2 + phase) % (2**63 - 1))
         return g
 
     def _quantize(self, t, gemm, operand, *, recipe=None, generator=None, hadamard_matrix=None):
