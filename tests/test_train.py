@@ -306,6 +306,27 @@ def test_delayed_scaling_follows_the_amax_history_rule():
     assert layer._histories["x"].scale(nf.FP8_E4M3) == max(history[-L:]) / 448
 
 
+def test_amax_history_keeps_its_scale_without_a_usable_amax():
+    # TE: a zero or non-finite window maximum leaves the scale as it was (1 at the start).
+    h = ntt.AmaxHistory(length=2)
+    e4m3 = nf.FP8_E4M3
+    assert h.scale(e4m3) == 1.0
+    h.record(0.0, {e4m3})
+    assert h.scale(e4m3) == 1.0
+    h.record(896.0, {e4m3})
+    assert h.scale(e4m3) == 2.0
+    h.record(0.0, {e4m3})            # window (896, 0): the spike still rules
+    assert h.scale(e4m3) == 2.0
+    h.record(0.0, {e4m3})            # window (0, 0): nothing to scale from, keep 2
+    assert h.scale(e4m3) == 2.0
+    h.record(math.inf, {e4m3})
+    assert h.scale(e4m3) == 2.0
+    h.record(56.0, {e4m3})           # window (inf, 56): still not finite
+    assert h.scale(e4m3) == 2.0
+    h.record(28.0, {e4m3})           # window (56, 28): 56 / 448
+    assert h.scale(e4m3) == 0.125 and ntt.AmaxHistory(4, margin=1).margin == 1
+
+
 def test_same_seed_same_bytes_and_other_seeds_other_draws():
     def grads(seed):
         layer = ntt.QuantLinear(64, 32, "nvfp4", seed=seed)

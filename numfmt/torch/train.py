@@ -503,10 +503,11 @@ def quantize_operand(t: torch.Tensor, spec: OperandSpec, *, generator=None, amax
     -------
     torch.Tensor, float32, shape (rows, inner), on ``t``'s device
         fp32 returns ``t`` itself; bf16 and fp16 are torch's casts (``t.to(torch.bfloat16)``,
-        IEEE overflow to Inf); scaled formats are numfmt.torch's quantizers: ``tensor_scaled``
-        (per tensor, current scaling), ``block_quantize`` (rows, 1 x k blocks, and a x b tiles
-        gathered into blocks of a*b elements), their scales with ``round(mode="stochastic")``
-        for stochastic rounding. With ``spec.rht`` the values are those of the transformed
+        IEEE overflow to Inf); scaled formats are numfmt.torch's quantizers: per tensor,
+        ``tensor_scaled``'s exact scale ``amax / fmt.max`` (or the given one) and its scaled
+        round; ``block_quantize`` for rows, 1 x k blocks and a x b tiles (gathered into
+        blocks of a*b elements); for stochastic rounding, the same scales
+        (``block_scales``) and ``round(mode="stochastic")`` of ``x / scale``. With ``spec.rht`` the values are those of the transformed
         operand (the GEMM consumes them; the transform cancels between the two wgrad operands).
         A non-finite operand under a scaled format gives NaN everywhere (a diverged run stays
         visibly diverged).
@@ -606,11 +607,12 @@ def _round_scaled(blocks: torch.Tensor, full: torch.Tensor, fmt: FloatFormat, sr
     if not sr:  # numfmt.torch's chunked scaled round: tensor_scaled's arithmetic
         return _scaled_round(blocks, full, fmt, pow2=False)[1].to(torch.float32)
     safe = torch.where(full > 0, full, 1.0)[:, None]
-    y = blocks.to(torch.float64) / safe
-    e = round_to(y, fmt, mode="stochastic" if sr else "nearest",
-                 generator=generator if sr else None)
-    e = torch.where((full > 0)[:, None], e, 0.0)
-    return (e * safe).to(torch.float32)
+    y = blocks.to(torch.float64).div_(safe)
+    e = round_to(y, fmt, mode="stochastic", generator=generator)
+    zero = full == 0
+    if bool(zero.any()):  # a scale that underflowed: its block decodes to zeros
+        e.masked_fill_(zero[:, None], 0.0)
+    return e.mul_(safe).to(torch.float32)
 
 
 # ------------------------------------------------------------------------- delayed scaling
