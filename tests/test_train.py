@@ -380,6 +380,17 @@ def test_recipe_is_settable_and_nvfp4_switches():
             ["e4m3", "e4m3", "e5m2", "e4m3", "e5m2", "e4m3"]
 
 
+def test_fp8_recipe_builds_tes_formats():
+    assert ntt.fp8_recipe(scaling="delayed").fprop == ntt.RECIPES["fp8_delayed"].fprop
+    assert ntt.fp8_recipe(scaling="delayed").dgrad == ntt.RECIPES["fp8_delayed"].dgrad
+    e4 = ntt.fp8_recipe(backward="e4m3")
+    assert {s.fmt for g in ntt.GEMMS for s in getattr(e4, g)} == {"e4m3"}
+    with pytest.raises(ValueError, match=r"OperandSpec\.scaling"):
+        ntt.fp8_recipe(scaling="soon")
+    with pytest.raises(ValueError, match=r"OperandSpec\.fmt"):
+        ntt.fp8_recipe(backward="e6m1")
+
+
 def test_bits_per_element():
     assert ntt.OperandSpec("e2m1", (1, 16), "e4m3").bits_per_element(64) == 4.5
     assert ntt.OperandSpec("e2m1", (16, 16), "e4m3").bits_per_element(64) == 4 + 8 / 256

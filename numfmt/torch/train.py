@@ -55,7 +55,8 @@ from numfmt.torch.blocks import _scaled_round, block_quantize, block_scales
 from numfmt.torch.formats import round as round_to
 
 __all__ = ["OperandSpec", "Recipe", "RECIPES", "HIGH_PRECISION_LAYERS", "nvfp4_recipe",
-           "get_recipe", "quantize_operand", "random_hadamard", "hadamard", "AmaxHistory",
+           "fp8_recipe", "get_recipe", "quantize_operand", "random_hadamard", "hadamard",
+           "apply_rht", "AmaxHistory",
            "QuantLinear", "DynamicLossScaler", "GEMMS", "OPERANDS"]
 
 #: The three GEMMs of a linear layer and the names of their two operands, in recipe order.
@@ -370,6 +371,26 @@ def nvfp4_recipe(*, stochastic_rounding: bool = True, rht: bool = True, weight_2
                   high_precision_layers=high_precision_layers)
 
 
+def fp8_recipe(*, forward: str = "e4m3", backward: str = "e5m2", scaling: str = "current",
+               amax_history: int = 16, margin: int = 0, name: str | None = None) -> Recipe:
+    """Per-tensor FP8 with FP32 scales: x and W in ``forward``, the gradient dy in ``backward``.
+
+    The defaults are TransformerEngine's HYBRID format (E4M3 forward, E5M2 gradients);
+    ``backward="e4m3"`` is TE's ``Format.E4M3`` (E4M3 everywhere). ``scaling="delayed"`` is
+    ``DelayedScaling`` (``amax_history``, ``margin``), ``"current"`` ``Float8CurrentScaling``.
+
+    Raises
+    ------
+    ValueError
+        Naming the field, as :class:`OperandSpec` and :class:`Recipe` do.
+    """
+    fwd = OperandSpec(forward, "tensor", "fp32", scaling)
+    bwd = OperandSpec(backward, "tensor", "fp32", scaling)
+    if name is None:
+        name = f"fp8_{scaling}_{fwd.fmt}_{bwd.fmt}"
+    return _hybrid(name, fwd, bwd, amax_history=amax_history, margin=margin)
+
+
 _F32 = OperandSpec()
 _E4M3_T = OperandSpec("e4m3", "tensor", "fp32")
 _E5M2_T = OperandSpec("e5m2", "tensor", "fp32")
@@ -459,9 +480,15 @@ def random_hadamard(n: int = RHT_SIZE, *, generator: torch.Generator | None = No
     return (h * signs.to(torch.float64) / math.sqrt(n)).to(dtype)
 
 
-def _apply_rht(t: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+def apply_rht(t: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
     """Each run of 16 consecutive elements along the last axis of (rows, inner) ``t`` times
-    ``h``: ``t`` times the block-diagonal orthonormal matrix diag(h, h, ...)."""
+    ``h`` (16, 16): ``t`` times the block-diagonal orthonormal matrix diag(h, h, ...).
+
+    Raises
+    ------
+    ValueError
+        If the inner dimension is not a multiple of ``h``'s size (naming ``rht``).
+    """
     rows, inner = t.shape
     n = h.shape[0]
     if inner % n:
@@ -531,7 +558,7 @@ def quantize_operand(t: torch.Tensor, spec: OperandSpec, *, generator=None, amax
     if spec.rht:
         if hadamard_matrix is None:
             hadamard_matrix = random_hadamard(RHT_SIZE, generator=_cpu(generator))
-        t = _apply_rht(t, hadamard_matrix)
+        t = apply_rht(t, hadamard_matrix)
     if spec.scale == "none":
         dtype = _CASTS[spec.fmt]
         return t if dtype is None else t.to(dtype).to(torch.float32)
@@ -738,7 +765,8 @@ class QuantLinear(nn.Module):
     ----------
     in_features, out_features : int
     recipe : str or Recipe, default "fp32"
-        Settable (``layer.recipe = "nvfp4"``); a layer whose ``name`` matches the recipe's
+        Settable (``layer.recipe = "nvfp4"``; setting it starts delayed scaling's amax
+        histories afresh); a layer whose ``name`` matches the recipe's
         ``high_precision_layers`` runs :data:`RECIPES` ["bf16"] instead.
     name : str
         The layer's name for those patterns (e.g. ``"layers.3.mlp.down"``).
