@@ -635,7 +635,10 @@ def _round_scaled(blocks: torch.Tensor, full: torch.Tensor, fmt: FloatFormat, sr
         return _scaled_round(blocks, full, fmt, pow2=False)[1].to(torch.float32)
     safe = torch.where(full > 0, full, 1.0)[:, None]
     y = blocks.to(torch.float64).div_(safe)
-    e = round_to(y, fmt, mode="stochastic", generator=generator)
+    # float32 uniforms (24 random bits, exact in float64) draw 2-3x faster than float64 ones;
+    # the rounding's bias from their resolution is below 2^-24 of a grid step.
+    u = torch.rand(y.numel(), dtype=torch.float32, device=y.device, generator=generator)
+    e = round_to(y, fmt, mode="stochastic", u=u.to(torch.float64))
     zero = full == 0
     if bool(zero.any()):  # a scale that underflowed: its block decodes to zeros
         e.masked_fill_(zero[:, None], 0.0)
