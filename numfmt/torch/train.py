@@ -52,7 +52,7 @@ from numfmt.formats import (BF16, FORMATS, FP4_E2M1, FP8_E4M3, FP8_E5M2, FP16, F
                             FloatFormat)
 from numfmt.torch._core import absmax_rows
 from numfmt.torch.blocks import _scaled_round, block_quantize, block_scales
-from numfmt.torch.formats import round as round_to
+from numfmt.torch.formats import _stochastic_chunks, _stochastic_fast_ok
 
 __all__ = ["OperandSpec", "Recipe", "RECIPES", "HIGH_PRECISION_LAYERS", "nvfp4_recipe",
            "fp8_recipe", "get_recipe", "quantize_operand", "random_hadamard", "hadamard",
@@ -158,10 +158,10 @@ class OperandSpec:
             raise ValueError("OperandSpec.scaling='delayed' keeps an amax history of a whole "
                              f"tensor: it needs block='tensor' and scale='fp32', got "
                              f"block={self.block!r}, scale={self.scale!r}")
-        if self.rounding == "stochastic" and cast:
-            raise ValueError(f"OperandSpec.rounding='stochastic' is not available for the plain "
-                             f"cast to {self.fmt!r}; it applies to scaled formats (e4m3, e5m2, "
-                             "e2m1, ...)")
+        if self.rounding == "stochastic" and (cast or not _stochastic_fast_ok(self.format)):
+            raise ValueError(f"OperandSpec.rounding='stochastic' is not available for "
+                             f"fmt={self.fmt!r}; it applies to scaled signed formats with "
+                             "subnormals (e4m3, e5m2, e2m1, ...), not to the plain casts")
 
     @property
     def format(self) -> FloatFormat:
@@ -637,8 +637,10 @@ def _round_scaled(blocks: torch.Tensor, full: torch.Tensor, fmt: FloatFormat, sr
     y = blocks.to(torch.float64).div_(safe)
     # float32 uniforms (24 random bits, exact in float64) draw 2-3x faster than float64 ones;
     # the rounding's bias from their resolution is below 2^-24 of a grid step.
+    # numfmt.torch.round(y, fmt, mode="stochastic", u=u) without its checks: y is finite (its
+    # blocks' maxima were) and the draws lie in [0, 1) by construction.
     u = torch.rand(y.numel(), dtype=torch.float32, device=y.device, generator=generator)
-    e = round_to(y, fmt, mode="stochastic", u=u.to(torch.float64))
+    e = _stochastic_chunks(y.reshape(-1), fmt, u, True).reshape(y.shape)
     zero = full == 0
     if bool(zero.any()):  # a scale that underflowed: its block decodes to zeros
         e.masked_fill_(zero[:, None], 0.0)
