@@ -494,11 +494,16 @@ def test_a_block_that_does_not_divide_names_block():
 
 
 def test_non_finite_operands_give_nan_not_an_exception():
-    x = torch.ones(4, 32)
+    x = torch.ones(16, 32)
     x[1, 3] = math.inf
     for spec in (ntt.OperandSpec("e4m3", "tensor", "fp32"),
                  ntt.OperandSpec("e4m3", (1, 32), "e8m0_floor")):
         assert torch.isnan(ntt.quantize_operand(x, spec)).all()
+    for name in ("fp8_delayed", "nvfp4", "fp8_current"):
+        layer = ntt.QuantLinear(32, 32, name)
+        assert torch.isnan(layer(x)).all()
+    fp16 = ntt.QuantLinear(32, 32, "fp16")(x)   # a cast: Inf stays Inf, for the loss scaler
+    assert not torch.isfinite(fp16).all()
 
 
 # ------------------------------------------------------------------ devices

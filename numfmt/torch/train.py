@@ -533,11 +533,12 @@ def quantize_operand(t: torch.Tensor, spec: OperandSpec, *, generator=None, amax
         IEEE overflow to Inf); scaled formats are numfmt.torch's quantizers: per tensor,
         ``tensor_scaled``'s exact scale ``amax / fmt.max`` (or the given one) and its scaled
         round; ``block_quantize`` for rows, 1 x k blocks and a x b tiles (gathered into
-        blocks of a*b elements); for stochastic rounding, the same scales
-        (``block_scales``) and ``round(mode="stochastic")`` of ``x / scale``. With ``spec.rht`` the values are those of the transformed
-        operand (the GEMM consumes them; the transform cancels between the two wgrad operands).
-        A non-finite operand under a scaled format gives NaN everywhere (a diverged run stays
-        visibly diverged).
+        blocks of a*b elements); for stochastic rounding, the same scales (``block_scales``)
+        and numfmt.torch's stochastic rounding of ``x / scale`` with one float32 uniform
+        draw per element from ``generator``, in row-major order. With ``spec.rht`` the values
+        are those of the transformed operand (the GEMM consumes them; the transform cancels
+        between the two wgrad operands). A non-finite operand under a scaled format gives NaN
+        everywhere (a diverged run stays visibly diverged).
 
     Raises
     ------
@@ -862,7 +863,10 @@ class QuantLinear(nn.Module):
                                                                    recipe.margin))
             # This step's amax enters the history after the step (TE updates the scales
             # after the forward and after the backward): it scales the next steps.
-            self._pending.setdefault(operand, float(t.detach().abs().amax()))
+            amax = float(t.detach().abs().amax())
+            self._pending.setdefault(operand, amax)
+            if not math.isfinite(amax):  # as quantize_operand: a diverged operand is NaN
+                return torch.full_like(t, float("nan"), dtype=torch.float32)
             return quantize_operand(t, spec, scale=hist.scale(spec.format))
         return quantize_operand(t, spec, generator=generator, margin=0,
                                 hadamard_matrix=hadamard_matrix)
