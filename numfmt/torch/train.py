@@ -70,7 +70,7 @@ ROUNDINGS = ("nearest", "stochastic")
 SCALE_BITS = {"none": 0, "fp32": 32, "e8m0_floor": 8, "e8m0_rceil": 8, "e4m3": 8}
 #: Element formats a plain cast (scale "none") applies to: torch casts them natively.
 _CASTS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-#: Size of the random Hadamard transform (NVFP4 paper, section 4.2; TE's RHT is 16 x 16).
+#: Size of the random Hadamard transform (the NVFP4 paper, section 4; TE: 16 x 16).
 RHT_SIZE = 16
 
 
@@ -331,7 +331,7 @@ def _hybrid(name: str, fwd: OperandSpec, bwd: OperandSpec, **kw) -> Recipe:
 
 
 #: Layers the NVFP4 recipe keeps in BF16 by default: the output projection. The paper keeps
-#: about 15% of the linear layers, mostly the last blocks, in BF16 (section 4.1); which blocks
+#: about 15% of the linear layers, mostly the last blocks, in BF16 (section 4); which blocks
 #: those are depends on the model, so pass them to :func:`nvfp4_recipe`.
 HIGH_PRECISION_LAYERS = ("lm_head",)
 
@@ -342,13 +342,15 @@ def nvfp4_recipe(*, stochastic_rounding: bool = True, rht: bool = True, weight_2
 
     Every operand is E2M1 with E4M3 scales per 16 elements along the GEMM's inner dimension
     under an FP32 tensor scale (1x16). With ``weight_2d`` the weight uses 16x16 tiles (the
-    same tile for fprop and dgrad, so both GEMMs see the same quantized W; section 4.3); with
+    same tile for fprop and dgrad, so both GEMMs see the same quantized W); with
     ``stochastic_rounding`` the gradient dy is rounded stochastically in dgrad and wgrad
-    (section 4.4; weights and activations round to nearest); with ``rht`` both wgrad operands
-    pass through a 16x16 random Hadamard transform along the tokens (section 4.2); layers
-    matching ``high_precision_layers`` run in BF16 (section 4.1). TransformerEngine's
-    ``NVFP4BlockScaling`` (``disable_rht``, ``disable_stochastic_rounding``,
-    ``disable_2d_quantization``) has the same switches.
+    (weights and activations round to nearest); with ``rht`` both wgrad operands pass
+    through a 16x16 random Hadamard transform along the tokens; layers matching
+    ``high_precision_layers`` run in BF16. The paper describes the four techniques in its
+    section 4. TransformerEngine's ``NVFP4BlockScaling`` (``disable_rht``,
+    ``disable_stochastic_rounding``, ``disable_2d_quantization``) has the same switches;
+    TE draws the RHT's signs once (a fixed sign vector), and so does :class:`QuantLinear`,
+    once per layer from its seed.
 
     Raises
     ------
