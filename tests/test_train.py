@@ -219,6 +219,16 @@ def test_random_hadamard_is_orthonormal_and_cancels_in_wgrad():
     torch.testing.assert_close(got.double(), rht(dy.T), rtol=0, atol=1e-5)
 
 
+def test_rht_operand_is_numfmts_quantizer_on_the_rotated_operand():
+    x = data(32, 64, seed=2)
+    h = ntt.random_hadamard(16, generator=torch.Generator().manual_seed(4))
+    rotated = (torch.from_numpy(x).reshape(-1, 16) @ h).reshape(32, 64).numpy()
+    spec = ntt.OperandSpec("e2m1", (1, 16), "e4m3", rht=True)
+    got = ntt.quantize_operand(torch.from_numpy(x), spec, hadamard_matrix=h)
+    np.testing.assert_array_equal(got.numpy(), nf.nvfp4_quantize(rotated).values.astype(
+        np.float32))
+
+
 def test_layer_with_rht_on_fp32_wgrad_gives_the_plain_weight_gradient():
     f32, rot = ntt.OperandSpec(), ntt.OperandSpec("fp32", rht=True)
     recipe = ntt.Recipe("rht_only", (f32, f32), (f32, f32), (rot, rot))
