@@ -41,15 +41,14 @@ from __future__ import annotations
 
 import fnmatch
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 from torch import nn
 
 from numfmt.blocks import exact_scales
-from numfmt.formats import (BF16, FORMATS, FP4_E2M1, FP8_E4M3, FP8_E5M2, FP16, FP32,
-                            FloatFormat)
+from numfmt.formats import FORMATS, FP32, FloatFormat
 from numfmt.torch._core import absmax_rows
 from numfmt.torch.blocks import _scaled_round, block_quantize, block_scales
 from numfmt.torch.formats import _stochastic_chunks, _stochastic_fast_ok
