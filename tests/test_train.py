@@ -261,6 +261,17 @@ def test_fp32_layer_is_torch_linear_bit_for_bit(bias, shape):
         assert torch.equal(layer.bias.grad, b.grad)
 
 
+def test_fp32_first_layer_weight_gradient_is_torchs():
+    # No gradient for the input: wgrad quantizes dy on its own (no dgrad to share it with).
+    layer = ntt.QuantLinear(32, 24, "fp32", seed=4)
+    w = layer.weight.detach().clone().requires_grad_()
+    x = torch.from_numpy(data(48, 32))
+    g = torch.from_numpy(data(48, 24, seed=2))
+    layer(x).backward(g)
+    torch.nn.functional.linear(x, w).backward(g)
+    assert torch.equal(layer.weight.grad, w.grad)
+
+
 @pytest.mark.parametrize("name", ["fp8_current", "fp8_blockwise", "mxfp8_floor", "mxfp8_rceil",
                                   "mxfp4", "nvfp4-nosr-norht", "bf16", "fp16"])
 def test_layer_gemms_multiply_numfmts_operands(name):
@@ -410,6 +421,17 @@ def test_bits_per_element():
     assert ntt.OperandSpec("e4m3", (1, 128), "fp32").bits_per_element(128) == 8.25
     assert ntt.OperandSpec("bf16").bits_per_element(64) == 16
     assert ntt.OperandSpec("e4m3", "tensor", "fp32").bits_per_element(64, rows=2) == 8.25
+
+
+def test_bits_moved_per_gemm_by_hand():
+    # 32 tokens, 32 x 32 weight: every operand has 1024 elements.
+    r = ntt.RECIPES["fp8_current"]   # 8 bits each, one 32-bit scale per tensor
+    assert r.bits_moved(32, 32, 32) == {g: 2 * (1024 * 8 + 32) for g in ntt.GEMMS}
+    r = ntt.RECIPES["nvfp4"]         # 4.5 bits per 1x16 element, 4 + 8/256 per 16x16 one
+    assert r.bits_moved(32, 32, 32) == {"fprop": 1024 * 4.5 + 1024 * (4 + 8 / 256),
+                                        "dgrad": 1024 * 4.5 + 1024 * (4 + 8 / 256),
+                                        "wgrad": 2 * 1024 * 4.5}
+    assert ntt.RECIPES["bf16"].bits_moved(32, 32, 32)["wgrad"] == 2 * 1024 * 16
 
 
 # ------------------------------------------------------------------ loss scaling

@@ -49,7 +49,6 @@ from torch import nn
 
 from numfmt.blocks import exact_scales
 from numfmt.formats import FORMATS, FP32, FloatFormat
-from numfmt.torch._core import absmax_rows
 from numfmt.torch.blocks import _scaled_round, block_quantize, block_scales
 from numfmt.torch.formats import _stochastic_chunks, _stochastic_fast_ok
 
@@ -564,6 +563,7 @@ def quantize_operand(t: torch.Tensor, spec: OperandSpec, *, generator=None, amax
     if spec.scale == "none":
         dtype = _CASTS[spec.fmt]
         return t if dtype is None else t.to(dtype).to(torch.float32)
+    t = t.contiguous()  # a transposed operand is laid out once (a no-op otherwise)
     rows, inner = t.shape
     _check_divides(spec, rows, inner)
     fmt = spec.format
@@ -581,18 +581,21 @@ def quantize_operand(t: torch.Tensor, spec: OperandSpec, *, generator=None, amax
             full = torch.full((rows,), scale * 2.0**margin, dtype=torch.float64,
                               device=t.device)
             return _round_scaled(t, full, fmt, sr, generator)
-        blocks, a, b = _as_blocks(t, spec.block)
+        a, b = (1, inner) if spec.block == "row" else spec.block
         scale_format, rule = _BLOCK_SCALES[spec.scale]
-        if sr:  # block_quantize's scales; the elements rounded stochastically
-            amax = absmax_rows(blocks)
-            if not bool(torch.isfinite(amax).all()):
-                return torch.full_like(t, float("nan"))
-            scales, tensor_scale = block_scales(amax.to(torch.float64), fmt, scale_format, rule)
-            values = _round_scaled(blocks, scales * tensor_scale, fmt, True, generator)
-        else:
-            q = block_quantize(blocks, fmt, blocks.shape[-1], scale_format, scale_rule=rule)
-            values = q.values.to(torch.float32)
-        return _from_blocks(values, rows, inner, a, b)
+        pow2 = scale_format == "e8m0"
+        if a == 1 and not sr:
+            q = block_quantize(t.reshape(-1, b), fmt, b, scale_format, scale_rule=rule)
+            return q.values.to(torch.float32).reshape(rows, inner)
+        # a x b tiles, or stochastic rounding: the block maxima, block_quantize's scales for
+        # them, and each 1 x b segment rounded under the scale of the tile it lies in.
+        amax = t.reshape(rows // a, a, inner // b, b).abs().amax(dim=(1, 3))  # (R/a, C/b)
+        if not bool(torch.isfinite(amax).all()):
+            return torch.full_like(t, float("nan"))
+        scales, tensor_scale = block_scales(amax.to(torch.float64), fmt, scale_format, rule)
+        full = (scales * tensor_scale)[:, None, :].expand(rows // a, a, inner // b).reshape(-1)
+        return _round_scaled(t.reshape(-1, b), full, fmt, sr, generator,
+                             pow2).reshape(rows, inner)
     except ValueError:
         if bool(torch.isfinite(t).all()):
             raise
@@ -613,28 +616,13 @@ def _check_divides(spec: OperandSpec, rows: int, inner: int) -> None:
                          f"{b} the inner dimension")
 
 
-def _as_blocks(t: torch.Tensor, block) -> tuple[torch.Tensor, int, int]:
-    """(rows, inner) -> (n_blocks, a*b): each row one block of ``block`` elements."""
-    rows, inner = t.shape
-    a, b = (1, inner) if block == "row" else block
-    if a == 1:
-        return t.reshape(-1, b), a, b
-    tiles = t.reshape(rows // a, a, inner // b, b).permute(0, 2, 1, 3)  # (R/a, C/b, a, b)
-    return tiles.reshape(-1, a * b), a, b
-
-
-def _from_blocks(v: torch.Tensor, rows: int, inner: int, a: int, b: int) -> torch.Tensor:
-    if a == 1:
-        return v.reshape(rows, inner)
-    return v.reshape(rows // a, inner // b, a, b).permute(0, 2, 1, 3).reshape(rows, inner)
-
-
 def _round_scaled(blocks: torch.Tensor, full: torch.Tensor, fmt: FloatFormat, sr: bool,
-                  generator) -> torch.Tensor:
+                  generator, pow2: bool = False) -> torch.Tensor:
     """``round(x / s) * s`` for blocks (n, k) of float32 and scales ``full`` (n,) float64,
-    as numfmt's scaled round (0 where the scale is 0); float32 values."""
-    if not sr:  # numfmt.torch's chunked scaled round: tensor_scaled's arithmetic
-        return _scaled_round(blocks, full, fmt, pow2=False)[1].to(torch.float32)
+    as numfmt's scaled round (0 where the scale is 0); float32 values. ``pow2``: the scales
+    are powers of two (numfmt then divides float32 input in float32, exactly)."""
+    if not sr:  # numfmt.torch's chunked scaled round, as block_quantize and tensor_scaled
+        return _scaled_round(blocks, full, fmt, pow2=pow2)[1].to(torch.float32)
     safe = torch.where(full > 0, full, 1.0)[:, None]
     y = blocks.to(torch.float64).div_(safe)
     # float32 uniforms (24 random bits, exact in float64) draw 2-3x faster than float64 ones;
