@@ -15,10 +15,13 @@ consecutive elements along the inner dimension, so W is blocked along in_feature
 along out_features for dgrad, and x and dy are blocked along the tokens for wgrad. A ``(k, k)``
 tile is square, so ``Q(W)ᵀ == Q(Wᵀ)``: one quantized weight serves fprop and dgrad.
 
-The quantizers are numfmt.torch's own (:func:`~numfmt.torch.block_quantize`,
-:func:`~numfmt.torch.tensor_scaled`, :func:`~numfmt.torch.round` with
-``mode="stochastic"``); this module only lays operands out and chooses scales' history. The
-operands are fake-quantized: dequantized values on the grid, rounded once to float32 (exact
+The quantizers are numfmt.torch's own: :func:`~numfmt.torch.block_quantize` for 1 x k
+blocks, and its two halves (``block_scales`` for the scales, the scaled round for the
+elements) where the elements of one scale are not one row: 2-D tiles, per-tensor scales
+(:func:`~numfmt.torch.tensor_scaled`'s exact scale, or delayed scaling's) and stochastic
+rounding (numfmt.torch's stochastic rounding kernel). This module lays operands out, keeps
+delayed scaling's history and checks the results against numfmt's numpy quantizers in its
+tests. The operands are fake-quantized: dequantized values on the grid, rounded once to float32 (exact
 for power-of-two scales and plain casts; within half a float32 ulp where the scale is an
 arbitrary FP32 number), then multiplied in float32 as tensor cores accumulate. Master weights,
 their gradients and the optimizer state stay float32.
