@@ -25,6 +25,11 @@ from ._checks import check_fraction, check_positive_int
 __all__ = ["calibrate_kl", "calibrate_mse", "calibrate_percentile"]
 
 
+#: Below this |x|, squared errors stay finite in float64; above it, they are taken relative to
+#: max|x| (the same minimiser, without overflow).
+_SQUARE_SAFE = 2.0**500
+
+
 def _absmax(x) -> tuple[np.ndarray, float]:
     arr = as_calibration_array(x)
     return arr, float(np.abs(arr).max())
@@ -101,7 +106,7 @@ def calibrate_mse(x, bits: int = 8, grid: int = 100, max_shrink: float = 0.8) ->
         else:
             # quantize_int's steps in its order on the validated x: the same values
             _round_symmetric_into(arr, scale, qmax, q)
-        err = np.mean((q - arr) ** 2)
+        err = np.mean((q - arr) ** 2) if amax < _SQUARE_SAFE else np.mean(((q - arr) / amax) ** 2)
         if err < best_err:
             best, best_err = amax * ratio, err
     return float(best)
@@ -147,6 +152,10 @@ def calibrate_kl(x, bits: int = 8, bins: int = 2048) -> float:
         raise ValueError(f"bins must be at least the {levels} levels of {bits} bits, got {bins}")
     if amax == 0:
         return 0.0
+    if not amax / bins >= np.finfo(np.float64).tiny:
+        raise ValueError(f"max |x| = {amax:.3g} is too small for {bins} histogram bins: the "
+                         "bin width would be below float64's smallest normal number; multiply "
+                         "x by a power of two first")
     hist, edges = np.histogram(np.abs(arr), bins=bins, range=(0.0, amax))
     hist = hist.astype(np.float64)
     width = edges[1] - edges[0]
@@ -170,4 +179,5 @@ def calibrate_kl(x, bits: int = 8, bins: int = 2048) -> float:
         kl = float(np.sum(pn * np.log(pn / qn)))
         if kl < best_kl:
             best_i, best_kl = i, kl
-    return float(min((best_i + 0.5) * width, amax))
+    with np.errstate(over="ignore"):                      # near float64's max: amax
+        return float(min((best_i + 0.5) * width, amax))

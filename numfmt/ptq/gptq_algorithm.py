@@ -33,7 +33,7 @@ from numfmt._validate import as_calibration_array, check_block, check_real_scala
 from numfmt.intquant import int_range, quantize_int
 from numfmt.packing.gptq import act_order_permutation, group_index
 
-from ._checks import as_matrix, check_bool, check_positive_int
+from ._checks import as_matrix, check_bool, check_positive_int, check_weight_scales, damping
 
 __all__ = ["GPTQResult", "gptq", "hessian", "rtn", "rtn_values"]
 
@@ -74,19 +74,24 @@ def hessian(x) -> np.ndarray:
     TypeError
         If ``x`` is not real-valued.
     ValueError
-        If ``x`` is empty, 0-d or contains NaN or +-Inf.
+        If ``x`` is empty, 0-d or contains NaN or +-Inf, or ``2 X^T X / n`` overflows float64.
 
     References
     ----------
     Frantar et al. 2023, section 3 (``H = 2 X X^T`` with X as (in, n)); the reference
     implementation's ``add_batch`` averages it over samples, as here.
     """
-    arr = np.asarray(x)
-    if arr.ndim == 0:
+    if np.ndim(x) == 0:
         raise ValueError("x must have at least one axis (the input features)")
-    xs = as_calibration_array(arr, "x").reshape(-1, arr.shape[-1])  # (n, in)
-    h = xs.T @ xs
-    h *= 2.0 / xs.shape[0]
+    xs = as_calibration_array(x, "x")
+    xs = xs.reshape(-1, xs.shape[-1])                                 # (n, in)
+    with np.errstate(over="ignore", invalid="ignore"):
+        h = xs.T @ xs
+        h *= 2.0 / xs.shape[0]
+    if not np.isfinite(h).all():
+        raise ValueError(f"2 X^T X / n overflows float64 for x with max |x| = "
+                         f"{np.abs(xs).max():.3g}: scale x down first (the Hessian's scale "
+                         "does not change GPTQ's result)")
     return h
 
 
@@ -224,8 +229,10 @@ def gptq(weight, hessian, bits: int = 4, group_size: int | None = None, symmetri
         If ``weight`` is not 2-D, empty or non-finite; ``hessian`` is not (in, in), not
         symmetric, non-finite or has a negative diagonal; ``bits`` is outside [2, 16];
         ``group_size`` does not divide ``in`` (without ``partial_last_group``); ``damp`` is
-        negative or not finite; ``block_size`` is not positive; or the dampened Hessian is not
-        positive definite.
+        negative or not finite, or ``damp * mean(diag H)`` is beyond float64's range;
+        ``block_size`` is not positive; a row of ``weight`` is so small that its scale would
+        be below float64's smallest normal number; or the dampened Hessian is not positive
+        definite.
 
     Notes
     -----
@@ -239,6 +246,7 @@ def gptq(weight, hessian, bits: int = 4, group_size: int | None = None, symmetri
     rows, cols = w.shape
     h = _check_hessian(hessian, cols)
     qmin, qmax = int_range(bits, symmetric=check_bool(symmetric, "symmetric"))
+    check_weight_scales(w, qmax, symmetric)
     act_order = check_bool(act_order, "act_order")
     group = _check_group(cols, group_size, partial_last_group)
     damp = check_real_scalar(damp, "damp")
@@ -256,7 +264,7 @@ def gptq(weight, hessian, bits: int = 4, group_size: int | None = None, symmetri
     if act_order:                                          # (w and h are copies already)
         w = w[:, perm]
         h = h[np.ix_(perm, perm)]
-    h[np.diag_indices(cols)] += damp * np.mean(np.diag(h))
+    h[np.diag_indices(cols)] += damping(np.diag(h), damp)
     u = _inverse_cholesky_upper(h)                         # (in, in) upper
 
     n_groups = -(-cols // group)

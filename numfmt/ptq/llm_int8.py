@@ -59,8 +59,8 @@ def llm_int8_matmul(x, w, threshold: float = 6.0) -> LLMInt8Result:
     TypeError
         If an array is not real-valued or ``threshold`` is not a real number.
     ValueError
-        If the shapes do not match, an input is empty or non-finite, or ``threshold`` is not
-        positive (NaN included).
+        If the shapes do not match, an input is empty or non-finite, ``threshold`` is not
+        positive (NaN included), or the product is beyond float64's range.
     """
     w = as_matrix(w, "w")                                 # (out, in)
     lead = np.shape(x)[:-1]
@@ -69,12 +69,17 @@ def llm_int8_matmul(x, w, threshold: float = 6.0) -> LLMInt8Result:
     if not threshold > 0:
         raise ValueError(f"threshold must be positive, got {threshold!r}")
     outliers = (np.abs(xs) > threshold).any(axis=0)       # (in,)
-    y = xs[:, outliers] @ w[:, outliers].T                # (n, out) in float
+    with np.errstate(over="ignore", invalid="ignore"):
+        y = xs[:, outliers] @ w[:, outliers].T            # (n, out) in float
     rest = ~outliers
     if rest.any():
         _, qx, sx, _ = quantize_int(xs[:, rest], 8, granularity="channel")   # sx (n, 1)
         _, qw, sw, _ = quantize_int(w[:, rest], 8, granularity="channel")    # sw (out, 1)
         # codes are integers of magnitude <= 127, so every partial sum of the product is an
         # integer below 127^2 * in < 2^53: the float64 BLAS product is the exact integer one
-        y = y + (qx.astype(np.float64) @ qw.T.astype(np.float64)) * sx * sw.T
+        with np.errstate(over="ignore", invalid="ignore"):
+            y = y + (qx.astype(np.float64) @ qw.T.astype(np.float64)) * sx * sw.T
+    if not np.isfinite(y).all():
+        raise ValueError(f"x @ w.T is beyond float64's range (max |x| = {np.abs(xs).max():.3g}, "
+                         f"max |w| = {np.abs(w).max():.3g}): scale x or w down first")
     return LLMInt8Result(y.reshape(lead + (w.shape[0],)), outliers)

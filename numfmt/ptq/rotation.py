@@ -173,7 +173,8 @@ def fuse_rotation(weight, rotation, side: str = "input") -> np.ndarray:
     TypeError
         If an array is not real-valued.
     ValueError
-        If ``side`` is unknown, the shapes do not match, or ``rotation`` is not orthogonal.
+        If ``side`` is unknown, the shapes do not match, ``rotation`` is not orthogonal, or
+        the rotated weight is beyond float64's range (a weight near float64's max).
     """
     w = as_matrix(weight, "weight")
     r = as_matrix(rotation, "rotation")
@@ -186,4 +187,9 @@ def fuse_rotation(weight, rotation, side: str = "input") -> np.ndarray:
     dev = np.abs(r @ r.T - np.eye(need)).max()
     if dev > 1e-8:
         raise ValueError(f"rotation is not orthogonal: max |R R^T - I| = {dev:.3g}")
-    return w @ r if side == "input" else r.T @ w
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = w @ r if side == "input" else r.T @ w
+    if not np.isfinite(out).all():
+        raise ValueError(f"the rotated weight is beyond float64's range (max |weight| = "
+                         f"{np.abs(w).max():.3g}): scale weight down first")
+    return out
