@@ -33,7 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from console import print_header, print_observations, print_table, print_title, run_lecture
+from console import (lecture_parser, print_header, print_observations, print_table, print_title,
+                     run_lecture)
 from console.i18n import N_
 from lectures.i18n import domain
 from numfmt import (FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E5M2, FloatFormat, block_quantize,
@@ -842,4 +843,4 @@ def main() -> None:
     show_demo5(demo5_error_propagation())
 
 if __name__ == "__main__":
-    run_lecture(main)
+    run_lecture(main, lambda: lecture_parser(_("Lecture 05: quantization basics")))
