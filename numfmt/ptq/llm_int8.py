@@ -54,6 +54,17 @@ def llm_int8_matmul(x, w, threshold: float = 6.0) -> LLMInt8Result:
         "channel")`` (per token) and likewise per output row of ``w_rest``; the integer product
         is exact (computed in float64, exact for ``in < 2^53 / 127^2``, about 5.6e11).
 
+    Notes
+    -----
+    This is the paper's decomposition (section 3.2). bitsandbytes (``bnb.matmul`` with
+    ``threshold=6.0``) differs in four ways, so its outputs are not these bit for bit, nor
+    equal in error: it quantizes each row of W over *all*
+    columns, outlier columns included; it multiplies the outlier part by those
+    INT8-dequantized weight columns, not the original ones; it takes each token's absmax with
+    only the outlier *elements* zeroed, so the smaller values of an outlier column still set
+    the scale; and it puts a channel in float at ``|x| >= threshold`` where this puts it at
+    ``|x| > threshold``.
+
     Raises
     ------
     TypeError

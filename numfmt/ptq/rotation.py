@@ -103,7 +103,12 @@ def hadamard(n: int, normalized: bool = True) -> np.ndarray:
 
     References
     ----------
-    Sylvester 1867; Paley 1933. QuaRot (Ashkboos et al. 2024) uses the same Kronecker form.
+    Sylvester 1867; Paley 1933. QuaRot (Ashkboos et al. 2024, ``hadamard_utils.py``) uses the
+    same factorisation of n (16 * 36 for 576, 128 * 12 for 1536) but other matrices: its base
+    matrices come from Sloane's tables and stand on the left of the Kronecker product
+    (``had_K ⊗ Sylvester``), here Paley's stand on the right (``Sylvester ⊗ Paley``). Both are
+    orthonormal Hadamard matrices; for n = 2^k they are the same Sylvester matrix, otherwise a
+    QuaRot-rotated checkpoint is not reproduced by ``hadamard(n)``.
     """
     n = check_positive_int(n, "n")
     normalized = check_bool(normalized, "normalized")
