@@ -45,8 +45,22 @@ def run(script: Path, second: bool) -> str:
     return r.stdout
 
 
+#: Lecture 06 trains in float32 with torch, and ATen's vectorised kernels (AVX2 here, AVX-512
+#: elsewhere, scalar with ATEN_CPU_CAPABILITY=default) round its reductions and exp/log
+#: differently: the INT2 QAT accuracy moves by a few points, within the seed spread the lecture
+#: prints, but not byte for byte. The thread count, MKL's and OpenBLAS's kernels do not change
+#: it (each measured alone).
+KNOWN = {"06": "lecture 06's float32 training depends on ATen's CPU capability"}
+
+
+def known(paths):
+    return [pytest.param(p, id=p.name[:2], marks=pytest.mark.xfail(
+        strict=True, reason=KNOWN[p.name[:2]])) if p.name[:2] in KNOWN else
+        pytest.param(p, id=p.name[:2]) for p in paths]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("script", LECTURES, ids=[p.name[:2] for p in LECTURES])
+@pytest.mark.parametrize("script", known(LECTURES))
 def test_lecture_output_is_the_same_under_a_second_blas(script):
     normal, second = run(script, False), run(script, True)
     diff = list(difflib.unified_diff(normal.splitlines(), second.splitlines(), "normal BLAS",
@@ -55,7 +69,7 @@ def test_lecture_output_is_the_same_under_a_second_blas(script):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.name[:2] for p in NOTEBOOKS])
+@pytest.mark.parametrize("notebook", known(NOTEBOOKS))
 def test_notebook_outputs_hold_under_a_second_blas(notebook):
     """nbval compares the stored outputs (made with the normal BLAS) with a run under the
     second configuration."""
