@@ -12,6 +12,7 @@ This package knows nothing of numerics.
 
 from __future__ import annotations
 
+import argparse
 import numbers
 import os
 import re
@@ -20,13 +21,13 @@ from typing import Sequence, TextIO
 
 from wcwidth import wcswidth, wcwidth
 
-from console.i18n import Domain, set_language
+from console.i18n import LANGUAGES, N_, Domain, current_language, set_language
 
 __all__ = [
     "OBSERVATIONS_WIDTH", "display_width", "is_numeric", "use_color",
     "format_title", "format_header", "format_table", "format_observations",
     "format_paragraph", "print_title", "print_header", "print_table", "print_observations",
-    "print_paragraph", "run_lecture",
+    "print_paragraph", "lecture_parser", "run_lecture",
 ]
 
 HEADER_WIDTH = 72
@@ -496,14 +497,119 @@ def print_observations(lines: Sequence[str], *, title: str | None = None,
           file=file)
 
 
-def run_lecture(main) -> None:
-    """Call a lecture's ``main()``, in the language asked for, ending quietly if the reader
-    closes the pipe early.
+#: argparse's own messages (Python's argparse module, 3.10 and later), marked here so that the
+#: console's catalog translates a lecture's --help, usage and errors with the lecture's text.
+_ARGPARSE_MESSAGES = (
+    N_("usage: "), N_("options"), N_("positional arguments"),
+    N_("show this help message and exit"), N_("%(prog)s: error: %(message)s\n"),
+    N_("unrecognized arguments: %s"), N_("argument %(argument_name)s: %(message)s"),
+    N_("expected one argument"), N_("ambiguous option: %(option)s could match %(matches)s"),
+    N_("ignored explicit argument %r"), N_("the following arguments are required: %s"),
+    N_("invalid choice: %(value)r (choose from %(choices)s)"),
+    N_("invalid %(type)s value: %(value)r"),
+)
+
+
+class _Translated:
+    """Inside ``with``, argparse's messages come from the console's catalog in the current
+    language (argparse looks its ``_`` up at call time; the original is put back after)."""
+
+    def __enter__(self):
+        self._saved = argparse._
+        argparse._ = _
+        return self
+
+    def __exit__(self, *exc):
+        argparse._ = self._saved
+
+
+class _LectureParser(argparse.ArgumentParser):
+    """An ArgumentParser whose own messages (usage, --help, errors) follow the language."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        with _Translated():
+            return super().parse_known_args(args, namespace)
+
+    def parse_args(self, args=None, namespace=None):
+        with _Translated():
+            return super().parse_args(args, namespace)
+
+    def format_usage(self):
+        with _Translated():
+            return super().format_usage()
+
+    def format_help(self):
+        with _Translated():
+            return super().format_help()
+
+    def error(self, message):
+        with _Translated():
+            super().error(message)
+
+
+def lecture_parser(description: str | None = None, prog: str | None = None):
+    """The command-line parser of a lecture script: ``-h/--help`` and ``--lang``; add the
+    lecture's own options to it.
+
+    Build it after the language is chosen (inside ``main`` or in the callable given to
+    :func:`run_lecture`), with the description and option help already translated: argparse's
+    own words (``usage:``, ``options``, error messages) are translated by the console's catalog.
+
+    Parameters
+    ----------
+    description : str, optional
+        One line: what the lecture is (its title).
+    prog : str, optional
+        The program name in usage lines; default the script's file name.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        Unknown options are errors (exit status 2, argparse's message); abbreviations of a
+        lecture's own options are accepted (``--q`` for ``--quick``) when unambiguous.
+    """
+    with _Translated():
+        parser = _LectureParser(prog=prog, description=description, add_help=False)
+    parser.add_argument("-h", "--help", action="help",
+                        help=_("show this help message and exit"))
+    parser.add_argument("--lang", metavar="LANG",
+                        help=_("language of the lecture's text: en or zh (default: from the "
+                               "environment, LANGUAGE, LC_ALL, LC_MESSAGES or LANG)"))
+    return parser
+
+
+def _default_parser():
+    """The parser of a lecture without options: its description is the first line of the
+    running script's docstring."""
+    doc = (getattr(sys.modules.get("__main__"), "__doc__", None) or "").strip()
+    return lecture_parser(doc.splitlines()[0] if doc else None)
+
+
+def _check_output_encoding(prog: str) -> None:
+    """Exit with a clear message (status 1) when stdout cannot encode the chosen language."""
+    lang = current_language()
+    encoding = getattr(sys.stdout, "encoding", None) or "ascii"
+    try:
+        LANGUAGES[lang].encode(encoding)
+    except (UnicodeEncodeError, LookupError):
+        sys.exit(f"{prog}: the output encoding {encoding!r} cannot show {lang} text; set "
+                 "PYTHONIOENCODING=utf-8 (or a UTF-8 locale), or choose --lang en")
+
+
+def run_lecture(main, parser=None) -> None:
+    """Call a lecture's ``main()`` after reading its command line, in the language asked for,
+    ending quietly if the reader closes the pipe early.
 
     ``--lang LANG`` (``en`` or ``zh``) anywhere on the command line chooses the language of
     the lecture's text (:func:`console.i18n.set_language`) and is removed from ``sys.argv``
     before ``main`` runs, so a lecture's own options parse as before. Without it the
-    environment decides (``LANGUAGE``, ``LC_ALL``, ``LC_MESSAGES``, ``LANG``).
+    environment decides (``LANGUAGE``, ``LC_ALL``, ``LC_MESSAGES``, ``LANG``). Then the whole
+    command line is parsed by ``parser()`` (default: :func:`lecture_parser` with the script's
+    first docstring line), built in that language: ``--help`` prints the usage and options
+    and exits 0 without running the lecture, and an unknown option exits 2 with argparse's
+    message. A language that the output's encoding cannot show (``PYTHONIOENCODING=ascii``
+    with ``--lang zh``) exits with status 1 and a message instead of a UnicodeEncodeError
+    traceback.
 
     ``python lectures/05_quantization_basics.py | head`` closes stdout after ten lines; Python
     would then print a BrokenPipeError traceback. This sends the rest of the output to
@@ -512,20 +618,30 @@ def run_lecture(main) -> None:
     Parameters
     ----------
     main : callable taking no arguments
+        It may read its own options from ``sys.argv[1:]`` (``--lang`` removed).
+    parser : callable returning an argparse.ArgumentParser, optional
+        The lecture's parser, from :func:`lecture_parser` with its options added; called once
+        the language is chosen, so that its help text is translated.
     """
-    import argparse
-    parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--lang")
-    args, rest = parser.parse_known_args(sys.argv[1:])
+    prog = os.path.basename(sys.argv[0])
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--lang")
+    args, rest = pre.parse_known_args(sys.argv[1:])
     if args.lang is not None:
         try:
             set_language(args.lang)
         except ValueError as err:
-            sys.exit(f"{os.path.basename(sys.argv[0])}: --lang: {err}")
+            sys.exit(f"{prog}: --lang: {err}")
+    _check_output_encoding(prog)
+    (parser or _default_parser)().parse_args(sys.argv[1:])
     sys.argv[1:] = rest
     try:
         main()
         sys.stdout.flush()
+    except UnicodeEncodeError as err:
+        sys.exit(f"\n{prog}: the output encoding {sys.stdout.encoding!r} cannot show "
+                 f"{err.object[err.start:err.end]!a}; set PYTHONIOENCODING=utf-8 (or a UTF-8 "
+                 "locale)")
     except BrokenPipeError:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

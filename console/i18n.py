@@ -17,7 +17,8 @@ Untranslated entries and entries marked fuzzy are not used (Babel's ``write_mo``
 
 The language is chosen, in this order, by :func:`set_language` (the lectures' ``--lang``),
 else the first of the environment variables ``LANGUAGE``, ``LC_ALL``, ``LC_MESSAGES`` and
-``LANG`` that is set and non-empty (the order of :func:`gettext.find`); ``C``, ``POSIX`` and
+``LANG`` that is set and names something (the order of :func:`gettext.find`; an empty value or
+one of only colons, such as ``LANGUAGE=:``, counts as unset); ``C``, ``POSIX`` and
 unknown languages mean English. ``zh``, ``zh_CN.UTF-8``, ``zh-Hans`` and other Chinese tags all
 select the Simplified Chinese catalog ``zh_CN``.
 """
@@ -109,8 +110,9 @@ def current_language() -> str:
     if _chosen is not None:
         return _chosen
     for var in _ENV_VARS:
-        if os.environ.get(var):
-            return resolve_language(os.environ[var]) or "en"
+        value = os.environ.get(var, "")
+        if value.strip(":"):              # as GNU gettext, a LANGUAGE of only colons is unset
+            return resolve_language(value) or "en"
     return "en"
 
 

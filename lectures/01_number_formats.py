@@ -33,8 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from console import (OBSERVATIONS_WIDTH, display_width, print_header, print_observations,
-                     print_table, print_title, run_lecture)
+from console import (OBSERVATIONS_WIDTH, display_width, lecture_parser, print_header,
+                     print_observations, print_table, print_title, run_lecture)
 from console.i18n import N_
 from lectures.i18n import domain
 from numfmt import (BF16, E8M0, FORMATS, FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E4M3FNUZ,
@@ -580,4 +580,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_lecture(main)
+    run_lecture(main, lambda: lecture_parser(_(TITLE)))

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from console import print_header, print_observations, print_table, print_title, run_lecture
+from console import (lecture_parser, print_header, print_observations, print_table, print_title,
+                     run_lecture)
 from console.i18n import N_
 from lectures.i18n import domain
 from numfmt import BF16, FP8_E4M3, FP16
@@ -383,4 +384,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_lecture(main)
+    run_lecture(main, lambda: lecture_parser(_(TITLE)))

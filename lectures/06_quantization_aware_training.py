@@ -34,7 +34,7 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 import numpy as np  # noqa: E402
 
-from console import run_lecture  # noqa: E402
+from console import lecture_parser, run_lecture  # noqa: E402
 from console.i18n import N_  # noqa: E402
 from lectures.i18n import domain  # noqa: E402
 
@@ -496,4 +496,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_lecture(main)
+    run_lecture(main, lambda: lecture_parser(title()))

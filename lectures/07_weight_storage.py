@@ -34,8 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from console import (OBSERVATIONS_WIDTH, display_width, print_header, print_observations,
-                     print_table, print_title, run_lecture)
+from console import (OBSERVATIONS_WIDTH, display_width, lecture_parser, print_header,
+                     print_observations, print_table, print_title, run_lecture)
 from console.i18n import N_
 from lectures.i18n import domain
 from numfmt import E8M0, FP4_E2M1, FP8_E4M3, FP16, mx_quantize, nvfp4_quantize, rel_error, sqnr_db
@@ -752,4 +752,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_lecture(main)
+    run_lecture(main, lambda: lecture_parser(title()))

@@ -48,8 +48,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from console import (OBSERVATIONS_WIDTH, print_header, print_observations, print_paragraph,
-                     print_table, print_title, run_lecture)
+from console import (OBSERVATIONS_WIDTH, lecture_parser, print_header, print_observations,
+                     print_paragraph, print_table, print_title, run_lecture)
 from console.i18n import N_
 from lectures import llm
 from lectures.i18n import domain
@@ -758,13 +758,17 @@ def show_demo6(r: ClaimResult) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=_("Lecture 08: a real language model in low "
-                                                   "precision."))
+def build_parser() -> argparse.ArgumentParser:
+    """The lecture's command line: --quick, plus console.lecture_parser's --help and --lang."""
+    parser = lecture_parser(_("Lecture 08: a real language model in low precision."))
     parser.add_argument("--quick", action="store_true",
                         help=_("a smaller text sample: 2 windows of 256 tokens (about 4x "
                                "faster)"))
-    return parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
 
 
 def main(argv=None) -> None:
@@ -804,4 +808,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    run_lecture(main)
+    run_lecture(main, build_parser)

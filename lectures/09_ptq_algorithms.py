@@ -45,7 +45,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from console import print_header, print_observations, print_table, print_title, run_lecture
+from console import (lecture_parser, print_header, print_observations, print_table, print_title,
+                     run_lecture)
 from console.i18n import N_
 from lectures.i18n import domain
 from numfmt import quantize_int, rel_error
@@ -949,8 +950,20 @@ def real_model_demos(workload: Workload = FULL) -> None:
     show_demo6(demo6_summary(m, g, a))
 
 
+def build_parser() -> argparse.ArgumentParser:
+    """The lecture's command line: --quick and --synthetic, plus console.lecture_parser's
+    --help and --lang; any other option is an error."""
+    parser = lecture_parser(_("Lecture 09: post-training quantization algorithms"))
+    parser.add_argument("--quick", action="store_true",
+                        help=_("2 windows of 256 tokens and two GPTQ settings (the tests' "
+                               "workload)"))
+    parser.add_argument("--synthetic", action="store_true",
+                        help=_("demo 1 alone, on synthetic data (no model needed)"))
+    return parser
+
+
 def main(argv=None) -> None:
-    args = argparse.ArgumentParser(description=__doc__.split("\n")[1]).parse_known_args(argv)[1]
+    args = build_parser().parse_args(argv)
     print_title(_("Lecture 09: post-training quantization algorithms"), [
         _("Round-to-nearest minimises the weight error; a model feels each layer's output "
           "error, tr(E Σ Eᵀ). GPTQ, AWQ, SmoothQuant, rotations and LLM.int8() are short pieces "
@@ -960,9 +973,9 @@ def main(argv=None) -> None:
           "better. Every run prints the same numbers."),
     ])
     show_demo1(demo1_output_error())
-    if "--synthetic" not in args:
-        real_model_demos(QUICK if "--quick" in args else FULL)
+    if not args.synthetic:
+        real_model_demos(QUICK if args.quick else FULL)
 
 
 if __name__ == "__main__":
-    run_lecture(main)
+    run_lecture(main, build_parser)

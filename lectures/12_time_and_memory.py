@@ -44,8 +44,8 @@ import importlib
 import sys
 from dataclasses import dataclass, field
 
-from console import (OBSERVATIONS_WIDTH, print_header, print_observations, print_paragraph,
-                     print_table, print_title, run_lecture)
+from console import (OBSERVATIONS_WIDTH, lecture_parser, print_header, print_observations,
+                     print_paragraph, print_table, print_title, run_lecture)
 from console.i18n import N_
 from lectures import llm, machine
 from lectures.i18n import domain
@@ -769,12 +769,16 @@ def show_demo5(r: GpuResult) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=_("Lecture 12: why quantize at all? Time and "
-                                                   "memory, measured."))
+def build_parser():
+    """The lecture's command line: --quick, plus console.lecture_parser's --help and --lang."""
+    parser = lecture_parser(_("Lecture 12: why quantize at all? Time and memory, measured."))
     parser.add_argument("--quick", action="store_true",
                         help=_("fewer repeats and tokens (under a minute)"))
-    return parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
 
 
 def main(argv=None) -> None:
@@ -805,4 +809,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    run_lecture(main)
+    run_lecture(main, build_parser)

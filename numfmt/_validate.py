@@ -106,11 +106,26 @@ def _tensor_as_numpy(t, name: str) -> np.ndarray:
     return t.cpu().numpy()
 
 
+def _widen_ml_dtypes(arr: np.ndarray) -> np.ndarray:
+    """An array of an ml_dtypes type (bfloat16, float8_*, float6_*, float4_*, int4, ...) as
+    float32 or int64, exactly: every value of those narrow types is a float32 or an int64
+    (NaN stays NaN), as torch's bfloat16 tensors are widened to float32."""
+    if arr.dtype.kind == "V" and arr.dtype.type.__module__.split(".")[0] == "ml_dtypes":
+        import ml_dtypes
+        try:
+            ml_dtypes.iinfo(arr.dtype)
+        except ValueError:
+            return arr.astype(np.float32)
+        return arr.astype(np.int64)
+    return arr
+
+
 def as_real_array(x, name: str = "x") -> np.ndarray:
     """Return ``x`` as a float64 ndarray, refusing what is not a real number.
 
     A torch tensor is read exactly: through ``detach()`` (numfmt's numpy functions have no
-    gradient), from any device, bfloat16 and float8 widened to float32.
+    gradient), from any device, bfloat16 and float8 widened to float32. A numpy array of an
+    ml_dtypes type (``ml_dtypes.bfloat16``, ``float8_e4m3fn``, ...) is widened the same way.
 
     Raises
     ------
@@ -125,7 +140,7 @@ def as_real_array(x, name: str = "x") -> np.ndarray:
         x = _tensor_as_numpy(x, name)
     if isinstance(x, np.ma.MaskedArray):
         _refuse_array(x, np.asarray(x), name)
-    arr = np.asarray(x)
+    arr = _widen_ml_dtypes(np.asarray(x))
     if arr.dtype == np.bool_ or arr.dtype.kind not in "iuf":
         _refuse_array(x, arr, name)
     _check_mixed_bools(x, name)
@@ -238,27 +253,39 @@ def check_code_range(qmin, qmax) -> tuple[int, int]:
 
 
 def check_fits_storage(values: np.ndarray, dtype, name: str, fix: str = "") -> None:
-    """Refuse positive ``values`` that a narrower float ``dtype`` cannot store.
+    """Refuse positive ``values`` that a narrower float ``dtype`` cannot store faithfully.
 
     Scales stored in float16 or float32 overflow to Inf (and dequantize to Inf or NaN) above
-    the dtype's max, and flush to 0 (every weight of the group decodes to 0) below its
-    smallest subnormal. Both are refused rather than stored silently.
+    the dtype's max, flush to 0 (every weight of the group decodes to 0) below half its
+    smallest subnormal, and between that and its smallest normal number (2**-14 in float16,
+    2**-126 in float32) keep fewer significant bits the smaller they are: 1.4 * 2**-24 is
+    stored in float16 as 2**-24, 29 % low, and every weight of the group with it. All three
+    are refused rather than stored silently; a subnormal value that the dtype holds exactly
+    is stored.
 
     Raises
     ------
     ValueError
-        If a finite value exceeds the dtype's max or a non-zero one rounds to zero in it.
+        If a finite value exceeds the dtype's max, or a non-zero one is below the dtype's
+        smallest normal number and not exactly representable in it.
     """
     info = np.finfo(dtype)
     tiny = float(info.smallest_subnormal)
-    a = np.abs(values)
+    normal = float(info.tiny)
+    a = np.abs(np.asarray(values, dtype=np.float64)).reshape(-1)
     big = a > float(info.max)
-    small = (a > 0) & (a < tiny / 2)  # below half the smallest subnormal rounds to 0
+    sub = (a > 0) & (a < normal)
+    small = sub.copy()
+    small[sub] = a[sub].astype(dtype).astype(np.float64) != a[sub]
     if big.any() or small.any():
-        bad = float(values.ravel()[np.flatnonzero((big | small).ravel())[0]])
-        raise ValueError(f"{name} {bad:.6g} does not fit {np.dtype(dtype).name}, which holds "
-                         f"magnitudes from {tiny:.3g} to {float(info.max):.6g}"
-                         + (f"; {fix}" if fix else ""))
+        i = np.flatnonzero((big | small).ravel())[0]
+        bad = float(np.asarray(values).ravel()[i])
+        where = (f"holds magnitudes up to {float(info.max):.6g}" if big.ravel()[i] else
+                 f"keeps full precision only from its smallest normal number {normal:.3g} "
+                 f"(below that it rounds to a multiple of {tiny:.3g}, and to 0 under "
+                 f"{tiny / 2:.3g})")
+        raise ValueError(f"{name} {bad:.6g} does not fit {np.dtype(dtype).name}, which "
+                         + where + (f"; {fix}" if fix else ""))
 
 
 def check_clip(clip) -> float:

@@ -113,10 +113,12 @@ def _check_calibrated_scale(scale: np.ndarray, nonzero: np.ndarray, clip: float)
     bad = nonzero & ~(scale >= _TINY)
     if bool(bad.any()):  # numpy arrays and torch tensors alike (numfmt.torch.intquant)
         what = "tensor, row or group" if scale.reshape(-1).shape[0] > 1 else "tensor"
+        fix = ("multiply x by a power of two first" if clip >= 1.0 else   # clip is at most 1
+               "multiply x by a power of two first, or use a larger clip")
         raise ValueError(f"the scale {float(scale[bad].reshape(-1)[0]):.6g} of a non-zero "
                          f"{what} is below "
-                         f"float64's smallest normal number {_TINY:.6g} (clip={clip!r}): "
-                         "multiply x by a power of two first, or use a larger clip")
+                         f"float64's smallest normal number {_TINY:.6g}: the values are too "
+                         f"small (max |x| / qmax{' * clip' if clip < 1.0 else ''}); {fix}")
 
 
 def quantize_affine(x, scale, zero_point=0, qmin: int = -127, qmax: int = 127) -> np.ndarray:

@@ -69,8 +69,9 @@ def scale_from_amax(amax, fmt: FloatFormat, margin: int = 0) -> np.ndarray:
         # Inf anyway, and ldexp takes a C int: clamp so the range error below is raised.
         scale = np.ldexp(amax, int(np.clip(int(margin), -4000, 4000))) / fmt.max_value
     if not (np.isfinite(scale) & ((scale > 0) | (amax == 0))).all():
-        raise ValueError(f"amax * 2**{int(margin)} / {fmt.max_value:g} is beyond float64's range: "
-                         "the scale would be 0 or Inf")
+        raise ValueError(f"amax * 2**margin / {fmt.max_value:g} with margin = {int(margin)} is "
+                         "beyond float64's range: the scale would be 0 or Inf; margin is a "
+                         "headroom in binades, usually 0 to a few")
     return np.where(amax > 0, scale, 1.0)
 
 

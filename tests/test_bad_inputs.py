@@ -677,7 +677,7 @@ def test_messages_name_the_argument():
             gptq_quantize(np.ones((8, 8)), group_size=g)
     with pytest.raises(TypeError, match="count must be an integer"):
         unpack_nibbles(np.array([0x21, 0x43], np.uint8), count=3.0)
-    with pytest.raises(ValueError, match=r"2\*\*1099511627776"):
+    with pytest.raises(ValueError, match=r"margin = 1099511627776"):
         scaling.scale_from_amax(1.0, FP8_E4M3, margin=2**40)
 
 

@@ -84,7 +84,7 @@ def test_demo1_asymmetric_uses_about_twice_the_codes_and_halves_the_error(d1):
 def test_demo1_integer_pipeline_equals_dequantized_product_and_fits_int32(d1, d1_by_hand):
     # Float rounding of 1024-term sums with |y| ~ 1: about sqrt(1024) * 2^-53 ~ 4e-15. One code
     # off by one moves y by about sa * |w| ~ 1e-4, so 1e-12 separates rounding from mistakes.
-    assert d1.pipeline_diff < 1e-12
+    assert d1.pipeline_diff < L.ROUNDING_BOUND      # printed as a bound, not a digit string
     assert d1.acc_max == d1_by_hand["acc_max"] < L.INT32_MAX
     assert d1.output_error == pytest.approx(d1_by_hand["output_error"], rel=1e-12)
 
@@ -223,7 +223,7 @@ def test_demo1_zero_points_by_hand(d1):
 def test_demo1_nonzero_zero_point_pipeline_still_exact(d1):
     p = d1.pipelines["SiLU"]
     assert p.za > 0 and p.correction_max > 0 and d1.pipelines["ReLU"].correction_max == 0
-    assert p.diff < 1e-12          # as for ReLU: float rounding only
+    assert p.diff < L.ROUNDING_BOUND     # as for ReLU: float rounding only
     assert p.acc_max < L.INT32_MAX
 
 

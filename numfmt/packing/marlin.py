@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from numfmt._validate import check_fits_storage
+from numfmt._validate import check_fits_storage, check_int
 
 from ..formats import FP8_E4M3
 from ._checks import as_int_array, check_int32, check_ndim, check_range
@@ -225,11 +225,14 @@ def marlin_int4_location(k, n, size_n):
 
     Raises
     ------
+    TypeError
+        If ``size_n`` is not an integer or ``k``, ``n`` are not integer arrays.
     ValueError
         If ``size_n`` is not a positive multiple of 64 or an index is negative
         or n >= size_n.
     """
-    k, n = np.asarray(k, np.int64), np.asarray(n, np.int64)
+    size_n = check_int(size_n, "size_n")
+    k, n = as_int_array(k, "k"), as_int_array(n, "n")
     if size_n <= 0 or size_n % TILE_N:
         raise ValueError(f"size_n = {size_n} must be a positive multiple of {TILE_N}")
     if np.any(k < 0) or np.any(n < 0) or np.any(n >= size_n):
@@ -417,7 +420,8 @@ def marlin_fp8_pack(weight):
         If ``weight`` is not 2-D, the shape is not supported
         (:func:`marlin_fp8_shape_supported`), or it holds NaN or inf (the message
         names the first such [n, k]); or a row's float16 scale ``256 * amax / 448`` would
-        overflow (above 65504) or flush to 0 (below 2**-25): refused, not stored as Inf or 0.
+        overflow (above 65504), flush to 0 (below 2**-25) or lose precision as a float16
+        subnormal (below 2**-14, unless exact): refused, not stored as Inf, 0 or a rounded scale.
 
     References
     ----------
@@ -425,6 +429,8 @@ def marlin_fp8_pack(weight):
     ``marlin_permute_scales``, ``fp8_fused_exponent_bias_into_scales``).
     """
     w = np.asarray(weight)
+    if w.dtype.kind == "f" and w.dtype.itemsize <= 8 and not w.dtype.isnative:
+        w = w.astype(w.dtype.newbyteorder("="))            # big-endian: the same values
     if w.dtype not in (np.float16, np.float32, np.float64):
         raise TypeError(f"weight must be float16, float32 or float64, got dtype {w.dtype}")
     check_ndim(w, 2, "weight")
@@ -464,15 +470,32 @@ def marlin_fp8_unpack(fw):
     Raises
     ------
     TypeError
-        If ``fw`` is not an Fp8MarlinWeight.
+        If ``fw`` is not an Fp8MarlinWeight or ``packed`` is not uint8.
+    ValueError
+        If ``packed`` is not (K/16, 16 N) for a supported shape, or ``scales`` is not (1, N).
     """
     if not isinstance(fw, Fp8MarlinWeight):
         raise TypeError(f"expected an Fp8MarlinWeight, got {type(fw).__name__}")
-    kt, width = fw.packed.shape
+    packed = np.asarray(fw.packed)
+    if packed.dtype != np.uint8:
+        raise TypeError(f"packed must be uint8 (E4M3 bytes), got dtype {packed.dtype}")
+    check_ndim(packed, 2, "packed")
+    kt, width = packed.shape
+    if kt == 0 or width == 0 or width % 1024:
+        raise ValueError(f"packed must be (K/16, 16 N) with N a positive multiple of 64, got "
+                         f"shape {packed.shape}")
     nt = width // 1024
+    n = nt * TILE_N
+    scales_shape = np.shape(fw.scales)
+    if scales_shape != (1, n):
+        raise ValueError(f"scales must have shape (1, N) = (1, {n}) for packed of shape "
+                         f"{packed.shape}, got {scales_shape}")
+    if not marlin_fp8_shape_supported(n, kt * TILE_K):
+        raise ValueError(f"packed holds an (N={n}, K={kt * TILE_K}) weight, a shape Marlin "
+                         "W8A16 does not support (see marlin_fp8_shape_supported)")
     rows, cols = marlin_fp8_tile_map()
     tiles = np.empty((kt, nt, TILE_K, TILE_N), np.uint8)
-    tiles[:, :, rows, cols] = fw.packed.reshape(kt, nt, 1024)
+    tiles[:, :, rows, cols] = packed.reshape(kt, nt, 1024)
     codes = _from_tiles(tiles).T
     scales = marlin_unpermute_scales(fw.scales)[0].astype(np.float64) / FP8_E4M3_TO_FP16_SCALE
     return np.ascontiguousarray(codes), scales
@@ -483,7 +506,9 @@ def e4m3_bits_as_fp16(codes):
 
     FP16 bits = (sign << 15) | (exponent-and-mantissa << 7). The result equals
     the E4M3 value divided by 256 for every finite code (normals and subnormals),
-    because FP16's exponent bias is 8 larger and its subnormals line up.
+    because FP16's exponent bias is 8 larger and its subnormals line up. The two NaN codes
+    (0x7F, 0xFF) come back as FP16 NaN: the bit shift alone would read them as +-1.875, a
+    finite number (Marlin's kernel does; ``marlin_fp8_pack`` never stores them).
 
     Parameters
     ----------
@@ -492,7 +517,7 @@ def e4m3_bits_as_fp16(codes):
 
     Returns
     -------
-    numpy.ndarray of float16, same shape
+    numpy.ndarray of float16, same shape; NaN where the code is E4M3's NaN
 
     Raises
     ------
@@ -504,4 +529,5 @@ def e4m3_bits_as_fp16(codes):
         raise TypeError(f"codes must be uint8, got dtype {c.dtype}")
     c = c.astype(np.uint16)
     bits = ((c & 0x80) << 8) | ((c & 0x7F) << 7)
+    bits = np.where((c & 0x7F) == 0x7F, (c & 0x80) << 8 | 0x7E00, bits)   # E4M3 NaN: FP16 NaN
     return bits.astype(np.uint16).view(np.float16)

@@ -215,7 +215,8 @@ def absmax_quantize(x, levels, block=64):
     ValueError
         If ``x`` is empty or holds NaN or inf, ``levels`` is not a valid
         codebook, or ``block`` is not a positive integer; or a block's absmax does not fit
-        FP32 (above 3.4e38 it would be Inf, below 7e-46 it would flush to 0).
+        FP32 (above 3.4e38 it would be Inf, below 7e-46 it would flush to 0, and below
+        FP32's smallest normal 1.2e-38 it would be a subnormal with fewer bits, unless exact).
 
     References
     ----------
@@ -228,9 +229,10 @@ def absmax_quantize(x, levels, block=64):
     block = _check_block(block)
     flat = arr.ravel()
     n_blocks = -(-flat.size // block)
-    padded = np.zeros(n_blocks * block)
+    width = min(block, flat.size)         # a block longer than x holds x alone: pad no further
+    padded = np.zeros(n_blocks * width)
     padded[:flat.size] = flat
-    blocks = padded.reshape(n_blocks, block)
+    blocks = padded.reshape(n_blocks, width)
     ideal = np.abs(blocks).max(axis=1)
     check_fits_storage(ideal, np.float32, "the float32 block absmax",
                        "absmax is stored in FP32: scale x into range first")
@@ -359,9 +361,10 @@ def double_quantize(scales, block=256, center=True, signed=True, code="dynamic")
     offset = np.float32(c.mean()) if center else np.float32(0.0)
     centered = c - np.float64(offset)
     n_blocks = -(-c.size // block)
-    padded = np.zeros(n_blocks * block)
+    width = min(block, c.size)            # a block longer than the scales holds them alone
+    padded = np.zeros(n_blocks * width)
     padded[:c.size] = centered
-    blocks = padded.reshape(n_blocks, block)
+    blocks = padded.reshape(n_blocks, width)
     if code == "dynamic":
         table = dynamic_map(signed)
         ideal = np.abs(blocks).max(axis=1)

@@ -47,3 +47,41 @@ def check_bool(value, name: str) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be True or False, got {value!r}")
     return bool(value)
+
+
+_TINY = float(np.finfo(np.float64).tiny)
+
+
+def damping(diag: np.ndarray, damp: float) -> float:
+    """GPTQ's dampening ``damp * mean(diag(H))``, finite, and with every ``H_ii`` plus it
+    finite; ValueError naming ``hessian`` or ``damp`` when float64 cannot hold them.
+
+    The mean is taken as ``np.mean`` does; only when its sum overflows is it taken on the
+    diagonal scaled by 2**-64 (exact) and scaled back.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        mean = np.mean(diag)
+        if not np.isfinite(mean):
+            mean = np.mean(diag * 2.0**-64) * 2.0**64
+        if not np.isfinite(mean):
+            raise ValueError(f"mean(diag(hessian)) is beyond float64's range (max H_ii = "
+                             f"{diag.max():.3g}): scale the calibration inputs down")
+        d = damp * mean
+        if not (np.isfinite(d) and np.isfinite(diag + d).all()):
+            raise ValueError(f"damp * mean(diag(hessian)) = {damp:.3g} * {mean:.3g} added to "
+                             "the diagonal is beyond float64's range: damp is a fraction of "
+                             "the mean diagonal (the reference uses 0.01)")
+    return float(d)
+
+
+def check_weight_scales(w: np.ndarray, qmax: int, symmetric: bool = True) -> None:
+    """Refuse a (out, in) weight with a non-zero row whose quantization scale must fall below
+    float64's smallest normal number (about max|row| / qmax); ValueError naming ``weight``."""
+    amax = np.abs(w).max(axis=1)
+    largest = amax / qmax * (1.0 if symmetric else 2.0)    # the largest scale the row can get
+    bad = (amax > 0) & (largest < _TINY)
+    if bad.any():
+        r = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"weight row {r} has max |w| = {amax[r]:.3g}: its scale would be below "
+                         f"float64's smallest normal number {_TINY:.3g}; multiply weight by a "
+                         "power of two first")

@@ -33,7 +33,7 @@ from numfmt._validate import as_calibration_array, check_block, check_real_scala
 from numfmt.intquant import int_range
 from numfmt.packing.gptq import act_order_permutation, group_index
 
-from ._checks import as_matrix, check_bool, check_positive_int
+from ._checks import as_matrix, check_bool, check_positive_int, check_weight_scales, damping
 
 __all__ = ["DEAD_INPUTS", "GPTQResult", "SYMMETRIC_GRIDS", "g_idx_bits_per_weight", "gptq",
            "hessian", "rtn", "rtn_values"]
@@ -92,19 +92,24 @@ def hessian(x) -> np.ndarray:
     TypeError
         If ``x`` is not real-valued.
     ValueError
-        If ``x`` is empty, 0-d or contains NaN or +-Inf.
+        If ``x`` is empty, 0-d or contains NaN or +-Inf, or ``2 X^T X / n`` overflows float64.
 
     References
     ----------
     Frantar et al. 2023, section 3 (``H = 2 X X^T`` with X as (in, n)); the reference
     implementation's ``add_batch`` averages it over samples, as here.
     """
-    arr = np.asarray(x)
-    if arr.ndim == 0:
+    if np.ndim(x) == 0:
         raise ValueError("x must have at least one axis (the input features)")
-    xs = as_calibration_array(arr, "x").reshape(-1, arr.shape[-1])  # (n, in)
-    h = xs.T @ xs
-    h *= 2.0 / xs.shape[0]
+    xs = as_calibration_array(x, "x")
+    xs = xs.reshape(-1, xs.shape[-1])                                 # (n, in)
+    with np.errstate(over="ignore", invalid="ignore"):
+        h = xs.T @ xs
+        h *= 2.0 / xs.shape[0]
+    if not np.isfinite(h).all():
+        raise ValueError(f"2 X^T X / n overflows float64 for x with max |x| = "
+                         f"{np.abs(xs).max():.3g}: scale x down first (the Hessian's scale "
+                         "does not change GPTQ's result)")
     return h
 
 
@@ -254,6 +259,7 @@ def _setup(weight, hessian, bits, group_size, symmetric, act_order, damp, partia
     w = as_matrix(weight, "weight").copy()                 # (out, in)
     h = _check_hessian(hessian, w.shape[1])
     grid = _check_grid(bits, symmetric, symmetric_grid)
+    check_weight_scales(w, grid.qmax, grid.symmetric)
     act_order = check_bool(act_order, "act_order")
     group = _check_group(w.shape[1], group_size, partial_last_group)
     damp = check_real_scalar(damp, "damp")
@@ -372,11 +378,12 @@ def gptq(weight, hessian, bits: int = 4, group_size: int | None = None, symmetri
         If ``weight`` is not 2-D, empty or non-finite; ``hessian`` is not (in, in), not
         symmetric, non-finite or has a negative diagonal; ``bits`` is outside [2, 16];
         ``group_size`` does not divide ``in`` (without ``partial_last_group``); ``damp`` is
-        negative or not finite; ``block_size`` is not positive; ``symmetric_grid`` or
-        ``dead_inputs`` is not one of its values, or "full" is asked of an asymmetric grid;
-        ``static_groups`` comes without a ``group_size``; the "full" grid's lowest level
-        (-2^b / (2^b - 1) amax) is beyond float64's range; or the dampened Hessian is not
-        positive definite.
+        negative or not finite, or ``damp * mean(diag H)`` is beyond float64's range;
+        ``block_size`` is not positive; ``symmetric_grid`` or ``dead_inputs`` is not one of its
+        values, or "full" is asked of an asymmetric grid; ``static_groups`` comes without a
+        ``group_size``; the "full" grid's lowest level (-2^b / (2^b - 1) amax) is beyond
+        float64's range; a row of ``weight`` is so small that its scale would be below
+        float64's smallest normal number; or the dampened Hessian is not positive definite.
 
     Notes
     -----
@@ -424,7 +431,7 @@ def gptq(weight, hessian, bits: int = 4, group_size: int | None = None, symmetri
     if c.act_order:                                        # (w and h are copies already)
         w = w[:, perm]
         h = h[np.ix_(perm, perm)]
-    h[np.diag_indices(cols)] += c.damp * np.mean(np.diag(h))
+    h[np.diag_indices(cols)] += damping(np.diag(h), c.damp)
     u = _inverse_cholesky_upper(h)                         # (in, in) upper
 
     group_of = g_idx[perm]                                 # group of the j-th quantized column

@@ -54,13 +54,24 @@ def llm_int8_matmul(x, w, threshold: float = 6.0) -> LLMInt8Result:
         "channel")`` (per token) and likewise per output row of ``w_rest``; the integer product
         is exact (computed in float64, exact for ``in < 2^53 / 127^2``, about 5.6e11).
 
+    Notes
+    -----
+    This is the paper's decomposition (section 3.2). bitsandbytes (``bnb.matmul`` with
+    ``threshold=6.0``) differs in four ways, so its outputs are not these bit for bit, nor
+    equal in error: it quantizes each row of W over *all*
+    columns, outlier columns included; it multiplies the outlier part by those
+    INT8-dequantized weight columns, not the original ones; it takes each token's absmax with
+    only the outlier *elements* zeroed, so the smaller values of an outlier column still set
+    the scale; and it puts a channel in float at ``|x| >= threshold`` where this puts it at
+    ``|x| > threshold``.
+
     Raises
     ------
     TypeError
         If an array is not real-valued or ``threshold`` is not a real number.
     ValueError
-        If the shapes do not match, an input is empty or non-finite, or ``threshold`` is not
-        positive (NaN included).
+        If the shapes do not match, an input is empty or non-finite, ``threshold`` is not
+        positive (NaN included), or the product is beyond float64's range.
     """
     w = as_matrix(w, "w")                                 # (out, in)
     lead = np.shape(x)[:-1]
@@ -69,12 +80,17 @@ def llm_int8_matmul(x, w, threshold: float = 6.0) -> LLMInt8Result:
     if not threshold > 0:
         raise ValueError(f"threshold must be positive, got {threshold!r}")
     outliers = (np.abs(xs) > threshold).any(axis=0)       # (in,)
-    y = xs[:, outliers] @ w[:, outliers].T                # (n, out) in float
+    with np.errstate(over="ignore", invalid="ignore"):
+        y = xs[:, outliers] @ w[:, outliers].T            # (n, out) in float
     rest = ~outliers
     if rest.any():
         _, qx, sx, _ = quantize_int(xs[:, rest], 8, granularity="channel")   # sx (n, 1)
         _, qw, sw, _ = quantize_int(w[:, rest], 8, granularity="channel")    # sw (out, 1)
         # codes are integers of magnitude <= 127, so every partial sum of the product is an
         # integer below 127^2 * in < 2^53: the float64 BLAS product is the exact integer one
-        y = y + (qx.astype(np.float64) @ qw.T.astype(np.float64)) * sx * sw.T
+        with np.errstate(over="ignore", invalid="ignore"):
+            y = y + (qx.astype(np.float64) @ qw.T.astype(np.float64)) * sx * sw.T
+    if not np.isfinite(y).all():
+        raise ValueError(f"x @ w.T is beyond float64's range (max |x| = {np.abs(xs).max():.3g}, "
+                         f"max |w| = {np.abs(w).max():.3g}): scale x or w down first")
     return LLMInt8Result(y.reshape(lead + (w.shape[0],)), outliers)

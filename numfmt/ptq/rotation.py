@@ -103,7 +103,12 @@ def hadamard(n: int, normalized: bool = True) -> np.ndarray:
 
     References
     ----------
-    Sylvester 1867; Paley 1933. QuaRot (Ashkboos et al. 2024) uses the same Kronecker form.
+    Sylvester 1867; Paley 1933. QuaRot (Ashkboos et al. 2024, ``hadamard_utils.py``) uses the
+    same factorisation of n (16 * 36 for 576, 128 * 12 for 1536) but other matrices: its base
+    matrices come from Sloane's tables and stand on the left of the Kronecker product
+    (``had_K ⊗ Sylvester``), here Paley's stand on the right (``Sylvester ⊗ Paley``). Both are
+    orthonormal Hadamard matrices; for n = 2^k they are the same Sylvester matrix, otherwise a
+    QuaRot-rotated checkpoint is not reproduced by ``hadamard(n)``.
     """
     n = check_positive_int(n, "n")
     normalized = check_bool(normalized, "normalized")
@@ -173,7 +178,8 @@ def fuse_rotation(weight, rotation, side: str = "input") -> np.ndarray:
     TypeError
         If an array is not real-valued.
     ValueError
-        If ``side`` is unknown, the shapes do not match, or ``rotation`` is not orthogonal.
+        If ``side`` is unknown, the shapes do not match, ``rotation`` is not orthogonal, or
+        the rotated weight is beyond float64's range (a weight near float64's max).
     """
     w = as_matrix(weight, "weight")
     r = as_matrix(rotation, "rotation")
@@ -186,4 +192,9 @@ def fuse_rotation(weight, rotation, side: str = "input") -> np.ndarray:
     dev = np.abs(r @ r.T - np.eye(need)).max()
     if dev > 1e-8:
         raise ValueError(f"rotation is not orthogonal: max |R R^T - I| = {dev:.3g}")
-    return w @ r if side == "input" else r.T @ w
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = w @ r if side == "input" else r.T @ w
+    if not np.isfinite(out).all():
+        raise ValueError(f"the rotated weight is beyond float64's range (max |weight| = "
+                         f"{np.abs(w).max():.3g}): scale weight down first")
+    return out

@@ -22,7 +22,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from numfmt._validate import as_calibration_array
+from numfmt._validate import as_calibration_array, as_real_array
 
 from ._checks import as_inputs, as_matrix, check_bool, check_fraction, check_positive_int
 
@@ -53,8 +53,9 @@ def smoothquant_scales(act_absmax, weight_absmax, alpha: float = 0.5) -> np.ndar
     TypeError
         If an input is not real-valued or ``alpha`` is not a real number.
     ValueError
-        If the inputs are not 1-D of equal length, contain negative or non-finite values, or
-        ``alpha`` is outside [0, 1].
+        If the inputs are not 1-D of equal length, contain negative or non-finite values,
+        ``alpha`` is outside [0, 1], or a scale is beyond float64's normal range (an extreme
+        ratio of the two maxima).
 
     References
     ----------
@@ -70,7 +71,15 @@ def smoothquant_scales(act_absmax, weight_absmax, alpha: float = 0.5) -> np.ndar
     alpha = check_fraction(alpha, "alpha")
     ok = (a > 0) & (wm > 0)
     s = np.ones_like(a)
-    s[ok] = a[ok] ** alpha / wm[ok] ** (1.0 - alpha)
+    with np.errstate(over="ignore", under="ignore", divide="ignore"):
+        s[ok] = a[ok] ** alpha / wm[ok] ** (1.0 - alpha)
+    bad = ~(np.isfinite(s) & (s >= np.finfo(np.float64).tiny))
+    if bad.any():
+        j = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"s_{j} = act_absmax^alpha / weight_absmax^(1 - alpha) = "
+                         f"{a[j]:.3g}^{alpha:g} / {wm[j]:.3g}^{1 - alpha:g} is beyond float64's "
+                         "normal range: the scales would be Inf or lose digits; rescale the "
+                         "activations or the weights first")
     return s
 
 
@@ -128,12 +137,14 @@ def awq_search(weight, x, quantize: Callable[[np.ndarray], np.ndarray], grid: in
     Raises
     ------
     TypeError
-        If an array is not real-valued, ``quantize`` is not callable, an integer argument is
-        not an integer or ``clip_search`` is not a bool.
+        If an array is not real-valued, ``quantize`` is not callable or returns non-real
+        values (complex, strings), an integer argument is not an integer or ``clip_search``
+        is not a bool.
     ValueError
         If the shapes do not match, an input is empty or non-finite, ``grid`` is not
-        positive, ``group_size`` is not positive, ``max_shrink`` is outside [0, 1), or
-        ``quantize`` returns an array of another shape or with non-finite values.
+        positive, ``group_size`` is not positive, ``max_shrink`` is outside [0, 1),
+        ``quantize`` returns an array of another shape or with non-finite values, or the
+        scaled weight or the output error is beyond float64's range (extreme inputs).
 
     References
     ----------
@@ -150,17 +161,23 @@ def awq_search(weight, x, quantize: Callable[[np.ndarray], np.ndarray], grid: in
     if max_shrink >= 1.0:
         raise ValueError(f"max_shrink must be below 1 (a zero range), got {max_shrink!r}")
 
-    gram = xs.T @ xs / xs.shape[0] if xs.shape[0] > w.shape[1] else None
+    with np.errstate(over="ignore", invalid="ignore"):
+        gram = xs.T @ xs / xs.shape[0] if xs.shape[0] > w.shape[1] else None
     act = np.abs(xs).mean(axis=0)                         # (in,) AWQ's s_X
     errors = np.empty(grid)
     best = None
     for k in range(grid):
         alpha = k / grid
-        s = np.maximum(act ** alpha, 1e-4)                # the reference's clamp(min=1e-4)
-        s /= np.sqrt(s.max() * s.min())
-        q = _checked(quantize, w * s)                     # Q(W s), kept for the clip search
-        wq = q / s
-        errors[k] = _output_mse(wq - w, xs, gram)
+        with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+            s = np.maximum(act ** alpha, 1e-4)            # the reference's clamp(min=1e-4)
+            s /= np.sqrt(s.max() * s.min())
+            ws = w * s
+        _check_finite(ws, "weight * s", alpha)
+        q = _checked(quantize, ws)                        # Q(W s), kept for the clip search
+        with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+            wq = q / s
+            errors[k] = _output_mse(wq - w, xs, gram)
+        _check_finite(errors[k], "the output error mean((x @ (W_q - W).T)^2)", alpha)
         if best is None or errors[k] < errors[best[0]]:
             best = (k, s, wq, q)
     k, s, wq, q = best
@@ -171,11 +188,25 @@ def awq_search(weight, x, quantize: Callable[[np.ndarray], np.ndarray], grid: in
     return AWQResult(wq, s, k / grid, errors, clip)
 
 
+def _check_finite(v, what: str, alpha: float) -> None:
+    if not np.isfinite(v).all():
+        raise ValueError(f"{what} at alpha = {alpha:g} is beyond float64's range: weight or x "
+                         "is too large; scale them down first (the search's result does not "
+                         "depend on their scale)")
+
+
 def _checked(quantize, w: np.ndarray) -> np.ndarray:
-    out = np.asarray(quantize(w), dtype=np.float64)
-    if out.shape != w.shape or not np.isfinite(out).all():
-        raise ValueError(f"quantize must return finite values of shape {w.shape}, got "
-                         f"shape {out.shape}")
+    out = quantize(w)
+    try:
+        out = as_real_array(out, "quantize(w)")
+    except TypeError as err:
+        raise TypeError(f"quantize must return real numbers: {err}") from None
+    if out.shape != w.shape:
+        raise ValueError(f"quantize must return an array of shape {w.shape}, got shape "
+                         f"{out.shape}")
+    if not np.isfinite(out).all():
+        raise ValueError(f"quantize returned non-finite values (shape {out.shape}); it must "
+                         "return the finite dequantized weight")
     return out
 
 

@@ -130,20 +130,28 @@ def calibrate_absmax(x, bits: int, axis: int | None = None) -> QParams:
     return calibrate_minmax(x, bits, symmetric=True, axis=axis)
 
 
-def calibrate_percentile(x, bits: int, clip_fraction: float, symmetric: bool = True,
-                         axis: int | None = None) -> QParams:
+def calibrate_percentile(x, bits: int, clip_fraction: float | None = None,
+                         symmetric: bool = True, axis: int | None = None, *,
+                         percentile: float | None = None) -> QParams:
     """Grid parameters from nearest-rank percentiles of ``x``, clipping outliers in the tails.
 
     With ``n`` values sorted ascending and ``last = n - 1``, the range is
     ``[sorted[floor(c * last)], sorted[ceil((1 - c) * last)]]`` for ``c = clip_fraction``;
-    ``c = 0`` is plain min/max calibration. Values outside the range saturate.
+    ``c = 0`` is plain min/max calibration. Values outside the range saturate. Give either
+    ``clip_fraction`` (a fraction) or ``percentile`` (in percent, as
+    :func:`numfmt.ptq.calibrate_percentile`, numpy and pytorch-quantization): the upper end is
+    then ``sorted[ceil(percentile / 100 * last)]``, the rule of
+    :func:`numfmt.ptq.calibrate_percentile` (which takes it on ``|x|``), and the lower end
+    ``sorted[floor((1 - percentile / 100) * last)]``.
 
     Parameters
     ----------
     x : array_like of real numbers, any shape, non-empty and finite
     bits : int in [2, 16]
     clip_fraction : float in [0, 0.5)
-        Fraction of the values cut from each tail.
+        Fraction of the values cut from each tail (1e-4 cuts what ``percentile=99.99`` cuts).
+    percentile : float in (50, 100], keyword-only
+        The same cut in percent; exactly one of ``clip_fraction`` and ``percentile``.
     symmetric : bool, default True
     axis : int or None
         As :func:`calibrate_minmax`; percentiles are taken per channel.
@@ -155,21 +163,36 @@ def calibrate_percentile(x, bits: int, clip_fraction: float, symmetric: bool = T
     Raises
     ------
     ValueError
-        If ``clip_fraction`` is outside [0, 0.5), plus everything :func:`calibrate_minmax`
-        raises.
+        If ``clip_fraction`` is outside [0, 0.5) (a percent such as 99.99 passed for a
+        fraction), ``percentile`` outside (50, 100], both or neither are given, plus everything
+        :func:`calibrate_minmax` raises.
 
     References
     ----------
     Wu et al., "Integer Quantization for Deep Learning Inference: Principles and Empirical
     Evaluation", 2020, section 4.1 (percentile calibration).
     """
-    if isinstance(clip_fraction, bool) or not isinstance(clip_fraction, (int, float, np.number)) \
-            or not 0.0 <= clip_fraction < 0.5:
-        raise ValueError(f"clip_fraction must be a number in [0, 0.5), got {clip_fraction!r}")
+    if (clip_fraction is None) == (percentile is None):
+        raise TypeError("give exactly one of clip_fraction (a fraction cut from each tail) and "
+                        "percentile (in percent)")
+    if percentile is not None:
+        if isinstance(percentile, bool) or not isinstance(percentile, (int, float, np.number)) \
+                or not 50.0 < percentile <= 100.0:
+            raise ValueError(f"percentile is in percent, in (50, 100]; got {percentile!r} (for "
+                             "the 99.99th percentile pass 99.99)")
+        lo_q, hi_q = 1.0 - percentile / 100.0, percentile / 100.0
+    else:
+        if isinstance(clip_fraction, bool) \
+                or not isinstance(clip_fraction, (int, float, np.number)) \
+                or not 0.0 <= clip_fraction < 0.5:
+            raise ValueError(f"clip_fraction is a fraction cut from each tail, in [0, 0.5); got "
+                             f"{clip_fraction!r} (for the 99.99th percentile pass "
+                             "clip_fraction=1e-4 or percentile=99.99)")
+        lo_q, hi_q = clip_fraction, 1.0 - clip_fraction
     x = as_calibration_array(x)
     xc, keep = _channel_view(x, axis)
     s = np.sort(xc, axis=1)
     last = s.shape[1] - 1
-    lo = s[:, int(np.floor(clip_fraction * last))]
-    hi = s[:, int(np.ceil((1.0 - clip_fraction) * last))]
+    lo = s[:, int(np.floor(lo_q * last))]
+    hi = s[:, int(np.ceil(hi_q * last))]
     return qparams_from_range(lo.reshape(keep), hi.reshape(keep), bits, symmetric)

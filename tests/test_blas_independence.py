@@ -1,0 +1,79 @@
+"""Every number a lecture prints is the same on any machine: lectures 01-07 and notebooks
+01-07 give the same bytes under a second BLAS configuration.
+
+The second configuration changes what a machine can change: OpenBLAS's kernels (numpy's BLAS:
+``OPENBLAS_CORETYPE=Prescott``, SSE3 instead of the AVX2 kernels picked on this kind of CPU),
+MKL's (torch's BLAS: ``MKL_ENABLE_INSTRUCTIONS=SSE4_2``), ATen's vectorised loops
+(``ATEN_CPU_CAPABILITY=default``) and the thread counts (1 instead of one per core), so the
+order of every floating-point sum changes. A printed number at rounding level (the last digits
+of a float64 residue, a tie decided by one ulp) shows up as a byte difference.
+
+Lectures 08-09 are left out: they need the model and minutes of CPU each.
+"""
+
+import difflib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LECTURES = sorted(p for p in (ROOT / "lectures").glob("[0-9][0-9]_*.py") if int(p.name[:2]) <= 7)
+NOTEBOOKS = sorted(p for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")
+                   if int(p.name[:2]) <= 7)
+SECOND_BLAS = {"OPENBLAS_CORETYPE": "Prescott", "OPENBLAS_NUM_THREADS": "1",
+               "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+               "MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ATEN_CPU_CAPABILITY": "default"}
+
+
+def environment(second: bool) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in SECOND_BLAS}
+    env.update({"LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "NO_COLOR": "1"})
+    env.pop("LANGUAGE", None)
+    env.pop("LC_ALL", None)
+    if second:
+        env.update(SECOND_BLAS)
+    return env
+
+
+def run(script: Path, second: bool) -> str:
+    r = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=environment(second),
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout
+
+
+#: Lecture 06 trains in float32 with torch, and ATen's vectorised kernels (AVX2 here, AVX-512
+#: elsewhere, scalar with ATEN_CPU_CAPABILITY=default) round its reductions and exp/log
+#: differently: the INT2 QAT accuracy moves by a few points, within the seed spread the lecture
+#: prints, but not byte for byte. The thread count, MKL's and OpenBLAS's kernels do not change
+#: it (each measured alone).
+KNOWN = {"06": "lecture 06's float32 training depends on ATen's CPU capability"}
+
+
+def known(paths):
+    return [pytest.param(p, id=p.name[:2], marks=pytest.mark.xfail(
+        strict=True, reason=KNOWN[p.name[:2]])) if p.name[:2] in KNOWN else
+        pytest.param(p, id=p.name[:2]) for p in paths]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", known(LECTURES))
+def test_lecture_output_is_the_same_under_a_second_blas(script):
+    normal, second = run(script, False), run(script, True)
+    diff = list(difflib.unified_diff(normal.splitlines(), second.splitlines(), "normal BLAS",
+                                     "second BLAS", lineterm="", n=0))
+    assert not diff, "\n".join(diff[:40])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("notebook", known(NOTEBOOKS))
+def test_notebook_outputs_hold_under_a_second_blas(notebook):
+    """nbval compares the stored outputs (made with the normal BLAS) with a run under the
+    second configuration."""
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        "--nbval", "--nbval-current-env", str(notebook)], cwd=ROOT,
+                       env=environment(True), capture_output=True, text=True, timeout=1200)
+    assert r.returncode == 0, r.stdout[-4000:]

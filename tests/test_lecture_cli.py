@@ -1,0 +1,106 @@
+"""Every lecture's command line (lectures/NN_*.py, new ones included): --help prints the usage
+and exits 0 without running the lecture, an unknown option is an error (exit 2), --help lists
+the lecture's options, the help follows the language, and a language the output encoding
+cannot show ends in a message, not a traceback."""
+
+import io
+import os
+import re
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from console.i18n import set_language
+
+ROOT = Path(__file__).resolve().parent.parent
+LECTURES = sorted((ROOT / "lectures").glob("[0-9][0-9]_*.py"))
+ENV_VARS = ("LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG")
+
+
+def options_of(path: Path) -> list[str]:
+    """The long options the script declares, read from its source (independent of argparse)."""
+    return sorted(set(re.findall(r"add_argument\(\s*\"(--[a-z][a-z-]*)\"", path.read_text())))
+
+
+def run(path: Path, argv, monkeypatch, capsys, env=None, stdout=None):
+    """Run the script as ``python path argv...`` in this process; (exit status, out, err)."""
+    for var in ENV_VARS:
+        monkeypatch.delenv(var, raising=False)
+    for var, value in (env or {"LANG": "C.UTF-8"}).items():
+        monkeypatch.setenv(var, value)
+    monkeypatch.setattr(sys, "argv", [str(path), *argv])
+    if stdout is not None:
+        monkeypatch.setattr(sys, "stdout", stdout)
+    set_language(None)
+    try:
+        runpy.run_path(str(path), run_name="__main__")
+        code = 0
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else 1
+        if isinstance(exit_.code, str):
+            print(exit_.code, file=sys.stderr)
+    finally:
+        set_language(None)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(params=LECTURES, ids=[p.name[:2] for p in LECTURES])
+def lecture(request):
+    return request.param
+
+
+def test_help_prints_usage_and_options_without_running(lecture, monkeypatch, capsys):
+    code, out, err = run(lecture, ["--help"], monkeypatch, capsys)
+    assert code == 0 and err == ""
+    assert out.startswith("usage: " + lecture.name)
+    assert "Lecture " + lecture.name[:2] in out                # its title as the description
+    for option in ["--help", "--lang"] + options_of(lecture):
+        assert option in out, option
+    assert "What to notice" not in out and len(out.splitlines()) < 30    # the lecture did not run
+
+
+def test_unknown_option_is_an_error(lecture, monkeypatch, capsys):
+    code, out, err = run(lecture, ["--bogus"], monkeypatch, capsys)
+    assert code == 2 and out == ""
+    assert "unrecognized arguments: --bogus" in err and err.startswith("usage: ")
+
+
+def test_help_in_chinese_from_lang_and_from_environment(lecture, monkeypatch, capsys):
+    _, zh, _ = run(lecture, ["--help", "--lang", "zh"], monkeypatch, capsys)
+    assert zh.startswith("用法：") and "显示此帮助信息并退出" in zh
+    # LANGUAGE of only colons counts as unset (GNU gettext): LANG decides
+    _, env, _ = run(lecture, ["--help"], monkeypatch, capsys,
+                    env={"LANGUAGE": ":", "LANG": "zh_CN.UTF-8"})
+    assert env == zh
+    code, _, err = run(lecture, ["--bogus", "--lang", "zh"], monkeypatch, capsys)
+    assert code == 2 and "无法识别的参数：--bogus" in err
+
+
+def test_an_output_encoding_without_chinese_gives_a_message(lecture, monkeypatch, capsys):
+    ascii_out = io.TextIOWrapper(io.BytesIO(), encoding="ascii")
+    code, _, err = run(lecture, ["--lang", "zh"], monkeypatch, capsys, stdout=ascii_out)
+    assert code == 1 and "PYTHONIOENCODING=utf-8" in err and "Traceback" not in err
+    ascii_out.flush()
+    assert ascii_out.buffer.getvalue() == b""
+
+
+def test_misspelt_quick_does_not_start_lecture_09():
+    """The reported case end to end: ``--qiuck`` used to start the 6-minute full run."""
+    env = {k: v for k, v in os.environ.items() if k not in ENV_VARS}
+    r = subprocess.run([sys.executable, "lectures/09_ptq_algorithms.py", "--qiuck"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 2 and r.stdout == ""
+    assert "unrecognized arguments: --qiuck" in r.stderr
+
+
+def test_ascii_terminal_with_chinese_end_to_end():
+    env = {k: v for k, v in os.environ.items() if k not in ENV_VARS}
+    env["PYTHONIOENCODING"] = "ascii"
+    r = subprocess.run([sys.executable, "lectures/05_quantization_basics.py", "--lang", "zh"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 1 and r.stdout == ""
+    assert "Traceback" not in r.stderr and "PYTHONIOENCODING=utf-8" in r.stderr
