@@ -16,8 +16,8 @@ def _dot(a: np.ndarray, b: np.ndarray) -> float:
     """``sum(a * b)`` for 1-D float64 arrays, on this thread.
 
     np.einsum's own loop, not BLAS: a BLAS ddot here starts its thread pool on every call,
-    and each call then waits for a second core, which on a shared machine made lecture 05
-    5-11x slower (shared/reviews/performance.md, section 5).
+    and each call then waits for a second core, which on a shared machine slows the many small
+    calls of a lecture several times over.
     """
     return float(np.einsum("i,i->", a, b))
 _TINY = np.finfo(np.float64).tiny  # smallest normal float64, 2**-1022

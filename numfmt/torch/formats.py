@@ -244,7 +244,7 @@ def _nearest_into(x: torch.Tensor, f: torch.Tensor, fmt: FloatFormat, saturate: 
         if above is not None:
             count = (x.abs() > above).sum()
         if _is_bf16(fmt):
-            # torch's own float32 -> bfloat16 cast is this rounding (bias 0x7FFF + the last
+            # torch's own float32 -> bfloat16 cast rounds exactly so (bias 0x7FFF + the last
             # kept bit, then truncate; checked against numfmt on every device by this
             # package's tests), in one vectorized pass. Saturation first: rounding commutes
             # with clamping at a grid value. NaN is made canonical below.
