@@ -14,12 +14,14 @@ from __future__ import annotations
 import contextlib
 
 import numpy as np
-from array_api_compat import array_namespace, is_numpy_namespace, is_torch_namespace
+from array_api_compat import (array_namespace, is_array_api_obj, is_numpy_namespace,
+                              is_torch_namespace)
 
-from numfmt._chunks import CHUNK, absmax_rows as _np_absmax_rows, rows_per_chunk
+from numfmt._chunks import absmax_rows as _np_absmax_rows, rows_per_chunk
 
-__all__ = ["array_namespace", "is_numpy_namespace", "quiet", "empty", "row_spans", "absmax_rows",
-           "divide_into", "subtract_into", "round_into", "clip_into", "dot", "to_numpy"]
+__all__ = ["array_namespace", "is_array_api_obj", "is_numpy_namespace", "quiet", "empty",
+           "row_spans", "absmax_rows", "divide_into", "subtract_into", "round_into", "clip_into",
+           "floor_log2", "pow2", "float32_bits", "round_to", "dot", "to_numpy"]
 
 
 def quiet(xp):
@@ -89,6 +91,38 @@ def clip_into(xp, out, lo, hi):
     return np.minimum(out, hi, out=out)
 
 
+def floor_log2(xp, a):
+    """``floor(log2 a)`` as int64 for positive float64 ``a`` (numpy's ``frexp``; torch reads the
+    exponent field, giving -1023 for subnormals: every caller clamps far above that)."""
+    if is_torch_namespace(xp):
+        from numfmt.torch._core import floor_log2 as torch_floor_log2
+        return torch_floor_log2(a)
+    return np.frexp(a)[1].astype(np.int64) - 1
+
+
+def pow2(xp, e):
+    """Exact ``2.0 ** e`` as float64 for integer ``e`` in [-1022, 1023] (``ldexp``; torch
+    builds the bit pattern)."""
+    if is_torch_namespace(xp):
+        from numfmt.torch._core import pow2 as torch_pow2
+        return torch_pow2(e)
+    return np.ldexp(1.0, e)
+
+
+def float32_bits(xp, a):
+    """The IEEE 754 bit patterns of float32 ``a``, as int64 (a reinterpreting view)."""
+    return xp.astype(a.view(_lib(xp).int32), xp.int64)
+
+
+def round_to(xp, y, fmt):
+    """``fmt.round(y)``, nearest even and saturating, in the library of ``y`` (the rounding
+    itself is twinned: see ARCHITECTURE.md)."""
+    if is_torch_namespace(xp):
+        from numfmt.torch.formats import round as torch_round
+        return torch_round(y, fmt)
+    return fmt.round(y)
+
+
 def dot(xp, a, b) -> float:
     """``sum(a * b)`` of two 1-D float64 arrays, as a float.
 
@@ -117,7 +151,3 @@ def _lib(xp):
         import torch
         return torch
     return np
-
-
-#: Elements per chunk of the numpy code (re-exported for the metrics' chunked sums).
-NUMPY_CHUNK = CHUNK

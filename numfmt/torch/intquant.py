@@ -39,8 +39,7 @@ def quantize_int(x, bits: int, symmetric: bool = True, granularity: str = "tenso
     """:func:`numfmt.quantize_int` on tensors: an IntQuantized of tensors on ``device``
     (default: the device of ``x`` if a tensor, else the default device), equal element for
     element to the numpy result. Parameters and errors as the numpy function."""
-    shape = tuple(x.shape) if isinstance(x, torch.Tensor) else np.shape(x)
-    x = calibration_input(x, device=device)  # float32 stays float32: widened exactly
+    x, shape = calibration_input(x, device=device), tuple(np.shape(x))  # float32 stays float32
     return _quantize_int(x, shape, bits, symmetric, granularity, group, clip)
 
 
