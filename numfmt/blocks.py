@@ -300,17 +300,17 @@ def _block_scales(amax, elem: FloatFormat, scale_format: str, scale_rule: str):
     numpy or torch): stored block scales of the same shape, and the FP32 tensor scale
     (1.0 unless ``scale_format == "e4m3"``)."""
     xp = _xp.array_namespace(amax)
-    positive, one = amax > 0, xp.ones_like(amax)
     tensor_scale = 1.0
-    if scale_format == "e8m0":
-        exponent = e8m0_exponent(xp.where(positive, amax, one), elem, scale_rule)
-        return xp.where(positive, _xp.pow2(xp, exponent), one), tensor_scale
     if scale_format == "e4m3":
         t_amax = float(xp.max(amax))
         if t_amax > 0:
             tensor_scale = fp32_tensor_scale(t_amax, elem)
         return _xp.round_to(xp, amax / elem.max_value / tensor_scale, FP8_E4M3), tensor_scale
-    return xp.where(positive, exact_scales(amax, elem.max_value), one), tensor_scale
+    positive = amax > 0  # an all-zero block gets scale 1
+    if scale_format == "e8m0":
+        exponent = e8m0_exponent(xp.where(positive, amax, 1.0), elem, scale_rule)
+        return xp.where(positive, _xp.pow2(xp, exponent), 1.0), tensor_scale
+    return xp.where(positive, exact_scales(amax, elem.max_value), 1.0), tensor_scale
 
 
 def _is_plain_float32(x) -> bool:
