@@ -97,6 +97,7 @@ def _affine_scale(lo, hi, levels: int):
     There both bounds are huge, so halving them is exact and ``(hi/2 - lo/2) / levels * 2``
     is the same correctly rounded quotient; elsewhere the first form is used unchanged.
     """
+    lo, hi = (v if _xp.is_array_api_obj(v) else np.asarray(v, dtype=np.float64) for v in (lo, hi))
     xp = _xp.array_namespace(lo, hi)
     with _xp.quiet(xp):
         width = hi - lo
