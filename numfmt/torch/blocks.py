@@ -8,11 +8,12 @@ kernels of formats are twinned (ARCHITECTURE.md says why).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import torch
 
-from numfmt.blocks import (CLIP_TOLERANCE, BlockQuantized, _block_args, _block_result,
-                           _tensor_scaled)
+from numfmt.blocks import CLIP_TOLERANCE, _block_args, _block_result, _tensor_scaled
 from numfmt.formats import FP4_E2M1, FloatFormat
 from numfmt.torch._core import (F64, Scratch, absmax_rows, as_calibration_tensor,
                                 calibration_input, new_result, spans)
@@ -21,6 +22,18 @@ from numfmt.torch.formats import round as round_to
 
 __all__ = ["BlockQuantized", "block_quantize", "mx_quantize", "nvfp4_quantize",
            "tensor_scaled"]
+
+
+class BlockQuantized(NamedTuple):
+    """:class:`numfmt.BlockQuantized` of tensors: its own type, so that numfmt.torch.gemm and
+    numfmt.packing can tell a result on tensors from one on arrays."""
+
+    values: torch.Tensor     #: dequantized, float64, shape of x
+    elements: torch.Tensor   #: element values on the element grid, float64, shape of x
+    scales: torch.Tensor     #: stored block scales, float64, shape x.shape[:-1] + (n_blocks,)
+    tensor_scale: float      #: second-level FP32 scale (NVFP4); 1.0 where there is none
+    clipped: float           #: fraction of elements whose |x / scale| exceeded elem.max_value
+    bits_per_element: float  #: element bits + scale bits / block (tensor scale not counted)
 
 
 def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0",
@@ -44,8 +57,8 @@ def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0",
     amax = absmax_rows(x.detach().reshape(-1, block)).to(torch.float64).reshape(xb.shape[:-1])
     if grad:
         amax = xb.abs().amax(dim=-1).to(torch.float64)  # the graph of the exact scales
-    return _block_result(amax, x.reshape(-1, block), shape, elem, scale_format, scale_rule,
-                         _scaled_round)
+    return BlockQuantized(*_block_result(amax, x.reshape(-1, block), shape, elem, scale_format,
+                                         scale_rule, _scaled_round))
 
 
 def _scaled_round(xb: torch.Tensor, full: torch.Tensor, elem: FloatFormat, pow2: bool):
@@ -98,24 +111,19 @@ def _scaled_round(xb: torch.Tensor, full: torch.Tensor, elem: FloatFormat, pow2:
 
 def mx_quantize(x, elem: FloatFormat, block: int = 32, device=None,
                 scale_rule: str = "floor") -> BlockQuantized:
-    """OCP MX quantization (E8M0 scale per ``block``); the twin of :func:`numfmt.mx_quantize`.
-
-    References: OCP Microscaling Formats (MX) Specification v1.0, sections 5.3 and 6.3;
-    Mishra et al., arXiv:2506.08027, 2025 (``scale_rule="rceil"``).
-    """
+    """:func:`numfmt.mx_quantize` on tensors: an E8M0 scale per ``block`` (OCP MX v1.0,
+    sections 5.3 and 6.3; ``scale_rule="rceil"``: Mishra et al., arXiv:2506.08027, 2025)."""
     return block_quantize(x, elem, block, "e8m0", device=device, scale_rule=scale_rule)
 
 
 def nvfp4_quantize(x, block: int = 16, device=None) -> BlockQuantized:
-    """NVFP4 (E2M1, E4M3 scale per 16, FP32 tensor scale); twin of :func:`numfmt.nvfp4_quantize`.
-
-    References: NVIDIA, "Introducing NVFP4 for Efficient and Accurate Low-Precision
-    Inference", 2025.
-    """
+    """:func:`numfmt.nvfp4_quantize` on tensors: E2M1, an E4M3 scale per 16, an FP32 tensor
+    scale (NVIDIA, "Introducing NVFP4 for Efficient and Accurate Low-Precision Inference")."""
     return block_quantize(x, FP4_E2M1, block, "e4m3", device=device)
 
 
 def tensor_scaled(x, elem: FloatFormat, device=None) -> BlockQuantized:
     """:func:`numfmt.tensor_scaled` on tensors (one exact scale ``amax / elem.max_value``);
     raises as :func:`block_quantize`."""
-    return _tensor_scaled(as_calibration_tensor(x, device=device), tuple(np.shape(x)), elem)
+    return BlockQuantized(*_tensor_scaled(as_calibration_tensor(x, device=device),
+                                          tuple(np.shape(x)), elem))
