@@ -1,3 +1,2 @@
-"""Benchmark scripts (run each as ``python benchmarks/<name>.py``) and the one module a lecture
-imports from here: :mod:`benchmarks.gpu_timing`, the GPU timing behind lecture 04's throughput
-table and ``gpu_check.py``."""
+"""Benchmark scripts, run each as ``python benchmarks/<name>.py``. Nothing outside benchmarks/
+imports from here; the GPU timing they share with lecture 04 is ``lectures/gpu_timing.py``."""

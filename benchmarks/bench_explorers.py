@@ -14,9 +14,8 @@ a reference measured in the same run (an empty two-panel figure rendered to PNG)
 Explorers whose constructor needs an argument (notebook 08's, over a loaded language model)
 are listed and skipped unless ``--model`` is given, which loads the model as notebook 08 does
 (its workload, ``lectures.widgets.lecture08.NOTEBOOK``). Every change of that explorer scores
-the model once, so it cannot meet the goal: ``--model --repeats 1 lecture08`` measured 7.9 s of
-CPU time per change (median of its 7 controls) and 15.4 s for the activations menu, on 2 cores
-at load average 10.5 (notebook 08 says so next to it). Notebook 09's explorer is synthetic and
+the model once, so it cannot meet the goal (benchmarks/README.md has the figures; notebook 08
+says so next to it). Notebook 09's explorer is synthetic and
 is timed with the others.
 
 Run: ``.venv/bin/python benchmarks/bench_explorers.py [--repeats N] [--model] [name-filter]``

@@ -1,4 +1,4 @@
-"""numfmt against the libraries a user would otherwise pick: the goal table of issue 16, measured.
+"""numfmt against the libraries a user would otherwise pick: one row per goal, measured.
 
 Every row times numfmt and its reference on the same input in the same process. A round runs
 each contender once, in an order that rotates from round to round; a figure is the median of
@@ -11,7 +11,7 @@ only the same-run ratios mean something.
 Sections: round, encode, decode (ml_dtypes); MX and NVFP4 (torchao, if installed); numfmt.torch
 on the CPU (numfmt's numpy); quantize_int per group of 32 (torch.fake_quantize); peak memory
 (tracemalloc, which sees numpy's allocations); cost per element against size; lecture 05 as a
-subprocess against a baseline checkout (``--baseline``, e.g. the code before issue 16) and with
+subprocess against a baseline checkout (``--baseline``, e.g. the code before a change) and with
 the other core made busy.
 
 Run:  python benchmarks/bench_peers.py [--n 4194304] [--repeat 7] [--only round,encode,...]
@@ -391,7 +391,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--only", default=",".join(SECTIONS))
     ap.add_argument("--baseline", type=Path, default=None,
-                    help="a checkout whose lecture 05 is the reference (e.g. before issue 16)")
+                    help="a checkout whose lecture 05 is the reference (e.g. before a change)")
     args = ap.parse_args()
     only = args.only.split(",")
     try:

@@ -138,7 +138,7 @@ def main(argv=None) -> int:
               "numerics; run this script on a machine with an NVIDIA GPU.")
         return 0
     import importlib
-    from benchmarks.gpu_timing import error_text
+    from lectures.gpu_timing import error_text
     t0 = time.perf_counter()
     tests = run_gpu_tests()
     try:

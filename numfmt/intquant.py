@@ -9,6 +9,10 @@ point so that 0 is represented exactly.
 References: Jacob et al., "Quantization and Training of Neural Networks for Efficient
 Integer-Arithmetic-Only Inference", CVPR 2018, section 2; Nagel et al., "A White Paper on Neural
 Network Quantization", 2021, section 2.
+
+The bodies are written once over the array API (:mod:`numfmt._xp`): :mod:`numfmt.torch.intquant`
+checks tensors and calls them, so numpy and torch compute the same float64 operations in the same
+order and agree bit for bit.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from numfmt._chunks import absmax_rows, rows_per_chunk
+from numfmt import _xp
 from numfmt.metrics import _CHUNK, rel_error
 from numfmt._validate import (as_calibration_array, as_integer_array, as_real_array, check_block,
                               check_bool, check_clip, check_code_range)
@@ -32,7 +36,7 @@ MIN_BITS, MAX_BITS = 2, 16
 class IntQuantized(NamedTuple):
     """Result of :func:`quantize_int`; unpacks as ``values, codes, scale, zero_point``."""
 
-    values: np.ndarray      #: dequantized values, float64, shape of x
+    values: np.ndarray      #: dequantized values, float64, shape of x (a tensor in numfmt.torch)
     codes: np.ndarray       #: integer codes, int64, shape of x
     scale: np.ndarray       #: float64, see quantize_int for the shape
     zero_point: np.ndarray  #: int64, same shape as scale
@@ -87,16 +91,17 @@ def grouped_view_shape(shape: tuple, granularity: str, group) -> tuple:
     return tuple(shape[:-1]) + (shape[-1] // group, group)
 
 
-def _affine_scale(lo: np.ndarray, hi: np.ndarray, levels: int, xp=np) -> np.ndarray:
+def _affine_scale(lo, hi, levels: int):
     """``(hi - lo) / levels``, also where ``hi - lo`` overflows float64 (ranges above 1.8e308).
 
     There both bounds are huge, so halving them is exact and ``(hi/2 - lo/2) / levels * 2``
     is the same correctly rounded quotient; elsewhere the first form is used unchanged.
-    ``xp`` is the array namespace (``torch`` in numfmt.torch.intquant).
     """
-    with np.errstate(over="ignore"):
+    lo, hi = (v if _xp.is_array_api_obj(v) else np.asarray(v, dtype=np.float64) for v in (lo, hi))
+    xp = _xp.array_namespace(lo, hi)
+    with _xp.quiet(xp):
         width = hi - lo
-    if bool(xp.isfinite(width).all()):
+    if bool(xp.all(xp.isfinite(width))):
         return width / levels
     return xp.where(xp.isfinite(width), width / levels, (hi * 0.5 - lo * 0.5) / levels * 2.0)
 
@@ -149,14 +154,18 @@ def quantize_affine(x, scale, zero_point=0, qmin: int = -127, qmax: int = 127) -
     x = as_real_array(x)
     scale = _check_scale(scale)
     zero_point = as_integer_array(zero_point, "zero_point")
+    return _affine_codes(np.asarray(x), np.asarray(scale), np.asarray(zero_point), qmin, qmax)
+
+
+def _affine_codes(x, scale, zero_point, qmin: int, qmax: int):
+    """quantize_affine's arithmetic on checked arrays of one namespace (numpy or torch)."""
     qmin, qmax = check_code_range(qmin, qmax)
-    if np.isnan(x).any():
+    xp = _xp.array_namespace(x, scale, zero_point)
+    if bool(xp.any(xp.isnan(x))):
         raise ValueError("x contains NaN: it has no integer code")
-    with np.errstate(over="ignore"):  # an overflowing quotient is +-inf and clamps
-        q = np.rint(x / scale)
-    q = np.asarray(q + zero_point)  # not in place: zero_point may broadcast q (0-d x: array)
-    np.clip(q, qmin, qmax, out=q)
-    return q.astype(np.int64)
+    with _xp.quiet(xp):  # an overflowing quotient is +-inf and clamps
+        q = xp.asarray(xp.round(x / scale) + zero_point)  # asarray: 0-d numpy stays an array
+    return xp.astype(xp.clip(q, qmin, qmax), xp.int64)
 
 
 def _check_scale(scale) -> np.ndarray:
@@ -191,12 +200,19 @@ def dequantize_affine(codes, scale, zero_point=0) -> np.ndarray:
     codes = as_real_array(codes, "codes")
     scale = _check_scale(scale)
     zero_point = as_integer_array(zero_point, "zero_point")
-    try:
-        with np.errstate(over="raise", invalid="ignore"):  # NaN codes (signalling too) give NaN
-            return (codes - zero_point) * scale
-    except FloatingPointError:
+    return _affine_values(codes, scale, zero_point)
+
+
+def _affine_values(codes, scale, zero_point):
+    """dequantize_affine's arithmetic on checked arrays of one namespace (numpy or torch)."""
+    xp = _xp.array_namespace(codes, scale, zero_point)
+    with _xp.quiet(xp):  # NaN codes (signalling too) give NaN
+        out = (codes - zero_point) * scale
+    # Finite codes and scales: an Inf is an overflow (an infinite code stays infinite).
+    if bool(xp.any(xp.isinf(out) & xp.isfinite(codes))):
         raise ValueError("(codes - zero_point) * scale lies beyond float64's range "
-                         f"(max {np.finfo(np.float64).max:.6g}) for some element") from None
+                         f"(max {np.finfo(np.float64).max:.6g}) for some element")
+    return out
 
 
 def quantize_int(x, bits: int, symmetric: bool = True, granularity: str = "tensor",
@@ -246,65 +262,75 @@ def quantize_int(x, bits: int, symmetric: bool = True, granularity: str = "tenso
     weights: ``y = s_a * s_w.T * (qa @ qw.T - z_a * qw.sum(axis=1))``.
     """
     shape = np.shape(x)
-    x = as_calibration_array(x)
+    return _quantize_int(as_calibration_array(x), shape, bits, symmetric, granularity, group, clip)
+
+
+def _quantize_int(x, shape: tuple, bits: int, symmetric: bool, granularity: str, group, clip):
+    """quantize_int on a checked, finite, non-empty array of either namespace (float64, or a
+    float32 tensor: widened exactly where float64 is needed); results shaped to ``shape``."""
+    xp = _xp.array_namespace(x)
     qmin, qmax = int_range(bits, symmetric)
     clip = check_clip(clip)
-    xg = x.reshape(grouped_view_shape(x.shape, granularity, group))
-    axis = None if granularity == "tensor" else -1
+    xg = xp.reshape(x, grouped_view_shape(tuple(x.shape), granularity, group))
+    tensor = granularity == "tensor"
+    rows = xp.reshape(xg, (-1, 1) if tensor else (-1, xg.shape[-1]))  # (R, K): one scale a row
+    red = (1,) * xg.ndim if tensor else tuple(xg.shape[:-1]) + (1,)   # the scales' shape
 
     if symmetric:
-        if axis is None:
-            amax = np.abs(xg).max(axis=axis, keepdims=True)
+        if tensor:  # max |x| = max(max x, -min x): no |x| temporary
+            amax = xp.maximum(xp.max(rows), -xp.min(rows)) + 0.0  # + 0.0: zeros give +0
         else:
-            amax = absmax_rows(xg.reshape(-1, xg.shape[-1])).reshape(xg.shape[:-1] + (1,))
+            amax = _xp.absmax_rows(xp, rows)
+        amax = xp.reshape(xp.astype(amax, xp.float64), red)  # exact
         scale = amax * (clip / qmax)
         _check_calibrated_scale(scale, amax > 0, clip)
-        zero_point = np.zeros(scale.shape, dtype=np.int64)
-        scale[scale == 0] = 1.0
+        zero_point = xp.zeros(red, dtype=xp.int64, device=_device(xp, x))
+        scale = xp.where(scale == 0, xp.ones_like(scale), scale)
     else:
-        mn, mx = xg.min(axis=axis, keepdims=True), xg.max(axis=axis, keepdims=True)
-        lo = np.minimum(mn, 0.0) * clip
-        hi = np.maximum(mx, 0.0) * clip
+        axis = None if tensor else -1
+        mn = xp.reshape(xp.astype(xp.min(rows, axis=axis), xp.float64), red)
+        mx = xp.reshape(xp.astype(xp.max(rows, axis=axis), xp.float64), red)
+        lo = xp.clip(mn, None, 0.0) * clip
+        hi = xp.clip(mx, 0.0, None) * clip
         scale = _affine_scale(lo, hi, qmax)
         _check_calibrated_scale(scale, (mn != 0) | (mx != 0), clip)
-        scale[scale == 0] = 1.0
-        zero_point = np.clip(np.rint(-lo / scale), qmin, qmax).astype(np.int64)
-        with np.errstate(over="ignore"):  # the grid's ends must be float64 numbers
-            ends = np.abs(np.concatenate([(qmin - zero_point) * scale,
-                                          (qmax - zero_point) * scale], axis=-1))
-        if not np.isfinite(ends).all():
+        scale = xp.where(scale == 0, xp.ones_like(scale), scale)
+        zero_point = xp.astype(xp.clip(xp.round(-lo / scale), qmin, qmax), xp.int64)
+        with _xp.quiet(xp):  # the grid's ends must be float64 numbers
+            ends = xp.abs(xp.concat([(qmin - zero_point) * scale, (qmax - zero_point) * scale],
+                                    axis=-1))
+        if not bool(xp.all(xp.isfinite(ends))):
             raise ValueError("the asymmetric grid over x's range reaches beyond float64's range "
-                             f"(an end of the grid is {float(ends.max()):.6g}); scale x down "
+                             f"(an end of the grid is {float(xp.max(ends)):.6g}); scale x down "
                              "or quantize it symmetrically")
 
     # The steps of quantize_affine and dequantize_affine, in place on the result, one
-    # cache-sized chunk of rows at a time (x is already validated; these arrays can hold
-    # millions of values, and fresh full-size temporaries cost more than the arithmetic).
-    rows = xg.reshape(-1, 1) if axis is None else xg.reshape(-1, xg.shape[-1])
+    # cache-sized chunk of rows at a time (these arrays can hold millions of values, and fresh
+    # full-size temporaries cost more than the arithmetic). The zero point is added and removed
+    # only when asymmetric, so a symmetric code 0 from a small negative x dequantizes to -0.0.
     per_row = (rows.shape[0], 1)
-    s_rows = np.broadcast_to(scale.reshape(-1, 1) if axis is not None else scale.reshape(1, 1),
-                             per_row)
-    z_rows = np.broadcast_to(zero_point.reshape(-1, 1) if axis is not None
-                             else zero_point.reshape(1, 1), per_row)
-    values = np.empty(rows.shape)
-    codes = np.empty(rows.shape, dtype=np.int64)
-    step = rows_per_chunk(rows.shape[1])
-    for i in range(0, rows.shape[0], step):
-        sl = slice(i, i + step)
-        q = values[sl]
-        with np.errstate(over="ignore"):  # a tiny clip puts x / scale past float64: it clamps
-            np.divide(rows[sl], s_rows[sl], out=q)
-        np.rint(q, out=q)
+    s_rows = xp.broadcast_to(xp.reshape(scale, (-1, 1)), per_row)
+    z_rows = xp.broadcast_to(xp.reshape(zero_point, (-1, 1)), per_row)
+    values = _xp.empty(xp, tuple(rows.shape), xp.float64, x)
+    codes = _xp.empty(xp, tuple(rows.shape), xp.int64, x)
+    for i, j in _xp.row_spans(xp, rows.shape[0], rows.shape[1], x):
+        q = values[i:j]
+        with _xp.quiet(xp):  # a tiny clip puts x / scale past float64: it clamps
+            _xp.divide_into(xp, rows[i:j], s_rows[i:j], q)
+        _xp.round_into(xp, q)
         if not symmetric:
-            q += z_rows[sl]
-        np.maximum(q, qmin, out=q)
-        np.minimum(q, qmax, out=q)
-        codes[sl] = q
+            q += z_rows[i:j]
+        _xp.clip_into(xp, q, qmin, qmax)
+        codes[i:j] = q
         if not symmetric:
-            q -= z_rows[sl]
-        q *= s_rows[sl]
-    q = values
-    return IntQuantized(q.reshape(shape), codes.reshape(shape), scale, zero_point)
+            q -= z_rows[i:j]
+        q *= s_rows[i:j]
+    return IntQuantized(xp.reshape(values, shape), xp.reshape(codes, shape), scale, zero_point)
+
+
+def _device(xp, x):
+    """``x``'s device in the namespace's terms (numpy: "cpu")."""
+    return getattr(x, "device", None) if not _xp.is_numpy_namespace(xp) else None
 
 
 def clip_sweep(x, bits: int, clips) -> list:

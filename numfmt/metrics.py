@@ -1,35 +1,33 @@
-"""Error metrics for a quantized tensor ``q`` against its reference ``x``."""
+"""Error metrics for a quantized tensor ``q`` against its reference ``x``.
+
+Written once over the array API (:mod:`numfmt._xp`): :mod:`numfmt.torch.metrics` checks tensors
+and calls the same body, which sums in the same order on numpy and on torch's CPU.
+"""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from numfmt import _xp
 from numfmt._validate import as_real_array
 
 __all__ = ["rel_error", "sqnr_db"]
 
 
 _CHUNK = 1 << 16  # elements; the difference of one chunk stays in cache
-
-
-def _dot(a: np.ndarray, b: np.ndarray) -> float:
-    """``sum(a * b)`` for 1-D float64 arrays, on this thread.
-
-    np.einsum's own loop, not BLAS: a BLAS ddot here starts its thread pool on every call,
-    and each call then waits for a second core, which on a shared machine made lecture 05
-    5-11x slower (shared/reviews/performance.md, section 5).
-    """
-    return float(np.einsum("i,i->", a, b))
 _TINY = np.finfo(np.float64).tiny  # smallest normal float64, 2**-1022
 
 
-def _sum_sq_diff(q: np.ndarray, x: np.ndarray) -> float:
+def _sum_sq_diff(xp, q, x) -> float:
     """``sum((q - x)**2)`` for 1-D float64 arrays, chunk by chunk (no full-size temporary)."""
-    buf = np.empty(min(_CHUNK, x.size))
+    buf = _xp.empty(xp, (min(_CHUNK, x.shape[0]),), xp.float64, x)
     total = 0.0
-    for i in range(0, x.size, _CHUNK):
-        d = np.subtract(q[i:i + _CHUNK], x[i:i + _CHUNK], out=buf[:min(_CHUNK, x.size - i)])
-        total += _dot(d, d)
+    for i in range(0, x.shape[0], _CHUNK):
+        d = buf[:min(_CHUNK, x.shape[0] - i)]
+        _xp.subtract_into(xp, q[i:i + _CHUNK], x[i:i + _CHUNK], d)
+        total += _xp.dot(xp, d, d)
     return total
 
 
@@ -41,14 +39,22 @@ def _noise_to_signal(q, x) -> tuple[float, int]:
         raise ValueError(f"q and x must have the same shape, got {q.shape} and {x.shape}")
     if x.size == 0:
         raise ValueError("x is empty: the error of nothing is undefined")
-    x, q = x.ravel(), q.ravel()
-    with np.errstate(over="ignore", invalid="ignore"):
-        signal, noise = _dot(x, x), _sum_sq_diff(q, x)
-    if np.isfinite(signal) and np.isfinite(noise) and signal >= _TINY and noise >= _TINY:
+    return _ratio(q, x)
+
+
+def _ratio(q, x) -> tuple[float, int]:
+    """``(r, k)`` as :func:`_noise_to_signal` for checked float64 arrays of the same shape and
+    either namespace (numpy or torch)."""
+    xp = _xp.array_namespace(q, x)
+    x, q = xp.reshape(x, (-1,)), xp.reshape(q, (-1,))
+    with _xp.quiet(xp):
+        signal, noise = _xp.dot(xp, x, x), _sum_sq_diff(xp, q, x)
+    if math.isfinite(signal) and math.isfinite(noise) and signal >= _TINY and noise >= _TINY:
         return noise / signal, 0
     # NaN/Inf in an input, squares beyond float64's range, squares in (or below) the
-    # subnormal range where they lose digits, or an exact match: take the careful path.
-    return _noise_to_signal_scaled(q, x)
+    # subnormal range where they lose digits, or an exact match: take the careful path
+    # (numpy's frexp and ldexp, which the array API lacks).
+    return _noise_to_signal_scaled(_xp.to_numpy(q), _xp.to_numpy(x))
 
 
 def _noise_to_signal_scaled(q: np.ndarray, x: np.ndarray) -> tuple[float, int]:
@@ -72,7 +78,7 @@ def _noise_to_signal_scaled(q: np.ndarray, x: np.ndarray) -> tuple[float, int]:
         return 0.0, 0
     ex, ed = int(np.frexp(mx)[1]), int(np.frexp(md)[1])
     xs, ds = np.ldexp(x, -ex), np.ldexp(d, -ed)
-    return _dot(ds, ds) / _dot(xs, xs), 2 * (ed + e - ex)
+    return _xp.dot(np, ds, ds) / _xp.dot(np, xs, xs), 2 * (ed + e - ex)
 
 
 def _rel_error_of(r: float, k: int) -> float:

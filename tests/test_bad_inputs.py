@@ -1,6 +1,6 @@
-"""Hostile inputs (../shared/reviews/bad-inputs.md), grouped by the twelve kinds of fault.
+"""Hostile inputs, grouped by the twelve kinds of fault.
 
-Every reproducer of the review stays here with the right value or the clear error it now gets,
+Every reproducer of a fault found stays here with the right value or the clear error it now gets,
 and each kind is checked beyond the one input: over every flag, every accepted small format,
 every storage dtype, numpy and numfmt.torch alike. Expected values come from plain reference
 code written in this file (exact fractions, a brute-force nearest search), numpy's own float32

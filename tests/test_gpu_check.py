@@ -104,7 +104,7 @@ def test_main_prints_error_rows_for_kernels_that_raise(monkeypatch, capsys):
                                "compute capability >= 9.0 or 8.9")
         return gemm_tflops(kind, n, device, **kw)
 
-    from benchmarks import gpu_timing as bench
+    from lectures import gpu_timing as bench
     gemm_tflops = bench.gemm_tflops
     monkeypatch.setattr(bench, "gemm_tflops", no_fp8)
     code, out = _fake_cuda_main(monkeypatch, capsys, on_cpu)

@@ -1,6 +1,6 @@
 """Tests for numfmt.packing.
 
-Oracles: the byte values stated in issue 6 (from the OCP MX and GPTQ conventions), hand
+Oracles: byte values from the OCP MX and GPTQ conventions, hand
 derivations written here, ml_dtypes for E2M1 / E4M3 / E8M0 bit patterns, the QLoRA paper's
 NF4 table (appendix E), and the vLLM formulation of the Marlin layout (a 16x16-tile
 transpose followed by a 1024-entry permutation), which is written differently from the
@@ -110,7 +110,7 @@ def _hand_block(n):
 
 def test_mxfp4_block_bytes_by_hand():
     # amax = 6: scale = 2^(floor(log2 6) - emax(E2M1) = 2 - 2) = 1, E8M0 code 127 = 0x7F;
-    # elements are x itself, so the first byte is the issue's 0xF2.
+    # elements are x itself, so the first byte is 0xF2.
     p = pack_block_fp4(mx_quantize(_hand_block(32)[None, :], FP4_E2M1), "mxfp4")
     assert p.scales.tolist() == [[0x7F]]
     assert p.elements[0, 0] == 0xF2 and p.elements.shape == (1, 16)

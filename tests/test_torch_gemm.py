@@ -1,4 +1,4 @@
-"""numfmt.torch.gemm and benchmarks.gpu_timing: exactness, agreement with torch's kernels, errors.
+"""numfmt.torch.gemm and lectures.gpu_timing: exactness, agreement with torch's kernels, errors.
 
 Oracles: int64 matrix products; torch._scaled_mm (CPU in torch 2.13, cuBLASLt on CUDA) for the
 FP8 emulation; dequantize-then-multiply in float64 for block-scaled GEMMs; hand arithmetic.
@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 
 import numfmt as nf  # noqa: E402
 import numfmt.torch as nt  # noqa: E402
-from benchmarks import gpu_timing as bench  # noqa: E402
+from lectures import gpu_timing as bench  # noqa: E402
 from numfmt.torch import gemm  # noqa: E402
 
 CUDA = torch.cuda.is_available()

@@ -3,15 +3,16 @@
 ``import numfmt.torch as nt`` needs torch; ``import numfmt`` does not. Every function takes
 tensors or array-likes; a tensor is computed on its own device, anything else on
 :func:`default_device` (CUDA when available), and an explicit ``device=`` overrides both.
-Elementwise results (rounding, codes, scales, dequantized values) are bit-identical to the numpy
-implementation; the two metrics are reductions and agree to float64 summation-order rounding.
+Results are bit-identical to the numpy implementation (the metrics on a GPU: to float64
+summation order). Integer and block quantization and the metrics run numfmt's own array-API
+bodies (:mod:`numfmt._xp`); the formats' rounding kernels are a twin, tested bit for bit.
 
 Low-precision matrix multiplication (int8 with int32 accumulation, FP8 with tensor or row
 scales, block-scaled MX/NVFP4 emulation) is in :mod:`numfmt.torch.gemm`; quantization-aware
 training on torch (the STE autograd Functions, ``QATLinear``) in :mod:`numfmt.torch.qat`;
 training in low precision (recipes for each GEMM operand, ``QuantLinear``, loss scaling) in
 :mod:`numfmt.torch.train` (``import numfmt.torch.train as ntt``).
-GPU timing lives outside the library, in ``benchmarks/gpu_timing.py``.
+GPU timing lives outside the library, beside the lectures: ``lectures/gpu_timing.py``.
 """
 
 try:

@@ -170,8 +170,8 @@ def new_result(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor
 
     On the CPU the memory comes from numpy (``torch.from_numpy(np.empty(n))``): numpy asks the
     kernel for transparent huge pages on large arrays, torch's allocator does not, and first
-    touching fresh 4 KiB pages costs twice as much (a 4M-element float64 result: 14 ms against
-    7-8 ms here). The tensor is an ordinary CPU tensor, except that it cannot be resized.
+    touching fresh 4 KiB pages costs about twice as much as huge pages. The tensor is an
+    ordinary CPU tensor, except that it cannot be resized.
     """
     if device.type == "cpu" and dtype in _NUMPY_OF:
         return torch.from_numpy(np.empty(n, _NUMPY_OF[dtype]))

@@ -1,7 +1,9 @@
-"""Block-scaled quantization on torch tensors: the twin of :mod:`numfmt.blocks`, bit for bit.
+"""Block-scaled quantization on torch tensors: :mod:`numfmt.blocks`, bit for bit.
 
-Same scales (E8M0 powers of two for MX, E4M3 block scales under an FP32 tensor scale for NVFP4,
-exact float64 scales), same element rounding, same order of float64 operations.
+The block maxima, the scales (E8M0 powers of two for MX, E4M3 block scales under an FP32 tensor
+scale for NVFP4, exact float64 scales) and tensor_scaled are :mod:`numfmt.blocks`'s own bodies;
+only the chunked element rounding (:func:`_scaled_round`) is torch's, because the rounding
+kernels of formats are twinned (ARCHITECTURE.md says why).
 """
 
 from __future__ import annotations
@@ -11,12 +13,10 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from numfmt._validate import check_block
-from numfmt.blocks import (CLIP_TOLERANCE, SCALE_BITS, _check_elem, _check_scale_rule,
-                           exact_scales, fp32_tensor_scale)
-from numfmt.formats import E8M0, FP4_E2M1, FP8_E4M3, FloatFormat
+from numfmt.blocks import CLIP_TOLERANCE, _block_args, _block_result, _block_scales, _tensor_scaled
+from numfmt.formats import FP4_E2M1, FloatFormat
 from numfmt.torch._core import (F64, Scratch, absmax_rows, as_calibration_tensor,
-                                calibration_input, floor_log2, new_result, pow2, spans)
+                                calibration_input, new_result, spans)
 from numfmt.torch.formats import _fpu_float64, _nearest_into
 from numfmt.torch.formats import round as round_to
 
@@ -24,13 +24,9 @@ __all__ = ["BlockQuantized", "block_quantize", "mx_quantize", "nvfp4_quantize",
            "tensor_scaled"]
 
 
-def _exact_scales(amax: torch.Tensor, max_value: float) -> torch.Tensor:
-    """:func:`numfmt.blocks.exact_scales` itself, on tensors."""
-    return exact_scales(amax, max_value, xp=torch)
-
-
 class BlockQuantized(NamedTuple):
-    """Result of a scaled quantization; ``values`` first, so ``result[0]`` is the tensor."""
+    """:class:`numfmt.BlockQuantized` of tensors: its own type, so that numfmt.torch.gemm and
+    numfmt.packing can tell a result on tensors from one on arrays."""
 
     values: torch.Tensor     #: dequantized, float64, shape of x
     elements: torch.Tensor   #: element values on the element grid, float64, shape of x
@@ -40,78 +36,29 @@ class BlockQuantized(NamedTuple):
     bits_per_element: float  #: element bits + scale bits / block (tensor scale not counted)
 
 
-def _rceil_exponent(amax: torch.Tensor, elem: FloatFormat) -> torch.Tensor:
-    """Twin of :func:`numfmt.blocks.e8m0_exponent` with ``scale_rule="rceil"`` (int64)."""
-    f32 = torch.finfo(torch.float32)
-    d = amax.to(torch.float32) * torch.tensor(1 / elem.max_value, dtype=torch.float32,
-                                              device=amax.device)
-    # Beyond FP32 (float64 input only): the top binade, clamped to E8M0's top below.
-    bits = torch.where(torch.isfinite(d), d, f32.max).view(torch.int32).to(torch.int64)
-    biased = (bits >> 23) & 0xFF
-    mantissa = bits & 0x7FFFFF
-    up = torch.where(biased == 0, mantissa > 0x400000, mantissa != 0)
-    e = torch.where(biased == 0, torch.where(up, -126, -127), biased + up.to(torch.int64) - 127)
-    return torch.clamp(e, E8M0.emin, E8M0.emax)
-
-
 def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0",
                    device=None, scale_rule: str = "floor") -> BlockQuantized:
-    """Quantize ``x`` to ``elem`` with one scale per ``block`` elements along the last axis.
+    """:func:`numfmt.block_quantize` on tensors, plus ``device`` (default: the device of ``x``
+    if a tensor, else the default device; before ``scale_rule`` here, so old calls keep
+    working). ``values``, ``elements`` and ``scales`` are float64 tensors equal to the numpy
+    arrays element for element. Raises as the numpy function, and for a meta tensor or a CUDA
+    ``device`` without CUDA.
 
-    The torch twin of :func:`numfmt.block_quantize`: same parameters (plus ``device``), same
-    shapes, and tensors equal to its arrays element for element.
-
-    Parameters
-    ----------
-    x : tensor or array_like of real numbers, shape (..., K), non-empty and finite
-    elem : FloatFormat, signed (e.g. FP4_E2M1)
-    block : int dividing K
-    scale_format : {"e8m0", "e4m3", "exact"}
-    device : optional; default the device of ``x`` (a tensor) or the default device
-    scale_rule : {"floor", "rceil"}, default "floor"
-        As :func:`numfmt.block_quantize` (after ``device`` here, so old calls keep working).
-
-    Returns
-    -------
-    BlockQuantized
-        ``values``, ``elements`` (float64, shape of x) and ``scales`` (float64,
-        ``x.shape[:-1] + (K // block,)``) as tensors; ``tensor_scale``, ``clipped`` and
-        ``bits_per_element`` as Python floats.
-
-    Raises
-    ------
-    TypeError
-        If ``x`` is not real-valued, ``elem`` is not a signed FloatFormat, ``block`` not an int.
-    ValueError
-        If ``x`` is empty or non-finite, ``block`` does not divide K, ``scale_format`` or
-        ``scale_rule`` is unknown (or "rceil" with a non-E8M0 scale), ``x`` is a meta
-        tensor, or ``device`` is CUDA without CUDA.
-
-    Notes
-    -----
-    A tensor that requires grad is accepted (no warning); the rounding is a step function,
-    so the gradient of ``values`` with respect to ``x`` is exactly 0 almost everywhere for
-    MX and NVFP4 alike (not a straight-through estimator: see :mod:`numfmt.torch.qat`).
+    A tensor that requires grad is accepted; the rounding is a step function, so the gradient
+    of ``values`` with respect to ``x`` is exactly 0 almost everywhere (not a straight-through
+    estimator: see :mod:`numfmt.torch.qat`).
     """
-    shape = _shape_of(x)
+    shape = tuple(np.shape(x))
     grad = isinstance(x, torch.Tensor) and x.requires_grad and torch.is_grad_enabled()
     # float32 input is used as it is where that is exact, as numfmt.blocks does.
     x = as_calibration_tensor(x, device=device) if grad else calibration_input(x, device=device)
-    elem = _check_elem(elem)
-    if scale_format not in SCALE_BITS:
-        raise ValueError(f"scale_format must be one of {tuple(SCALE_BITS)}, got {scale_format!r}")
-    _check_scale_rule(scale_rule, scale_format)
-    block = check_block(x.shape[-1], block)
+    elem, block = _block_args(elem, scale_format, scale_rule, x.shape[-1], block)
     xb = x.reshape(x.shape[:-1] + (x.shape[-1] // block, block))   # (..., n_blocks, block)
     amax = absmax_rows(x.detach().reshape(-1, block)).to(torch.float64).reshape(xb.shape[:-1])
     if grad:
         amax = xb.abs().amax(dim=-1).to(torch.float64)  # the graph of the exact scales
-    scales, tensor_scale = block_scales(amax, elem, scale_format, scale_rule)
-    full = scales * tensor_scale                                    # (..., n_blocks)
-    elements, values, clipped = _scaled_round(x.reshape(-1, block), full.reshape(-1), elem,
-                                              pow2=scale_format == "e8m0")
-    return BlockQuantized(values.reshape(shape), elements.reshape(shape), scales,
-                          tensor_scale, clipped, elem.bits + SCALE_BITS[scale_format] / block)
+    return BlockQuantized(*_block_result(amax, x.reshape(-1, block), shape, elem, scale_format,
+                                         scale_rule, _scaled_round))
 
 
 def block_scales(amax: torch.Tensor, elem: FloatFormat, scale_format: str,
@@ -121,23 +68,10 @@ def block_scales(amax: torch.Tensor, elem: FloatFormat, scale_format: str,
     ``amax`` holds the block maxima (float64, any shape, finite); returns the scales (float64,
     the shape of ``amax``) and the second-level FP32 tensor scale (1.0 except for "e4m3").
     No input checks: :func:`block_quantize` makes them (a caller that rounds the elements
-    itself, e.g. stochastically, uses these scales).
+    itself, e.g. stochastically, uses these scales). The one body is numfmt's, shared with
+    numpy (:func:`numfmt.blocks._block_scales`).
     """
-    tensor_scale = 1.0
-    if scale_format == "e8m0" and scale_rule == "rceil":
-        exponent = _rceil_exponent(torch.where(amax > 0, amax, 1.0), elem)
-        scales = torch.where(amax > 0, pow2(exponent), 1.0)
-    elif scale_format == "e8m0":
-        exponent = torch.clamp(floor_log2(amax) - elem.emax, E8M0.emin, E8M0.emax)
-        scales = torch.where(amax > 0, pow2(exponent), 1.0)
-    elif scale_format == "e4m3":
-        t_amax = float(amax.detach().max())  # detach: no warning for a grad-requiring x
-        if t_amax > 0:
-            tensor_scale = fp32_tensor_scale(t_amax, elem)
-        scales = round_to(amax / elem.max_value / tensor_scale, FP8_E4M3)
-    else:
-        scales = torch.where(amax > 0, _exact_scales(amax, elem.max_value), 1.0)
-    return scales, tensor_scale
+    return _block_scales(amax.detach(), elem, scale_format, scale_rule)
 
 
 def _scaled_round(xb: torch.Tensor, full: torch.Tensor, elem: FloatFormat, pow2: bool):
@@ -188,46 +122,21 @@ def _scaled_round(xb: torch.Tensor, full: torch.Tensor, elem: FloatFormat, pow2:
     return elements, values, int(n_clipped) / xb.numel()
 
 
-def _shape_of(x) -> tuple:
-    """The shape of a tensor or array_like, before 0-d input is viewed as shape (1,)."""
-    return tuple(x.shape) if isinstance(x, torch.Tensor) else np.shape(x)
-
-
 def mx_quantize(x, elem: FloatFormat, block: int = 32, device=None,
                 scale_rule: str = "floor") -> BlockQuantized:
-    """OCP MX quantization (E8M0 scale per ``block``); the twin of :func:`numfmt.mx_quantize`.
-
-    References: OCP Microscaling Formats (MX) Specification v1.0, sections 5.3 and 6.3;
-    Mishra et al., arXiv:2506.08027, 2025 (``scale_rule="rceil"``).
-    """
+    """:func:`numfmt.mx_quantize` on tensors: an E8M0 scale per ``block`` (OCP MX v1.0,
+    sections 5.3 and 6.3; ``scale_rule="rceil"``: Mishra et al., arXiv:2506.08027, 2025)."""
     return block_quantize(x, elem, block, "e8m0", device=device, scale_rule=scale_rule)
 
 
 def nvfp4_quantize(x, block: int = 16, device=None) -> BlockQuantized:
-    """NVFP4 (E2M1, E4M3 scale per 16, FP32 tensor scale); twin of :func:`numfmt.nvfp4_quantize`.
-
-    References: NVIDIA, "Introducing NVFP4 for Efficient and Accurate Low-Precision
-    Inference", 2025.
-    """
+    """:func:`numfmt.nvfp4_quantize` on tensors: E2M1, an E4M3 scale per 16, an FP32 tensor
+    scale (NVIDIA, "Introducing NVFP4 for Efficient and Accurate Low-Precision Inference")."""
     return block_quantize(x, FP4_E2M1, block, "e4m3", device=device)
 
 
 def tensor_scaled(x, elem: FloatFormat, device=None) -> BlockQuantized:
-    """One exact scale ``amax / elem.max_value`` for the tensor; twin of :func:`numfmt.tensor_scaled`.
-
-    Raises
-    ------
-    TypeError, ValueError
-        As :func:`block_quantize`.
-    """
-    shape = _shape_of(x)
-    x = as_calibration_tensor(x, device=device)
-    elem = _check_elem(elem)
-    amax = float(x.detach().abs().max())
-    s = float(_exact_scales(torch.tensor(amax, dtype=torch.float64), elem.max_value)) \
-        if amax > 0 else 1.0
-    # s == 0: amax is a few float64 subnormals and the scale underflows; flush to zero.
-    elements = round_to(x / s, elem) if s > 0 else torch.zeros_like(x)
-    return BlockQuantized((elements * s).reshape(shape), elements.reshape(shape),
-                          torch.ones(x.shape[:-1] + (1,), dtype=torch.float64, device=x.device),
-                          s, 0.0, float(elem.bits))
+    """:func:`numfmt.tensor_scaled` on tensors (one exact scale ``amax / elem.max_value``);
+    raises as :func:`block_quantize`."""
+    return BlockQuantized(*_tensor_scaled(as_calibration_tensor(x, device=device),
+                                          tuple(np.shape(x)), elem))

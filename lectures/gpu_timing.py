@@ -1,7 +1,9 @@
 """Timing of low-precision GEMMs and quantize kernels: CUDA events on a GPU, a clock elsewhere.
 
-Used by lecture 04 and ``benchmarks/gpu_check.py``. Every function runs on the CPU too (at small
-sizes), so it is tested without a GPU; CPU timings are only a smoke test, not a result.
+Lecture 04 prints its throughput table with these, and ``benchmarks/gpu_check.py`` calls them
+(data flows one way: benchmarks import the lectures' helpers, never the reverse). Every function
+runs on the CPU too (at small sizes), so it is tested without a GPU; CPU timings are only a
+smoke test, not a result.
 """
 
 from __future__ import annotations
