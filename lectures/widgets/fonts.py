@@ -5,9 +5,9 @@ as empty boxes and warn ``Glyph ... missing from font(s) DejaVu Sans``. :func:`u
 chooses the course's language (as ``--lang`` does for a lecture) and, for Chinese, registers
 Noto Sans SC, the Simplified Chinese face of Google and Adobe's Noto Sans CJK (SIL Open Font
 License 1.1), shipped on PyPI by the package ``pylopdf-fonts-zh-cn`` (the notebooks' extra
-installs it). DejaVu Sans (matplotlib's ``sans-serif``) stays the first font, so Latin text, digits and the minus sign look
-as in the English notebooks; matplotlib (3.6 and later) takes every glyph DejaVu Sans lacks
-from Noto Sans SC.
+installs it). DejaVu Sans (matplotlib's ``sans-serif``) stays the first font, so Latin
+text, digits and the minus sign look as in the English notebooks; matplotlib (3.6 and later)
+takes every glyph DejaVu Sans lacks from Noto Sans SC.
 """
 
 from __future__ import annotations

@@ -139,7 +139,8 @@ def explorer_summary(a) -> str:
 def _draw_explorer(s: dict, fig: Figure | None = None) -> Figure:
     a, grid, window = s["anatomy"], s["grid"], s["window"]
     fig, (ax1, ax2) = explorer_figure(fig, (11, 4), 2, 1)
-    ax1.plot(grid, np.zeros_like(grid), "|", ms=12, color="0.5", label=_("{fmt}: all values").format(fmt=a.fmt))
+    ax1.plot(grid, np.zeros_like(grid), "|", ms=12, color="0.5",
+             label=_("{fmt}: all values").format(fmt=a.fmt))
     ax1.plot([a.x], [0], "v", color="C3", ms=9, label=f"x = {a.x:g}")
     ax1.set_xscale("symlog", linthresh=float(FORMATS[a.fmt].min_normal))
     ax1.set_xlabel(_("value (symmetric log scale)"))

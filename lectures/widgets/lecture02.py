@@ -61,7 +61,8 @@ def plot_swamping(r, fig: Figure | None = None) -> Figure:
     i = np.unique(np.linspace(0, r.n - 1, 512).astype(int))   # enough points to draw
     ax.plot(i + 1, r.exact_partial[i], "k--", lw=1, label=_("exact"))
     for name, p in r.partial.items():
-        ax.plot(i + 1, p[i], lw=1.5, label=_("{name} accumulator (ends at {end:g})").format(name=name, end=p[-1]))
+        ax.plot(i + 1, p[i], lw=1.5,
+                label=_("{name} accumulator (ends at {end:g})").format(name=name, end=p[-1]))
     ax.set_xlabel(_("number of terms added"))
     ax.set_ylabel(_("running sum"))
     ax.set_title(_("Swamping: {n:,} terms from [0, {high:g}) summed in order").format(

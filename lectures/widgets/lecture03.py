@@ -58,7 +58,8 @@ def plot_delayed(r, fig: Figure | None = None) -> Figure:
     fig, (ax1, ax2) = explorer_figure(fig, (11, 4), 1, 2)
     t = np.arange(r.amax.size)
     for kind in ("current", "delayed"):
-        ax1.semilogy(t, r.scales[kind], drawstyle="steps-mid", label=_("{kind} scale").format(kind=_(kind)))
+        ax1.semilogy(t, r.scales[kind], drawstyle="steps-mid",
+                     label=_("{kind} scale").format(kind=_(kind)))
         ax2.semilogy(t, r.errors[kind] * 100, "o-", ms=3, label=_(kind))
     for ax in (ax1, ax2):
         ax.axvline(r.spike_step, color="0.6", ls=":", label=_("spike"))
@@ -119,7 +120,8 @@ def delayed_explorer(history: int = 16, spike: float = 8.0) -> Explorer:
 
     ``state`` holds ``history``, ``spike`` and ``result`` (``L.DelayedResult``).
     """
-    controls = {"history": widgets.IntSlider(value=history, min=1, max=32, description=_("history")),
+    controls = {"history": widgets.IntSlider(value=history, min=1, max=32,
+                                             description=_("history")),
                 "spike": widgets.FloatSlider(value=spike, min=1.0, max=32.0, step=0.5,
                                              description=_("spike ×"))}
 

@@ -33,9 +33,10 @@ def plot_int32_headroom(r, k_max: int = 1 << 20) -> Figure:
     ax.loglog(k, k * 127.0 * 127.0, "--", label=_("codes in [-127, 127]: K · 127²"))
     ax.axhline(2**31 - 1, color="C3", label=_("int32 maximum, 2³¹ - 1"))
     ax.axvline(r.k_safe_full, color="0.5", lw=0.8, label=f"K = {r.k_safe_full:,}")
-    ax.plot([r.shape[1]], [r.acc_max], "ko", label=_("demo 1: K = {k}, largest |acc|").format(k=r.shape[1]))
-    ax.set(title=_("When can an int32 accumulator overflow?"), xlabel=_("K (terms per dot product)"),
-           ylabel=_("|accumulator| (integer units)"))
+    ax.plot([r.shape[1]], [r.acc_max], "ko",
+            label=_("demo 1: K = {k}, largest |acc|").format(k=r.shape[1]))
+    ax.set(title=_("When can an int32 accumulator overflow?"),
+           xlabel=_("K (terms per dot product)"), ylabel=_("|accumulator| (integer units)"))
     ax.legend(fontsize=8)
     return fig
 
@@ -119,7 +120,8 @@ def spread_explorer() -> Explorer:
     def draw(s, fig=None):
         fig, ax = explorer_figure(fig, (8, 4))
         labels = list(s["errors"])
-        ax.barh([_label(label) for label in labels], [100 * v for v in s["errors"].values()], color="C0")
+        ax.barh([_label(label) for label in labels], [100 * v for v in s["errors"].values()],
+                color="C0")
         ax.set_xscale("log")
         ax.set(title=_("Worst-row error, rows of x spread over 2^{bits}").format(
                    bits=s["spread_bits"]),

@@ -98,7 +98,8 @@ def plot_master_curves(d, fig: Figure | None = None) -> Figure:
                                                                 else ":")
         template, fmt = d.labels.get(name, (name, ""))
         ax.semilogy(np.maximum(curve, 1e-12), style, label=_(template).format(fmt=fmt))
-    ax.set(title=_("Adam, lr = {lr}: weights stored on a grid vs FP32 master weights").format(lr=d.lr),
+    ax.set(title=_("Adam, lr = {lr}: weights stored on a grid vs FP32 master weights").format(
+               lr=d.lr),
            xlabel=_("step"), ylabel=_("loss (mean squared error / 2)"), ylim=(1e-6, 10))
     ax.legend(fontsize=8)
     return fig

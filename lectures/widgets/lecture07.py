@@ -70,7 +70,8 @@ def plot_codebooks(r) -> Figure:
     top = ax.get_ylim()[1]
     for i, (fmt, lv) in enumerate(r.levels.items()):
         y = top * (1.08 + 0.12 * i)
-        ax.plot(lv, np.full(lv.size, y), "|", ms=11, mew=2, color=f"C{i}", label=_("{fmt} levels").format(fmt=fmt))
+        ax.plot(lv, np.full(lv.size, y), "|", ms=11, mew=2, color=f"C{i}",
+                label=_("{fmt} levels").format(fmt=fmt))
     ax.set_ylim(0, top * 1.75)
     ax.set_xlabel(_("weight / block absmax (dimensionless)"))
     ax.set_ylabel(_("density"))
@@ -256,7 +257,8 @@ def _draw_marlin(s: dict, fig: Figure | None = None) -> Figure:
     ax.plot(w["n"], w["k"], "s", ms=11, mfc="none", mec="k", mew=2,
             label=_("({k}, {n}): packed row {row}, word {word}, lane {lane}, thread {thread}, "
                     "sub-tile {sub_tile}").format(**w))
-    ax.plot([], [], "s", mfc="none", mec="C3", label=_("the 8 weights of that word (digits: lanes)"))
+    ax.plot([], [], "s", mfc="none", mec="C3",
+            label=_("the 8 weights of that word (digits: lanes)"))
     for x in (16, 32, 48):
         ax.axvline(n0 + x - 0.5, color="k", lw=0.8)
     ax.set_xlabel(_("n (output column); lines: 16-column sub-tiles"))
