@@ -7,7 +7,9 @@ Each lecture marks its printed text with ``_`` from its own domain::
     _ = domain("lecture05").gettext
 
 and every catalog is a ``.po`` file under ``lectures/locale/<language>/LC_MESSAGES/``
-(``console/locale/`` for the console's few words). :mod:`console.i18n` explains how the
+(``console/locale/`` for the console's few words). The notebooks that have a Chinese edition
+have one domain each, ``notebookNN``, holding their markdown paragraphs
+(:mod:`lectures.i18n_notebooks`). :mod:`console.i18n` explains how the
 language is chosen and how catalogs are compiled (in memory, by Babel).
 
 After changing a marked message, run::
@@ -27,6 +29,7 @@ import sys
 from pathlib import Path
 
 from console.i18n import LANGUAGES, Domain
+from lectures.i18n_notebooks import TRANSLATED as NOTEBOOKS_TRANSLATED
 
 __all__ = ["DOMAINS", "LOCALE_DIR", "check_domain", "domain", "main", "update_domain"]
 
@@ -40,6 +43,9 @@ DOMAINS = {
                                         f"lectures/widgets/lecture{n:02d}.py"])
        for n in (*range(1, 10), 12)},
     "llm": (LOCALE_DIR, ["lectures/llm/*.py"]),
+    # the markdown of the notebooks that have a Chinese edition (lectures/i18n_notebooks.py)
+    **{f"notebook{nn}": (LOCALE_DIR, [f"notebooks/{nn}_*.ipynb"])
+       for nn in NOTEBOOKS_TRANSLATED},
 }
 TRANSLATED = [lang for lang in LANGUAGES if lang != "en"]
 _domains: dict[str, Domain] = {}
@@ -65,11 +71,26 @@ def extract(name: str):
     from babel.messages.extract import DEFAULT_KEYWORDS, extract_from_file
     template = Catalog(domain=name, project="lowprec-course", fuzzy=False)
     for path in source_files(name):
+        if path.suffix == ".ipynb":
+            _extract_notebook(template, path)
+            continue
         for lineno, message, comments, context in extract_from_file(
                 "python", str(path), keywords=DEFAULT_KEYWORDS, comment_tags=("TRANSLATORS:",)):
             template.add(message, locations=[(str(path.relative_to(ROOT)), lineno)],
                          auto_comments=comments, context=context)
     return template
+
+
+def _extract_notebook(template, path: Path) -> None:
+    """Add the markdown paragraphs of notebook `path` to `template` (location: cell number)."""
+    import nbformat
+
+    from lectures.i18n_notebooks import markdown_messages
+    nb = nbformat.read(path, as_version=4)
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "markdown":
+            for message in markdown_messages(cell.source):
+                template.add(message, locations=[(str(path.relative_to(ROOT)), i + 1)])
 
 
 _HEADER = """\
@@ -113,6 +134,12 @@ def _fields(message: str) -> list[tuple[str, str, str]]:
                   if f is not None)
 
 
+def _code_spans(markdown: str) -> list[str]:
+    """The `code` spans of a markdown paragraph, sorted (a translation keeps them all)."""
+    import re
+    return sorted(re.findall(r"`[^`]+`", markdown))
+
+
 def _ids(message) -> tuple:
     return message.id if isinstance(message.id, tuple) else (message.id,)
 
@@ -122,7 +149,8 @@ def check_domain(name: str, lang: str) -> list[str]:
 
     Checks: every message of the code is in the catalog and translated (no fuzzy entry), the
     catalog holds no message the code no longer has, and each translation has exactly the
-    English text's ``str.format`` fields (names, conversions and format specs).
+    English text's ``str.format`` fields (names, conversions and format specs); for a
+    notebook's markdown (domains ``notebookNN``), exactly its `code` spans.
     """
     problems = []
     code = {_ids(m): m for m in extract(name) if m.id}
@@ -136,6 +164,10 @@ def check_domain(name: str, lang: str) -> list[str]:
         strings = m.string if isinstance(m.string, tuple) else (m.string,)
         if m.fuzzy or not all(strings):
             problems.append(f"{name}/{lang}: untranslated or fuzzy {key[0]!r}")
+            continue
+        if name.startswith("notebook"):      # markdown, not str.format templates
+            if _code_spans(key[0]) != [_code_spans(s) for s in strings][0]:
+                problems.append(f"{name}/{lang}: `code` differs in {key[0][:60]!r}")
             continue
         try:
             want = _fields(key[-1])

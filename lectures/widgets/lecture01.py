@@ -15,10 +15,12 @@ import ipywidgets as widgets
 import numpy as np
 from matplotlib.figure import Figure
 
+from lectures.i18n import domain
 from lectures.widgets.explorer import Explorer, check_result, explorer_figure
 from numfmt import FORMATS
 
 L = importlib.import_module("lectures.01_number_formats")
+_ = domain("lecture01").gettext
 
 ZOOM = 6  #: grid points shown on each side of the number in the explorer's zoomed panel
 
@@ -41,12 +43,13 @@ def plot_value_grids(r) -> Figure:
     for i, (ax, (name, g)) in enumerate(zip(axes, r.grids.items())):
         pos = g[g >= 0]
         ax.plot(pos, np.zeros_like(pos), "|", ms=18, color=f"C{i}",
-                label=f"{name}: {pos.size} values ≥ 0, max {pos[-1]:g}")
+                label=_("{name}: {n} values ≥ 0, max {max:g}").format(name=name, n=pos.size,
+                                                                     max=pos[-1]))
         ax.set_yticks([])
         ax.set_ylabel(name)
         ax.legend(loc="upper left", fontsize=8)
-    axes[-1].set_xlabel("value (dimensionless)")
-    fig.suptitle("The complete non-negative grids: the step doubles at every power of two")
+    axes[-1].set_xlabel(_("value (dimensionless)"))
+    fig.suptitle(_("The complete non-negative grids: the step doubles at every power of two"))
     return fig
 
 
@@ -67,9 +70,9 @@ def plot_relative_spacing(r) -> Figure:
     ax = fig.subplots()
     for name in ("FP32", "BF16", "FP16", "E4M3", "E5M2", "E2M1"):
         ax.loglog(r.magnitudes[name], r.rel_spacing[name], lw=1, label=name)
-    ax.set_xlabel("magnitude |x| (dimensionless)")
-    ax.set_ylabel("relative spacing ulp(x) / |x|")
-    ax.set_title("Flat sawtooth in the normal range, rising toward 1 in the subnormals")
+    ax.set_xlabel(_("magnitude |x| (dimensionless)"))
+    ax.set_ylabel(_("relative spacing ulp(x) / |x|"))
+    ax.set_title(_("Flat sawtooth in the normal range, rising toward 1 in the subnormals"))
     ax.legend(ncol=2)
     return fig
 
@@ -90,9 +93,9 @@ def format_explorer(fmt: str = "E4M3", value: float = 0.3, saturate: bool = Fals
     """
     if fmt not in FORMATS:
         raise ValueError(f"fmt must be one of {sorted(FORMATS)}, got {fmt!r}")
-    controls = {"fmt": widgets.Dropdown(options=list(FORMATS), value=fmt, description="format"),
-                "value": widgets.FloatText(value=value, description="number"),
-                "saturate": widgets.Checkbox(value=saturate, description="saturate")}
+    controls = {"fmt": widgets.Dropdown(options=list(FORMATS), value=fmt, description=_("format")),
+                "value": widgets.FloatText(value=value, description=_("number")),
+                "saturate": widgets.Checkbox(value=saturate, description=_("saturate"))}
 
     def compute(fmt, value, saturate):
         f = FORMATS[fmt]
@@ -103,45 +106,53 @@ def format_explorer(fmt: str = "E4M3", value: float = 0.3, saturate: bool = Fals
         return dict(fmt=fmt, value=float(value), saturate=bool(saturate), anatomy=a, grid=grid,
                     window=window, summary=explorer_summary(a))
 
-    return Explorer("Format explorer: bits, neighbours and rounding error", controls, compute,
+    return Explorer(_("Format explorer: bits, neighbours and rounding error"), controls, compute,
                     _draw_explorer)
 
 
 def explorer_summary(a) -> str:
     """Two lines describing an ``L.Anatomy``: the fields, then stored value and error."""
-    lower = f"{a.lower:.6g}" if np.isfinite(a.lower) else "none below"
-    upper = f"{a.upper:.6g}" if np.isfinite(a.upper) else "none above"
+    lower = f"{a.lower:.6g}" if np.isfinite(a.lower) else _("none below")
+    upper = f"{a.upper:.6g}" if np.isfinite(a.upper) else _("none above")
     if np.isnan(a.stored):
-        why = "overflows to NaN (no Inf; tick saturate to clamp)" if a.overflow else "NaN"
-        return (f"{a.fmt}: bits {a.bits}  ({a.x:g} {why})\n"
-                f"finite neighbours {lower} … {upper}")
+        if a.overflow:
+            why = _("{x:g} overflows to NaN (no Inf; tick saturate to clamp)").format(x=a.x)
+        else:
+            why = f"{a.x:g} NaN"
+        return (_("{fmt}: bits {bits}  ({why})").format(fmt=a.fmt, bits=a.bits, why=why) + "\n"
+                + _("finite neighbours {lower} … {upper}").format(lower=lower, upper=upper))
     if np.isinf(a.stored):
-        return (f"{a.fmt}: bits {a.bits}  ({a.x:g} overflows to {a.stored:+g}; tick saturate "
-                f"to clamp)\nfinite neighbours {lower} … {upper}")
+        return (_("{fmt}: bits {bits}  ({x:g} overflows to {stored:+g}; tick saturate to "
+                  "clamp)").format(fmt=a.fmt, bits=a.bits, x=a.x, stored=a.stored) + "\n"
+                + _("finite neighbours {lower} … {upper}").format(lower=lower, upper=upper))
     e = f"{a.rel_error * 100:.3g}%" if np.isfinite(a.rel_error) else "n/a"
-    note = " (overflow, saturated)" if a.saturated else " (subnormal)" if a.subnormal else ""
-    return (f"{a.fmt}: bits {a.bits} = sign {a.sign}, exponent field {a.exponent}, "
-            f"mantissa field {a.mantissa}{note}\n"
-            f"{a.x:g} is stored as {a.stored:.8g}; neighbours {lower} … {upper}; "
-            f"error {a.abs_error:+.3g} ({e})")
+    note = (_(" (overflow, saturated)") if a.saturated
+            else _(" (subnormal)") if a.subnormal else "")
+    return (_("{fmt}: bits {bits} = sign {sign}, exponent field {exponent}, mantissa field "
+              "{mantissa}").format(fmt=a.fmt, bits=a.bits, sign=a.sign, exponent=a.exponent,
+                                   mantissa=a.mantissa) + note + "\n"
+            + _("{x:g} is stored as {stored:.8g}; neighbours {lower} … {upper}; error "
+                "{abs_error:+.3g} ({rel})").format(x=a.x, stored=a.stored, lower=lower,
+                                                   upper=upper, abs_error=a.abs_error, rel=e))
 
 
 def _draw_explorer(s: dict, fig: Figure | None = None) -> Figure:
     a, grid, window = s["anatomy"], s["grid"], s["window"]
     fig, (ax1, ax2) = explorer_figure(fig, (11, 4), 2, 1)
-    ax1.plot(grid, np.zeros_like(grid), "|", ms=12, color="0.5", label=f"{a.fmt}: all values")
+    ax1.plot(grid, np.zeros_like(grid), "|", ms=12, color="0.5",
+             label=_("{fmt}: all values").format(fmt=a.fmt))
     ax1.plot([a.x], [0], "v", color="C3", ms=9, label=f"x = {a.x:g}")
     ax1.set_xscale("symlog", linthresh=float(FORMATS[a.fmt].min_normal))
-    ax1.set_xlabel("value (symmetric log scale)")
-    ax1.set_ylabel("whole grid")
+    ax1.set_xlabel(_("value (symmetric log scale)"))
+    ax1.set_ylabel(_("whole grid"))
     ax1.set_yticks([])
     ax1.legend(loc="upper left", fontsize=8)
-    ax2.plot(window, np.zeros_like(window), "|", ms=18, color="0.5", label="grid")
+    ax2.plot(window, np.zeros_like(window), "|", ms=18, color="0.5", label=_("grid"))
     ax2.plot([a.x], [0], "v", color="C3", ms=10, label="x")
     if np.isfinite(a.stored):
-        ax2.plot([a.stored], [0], "o", mfc="none", color="C0", ms=12, label="stored value")
-    ax2.set_xlabel("value (linear scale, nearby grid points)")
-    ax2.set_ylabel("zoom")
+        ax2.plot([a.stored], [0], "o", mfc="none", color="C0", ms=12, label=_("stored value"))
+    ax2.set_xlabel(_("value (linear scale, nearby grid points)"))
+    ax2.set_ylabel(_("zoom"))
     ax2.set_yticks([])
     ax2.legend(loc="upper left", fontsize=8)
     fig.suptitle(s["summary"], fontsize=9)

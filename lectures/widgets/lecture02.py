@@ -15,9 +15,11 @@ import ipywidgets as widgets
 import numpy as np
 from matplotlib.figure import Figure
 
+from lectures.i18n import domain
 from lectures.widgets.explorer import Explorer, check_result, explorer_figure
 
 L = importlib.import_module("lectures.02_rounding_and_accumulation")
+_ = domain("lecture02").gettext
 
 
 def plot_rounding_bias(r) -> Figure:
@@ -35,12 +37,12 @@ def plot_rounding_bias(r) -> Figure:
     for j, mode in enumerate(L.MODES):
         vals = [next(d["mean_ulp"] for d in r.rows if d["data"] == k and d["mode"] == mode)
                 for k in data]
-        ax.bar(np.arange(len(data)) + (j - 1) * width, vals, width, label=L.MODES[mode])
+        ax.bar(np.arange(len(data)) + (j - 1) * width, vals, width, label=_(L.MODES[mode]))
     ax.axhline(0, color="k", lw=0.8)
-    ax.set_xticks(range(len(data)), data)
-    ax.set_xlabel("data rounded to E4M3")
-    ax.set_ylabel("mean error (ulp)")
-    ax.set_title("Bias of three rounding rules")
+    ax.set_xticks(range(len(data)), [_(k) for k in data])
+    ax.set_xlabel(_("data rounded to E4M3"))
+    ax.set_ylabel(_("mean error (ulp)"))
+    ax.set_title(_("Bias of three rounding rules"))
     ax.legend()
     return fig
 
@@ -57,12 +59,14 @@ def plot_swamping(r, fig: Figure | None = None) -> Figure:
     check_result(r, L.SwampResult, "demo3_swamping")
     fig, ax = explorer_figure(fig, (10, 4))
     i = np.unique(np.linspace(0, r.n - 1, 512).astype(int))   # enough points to draw
-    ax.plot(i + 1, r.exact_partial[i], "k--", lw=1, label="exact")
+    ax.plot(i + 1, r.exact_partial[i], "k--", lw=1, label=_("exact"))
     for name, p in r.partial.items():
-        ax.plot(i + 1, p[i], lw=1.5, label=f"{name} accumulator (ends at {p[-1]:g})")
-    ax.set_xlabel("number of terms added")
-    ax.set_ylabel("running sum")
-    ax.set_title(f"Swamping: {r.n:,} terms from [0, {r.high:g}) summed in order")
+        ax.plot(i + 1, p[i], lw=1.5,
+                label=_("{name} accumulator (ends at {end:g})").format(name=name, end=p[-1]))
+    ax.set_xlabel(_("number of terms added"))
+    ax.set_ylabel(_("running sum"))
+    ax.set_title(_("Swamping: {n:,} terms from [0, {high:g}) summed in order").format(
+        n=r.n, high=r.high))
     ax.legend()
     return fig
 
@@ -79,12 +83,12 @@ def plot_updates(r, fig: Figure | None = None) -> Figure:
     check_result(r, L.UpdateResult, "demo4_vanishing_updates")
     fig, ax = explorer_figure(fig, (10, 4))
     t = np.arange(1, r.steps + 1)
-    ax.plot(t, t * r.update, "k--", lw=1, label="intended")
+    ax.plot(t, t * r.update, "k--", lw=1, label=_("intended"))
     for name, h in r.history.items():
-        ax.plot(t, h, lw=1.2, label=name)
-    ax.set_xlabel("step")
-    ax.set_ylabel("mean change of a weight")
-    ax.set_title(f"Adding {r.update:g} per step to weights in [0.5, 1)")
+        ax.plot(t, h, lw=1.2, label=_(name))
+    ax.set_xlabel(_("step"))
+    ax.set_ylabel(_("mean change of a weight"))
+    ax.set_title(_("Adding {update:g} per step to weights in [0.5, 1)").format(update=r.update))
     ax.legend()
     return fig
 
@@ -111,15 +115,15 @@ def swamping_explorer(log2_n: int = 14, high: float = 1.0) -> Explorer:
     :func:`running_sums`: the running sums, without the table's rows).
     """
     controls = {"log2_n": widgets.IntSlider(value=log2_n, min=8, max=16,
-                                            description="log2(terms)"),
+                                            description=_("log2(terms)")),
                 "high": widgets.FloatLogSlider(value=high, base=10, min=-2, max=1, step=0.25,
-                                               description="terms < ")}
+                                               description=_("terms < "))}
 
     @functools.lru_cache(maxsize=64)
     def compute(log2_n, high):
         return dict(log2_n=log2_n, high=high, result=running_sums(1 << log2_n, high))
 
-    return Explorer("Swamping: running sums in FP32, FP16 and BF16", controls, compute,
+    return Explorer(_("Swamping: running sums in FP32, FP16 and BF16"), controls, compute,
                     lambda s, fig=None: plot_swamping(s["result"], fig))
 
 
@@ -133,7 +137,7 @@ def update_explorer(update: float = 1e-4) -> Explorer:
     one computed when the explorer was built, for 10^position, equal to ``update`` to 1e-12).
     """
     slider = widgets.FloatLogSlider(value=update, base=10, min=-6, max=-2, step=0.25,
-                                    description="update")
+                                    description=_("update"))
     controls = {"update": slider}
     # The slider's 17 positions are run here, once (a few seconds), so that a redraw only
     # draws; a value between them (typed, or set from code) is run when it is asked for.
@@ -148,5 +152,5 @@ def update_explorer(update: float = 1e-4) -> Explorer:
         return dict(update=update,
                     result=L.demo4_vanishing_updates(n_weights=UPDATE_WEIGHTS, update=update))
 
-    return Explorer("Small updates to low-precision weights", controls, compute,
+    return Explorer(_("Small updates to low-precision weights"), controls, compute,
                     lambda s, fig=None: plot_updates(s["result"], fig))

@@ -13,9 +13,11 @@ import ipywidgets as widgets
 import numpy as np
 from matplotlib.figure import Figure
 
+from lectures.i18n import domain
 from lectures.widgets.explorer import Explorer, check_result, explorer_figure, plain_log_ticks
 
 L = importlib.import_module("lectures.03_scaling")
+_ = domain("lecture03").gettext
 
 
 def plot_tensor_scaling(r) -> Figure:
@@ -34,12 +36,12 @@ def plot_tensor_scaling(r) -> Figure:
         rows = [next(d for d in r.rows if d["tensor"] == t and d["fmt"] == fmt) for t in tensors]
         ax1.bar(x + (j - 0.5) * 0.4, [d["error"] * 100 for d in rows], 0.4, label=fmt)
         ax2.bar(x + (j - 0.5) * 0.4, [d["flushed"] * 100 for d in rows], 0.4, label=fmt)
-    for ax, label in ((ax1, "relative error (%)"), (ax2, "non-zero values flushed to 0 (%)")):
-        ax.set_xticks(x, tensors)
-        ax.set_xlabel("tensor")
+    for ax, label in ((ax1, _("relative error (%)")), (ax2, _("non-zero values flushed to 0 (%)"))):
+        ax.set_xticks(x, [_(t) for t in tensors])
+        ax.set_xlabel(_("tensor"))
         ax.set_ylabel(label)
         ax.legend()
-    fig.suptitle("One scale per tensor: E4M3 is more precise, E5M2 reaches further")
+    fig.suptitle(_("One scale per tensor: E4M3 is more precise, E5M2 reaches further"))
     return fig
 
 
@@ -56,16 +58,18 @@ def plot_delayed(r, fig: Figure | None = None) -> Figure:
     fig, (ax1, ax2) = explorer_figure(fig, (11, 4), 1, 2)
     t = np.arange(r.amax.size)
     for kind in ("current", "delayed"):
-        ax1.semilogy(t, r.scales[kind], drawstyle="steps-mid", label=f"{kind} scale")
-        ax2.semilogy(t, r.errors[kind] * 100, "o-", ms=3, label=kind)
+        ax1.semilogy(t, r.scales[kind], drawstyle="steps-mid",
+                     label=_("{kind} scale").format(kind=_(kind)))
+        ax2.semilogy(t, r.errors[kind] * 100, "o-", ms=3, label=_(kind))
     for ax in (ax1, ax2):
-        ax.axvline(r.spike_step, color="0.6", ls=":", label="spike")
-        ax.set_xlabel("step")
+        ax.axvline(r.spike_step, color="0.6", ls=":", label=_("spike"))
+        ax.set_xlabel(_("step"))
         plain_log_ticks(ax.yaxis)
         ax.legend()
-    ax1.set_ylabel("scale (amax / 448)")
-    ax2.set_ylabel("relative error (%)")
-    fig.suptitle(f"Delayed scaling (history {r.history}) against current scaling, E4M3")
+    ax1.set_ylabel(_("scale (amax / 448)"))
+    ax2.set_ylabel(_("relative error (%)"))
+    fig.suptitle(_("Delayed scaling (history {history}) against current scaling, E4M3").format(
+        history=r.history))
     return fig
 
 
@@ -81,13 +85,13 @@ def plot_outlier(r, fig: Figure | None = None) -> Figure:
     check_result(r, L.OutlierResult, "demo3_one_outlier")
     fig, ax = explorer_figure(fig, (11, 4))
     x = np.arange(len(r.rows))
-    ax.bar(x - 0.2, [d["clean"] * 100 for d in r.rows], 0.4, label="without outlier")
+    ax.bar(x - 0.2, [d["clean"] * 100 for d in r.rows], 0.4, label=_("without outlier"))
     ax.bar(x + 0.2, [d["outlier"] * 100 for d in r.rows], 0.4,
-           label=f"with one outlier ({r.factor:g} × max)")
-    ax.set_xticks(x, [d["name"] for d in r.rows], fontsize=8)
-    ax.set_xlabel("quantizer")
-    ax.set_ylabel("relative error of the other values (%)")
-    ax.set_title("What one outlier does to a scale")
+           label=_("with one outlier ({factor:g} × max)").format(factor=r.factor))
+    ax.set_xticks(x, [_(d["name"]) for d in r.rows], fontsize=8)
+    ax.set_xlabel(_("quantizer"))
+    ax.set_ylabel(_("relative error of the other values (%)"))
+    ax.set_title(_("What one outlier does to a scale"))
     ax.legend()
     return fig
 
@@ -103,10 +107,10 @@ def plot_nvfp4(r) -> Figure:
     fig = Figure(figsize=(8, 4), layout="constrained")
     ax = fig.subplots()
     for i, d in enumerate(r.rows):
-        ax.semilogy([d["bits"]], [d["error"] * 100], "o", ms=10, color=f"C{i}", label=d["name"])
-    ax.set_xlabel("bits per value")
-    ax.set_ylabel("relative error (%)")
-    ax.set_title(f"{r.n:,} Student-t(5) × 0.02 values")
+        ax.semilogy([d["bits"]], [d["error"] * 100], "o", ms=10, color=f"C{i}", label=_(d["name"]))
+    ax.set_xlabel(_("bits per value"))
+    ax.set_ylabel(_("relative error (%)"))
+    ax.set_title(_("{n:,} Student-t(5) × 0.02 values").format(n=r.n))
     ax.legend(fontsize=8)
     return fig
 
@@ -116,15 +120,16 @@ def delayed_explorer(history: int = 16, spike: float = 8.0) -> Explorer:
 
     ``state`` holds ``history``, ``spike`` and ``result`` (``L.DelayedResult``).
     """
-    controls = {"history": widgets.IntSlider(value=history, min=1, max=32, description="history"),
+    controls = {"history": widgets.IntSlider(value=history, min=1, max=32,
+                                             description=_("history")),
                 "spike": widgets.FloatSlider(value=spike, min=1.0, max=32.0, step=0.5,
-                                             description="spike ×")}
+                                             description=_("spike ×"))}
 
     def compute(history, spike):
         return dict(history=history, spike=spike,
                     result=L.demo2_delayed_scaling(history=history, spike=spike))
 
-    return Explorer("Delayed against current scaling", controls, compute,
+    return Explorer(_("Delayed against current scaling"), controls, compute,
                     lambda s, fig=None: plot_delayed(s["result"], fig))
 
 
@@ -134,10 +139,10 @@ def outlier_explorer(factor: float = 100.0) -> Explorer:
     ``state`` holds ``factor`` and ``result`` (``L.OutlierResult``).
     """
     controls = {"factor": widgets.FloatLogSlider(value=factor, base=10, min=0, max=4, step=0.25,
-                                                 description="outlier ×")}
+                                                 description=_("outlier ×"))}
 
     def compute(factor):
         return dict(factor=factor, result=L.demo3_one_outlier(factor=factor))
 
-    return Explorer("One outlier and the scale", controls, compute,
+    return Explorer(_("One outlier and the scale"), controls, compute,
                     lambda s, fig=None: plot_outlier(s["result"], fig))

@@ -15,10 +15,12 @@ import ipywidgets as widgets
 import numpy as np
 from matplotlib.figure import Figure
 
+from lectures.i18n import domain
 from lectures.widgets.explorer import Explorer, explorer_figure
 from numfmt.qat import calibrate_minmax, fake_quantize
 
 L = importlib.import_module("lectures.06_quantization_aware_training")
+_ = domain("lecture06").gettext
 
 
 # ------------------------------------------------------------------------------ pure helpers
@@ -56,13 +58,14 @@ def ste_curve(bits: int = 3, symmetric: bool = True, lo: float = -1.0, hi: float
 # ------------------------------------------------------------------------------ plots
 def _ste_axes(fig: Figure, s: dict, title: str, axes=None) -> None:
     ax1, ax2 = fig.subplots(1, 2) if axes is None else axes
-    ax1.plot(s["x"], s["x"], ":", color="gray", label="identity (what the STE pretends)")
-    ax1.plot(s["x"], s["values"], label="fake quant Q(x)")
-    ax1.set(title="Forward: the staircase", xlabel="x (real value)", ylabel="Q(x) (real value)")
+    ax1.plot(s["x"], s["x"], ":", color="gray", label=_("identity (what the STE pretends)"))
+    ax1.plot(s["x"], s["values"], label=_("fake quant Q(x)"))
+    ax1.set(title=_("Forward: the staircase"), xlabel=_("x (real value)"),
+            ylabel=_("Q(x) (real value)"))
     ax1.legend(loc="upper left", fontsize=8)
-    ax2.plot(s["x"], np.zeros_like(s["x"]), label="true dQ/dx (0 almost everywhere)")
-    ax2.plot(s["x"], s["mask"], "--", label="STE surrogate (clamp mask)")
-    ax2.set(title="Backward: the gradient", xlabel="x (real value)", ylabel="dQ/dx",
+    ax2.plot(s["x"], np.zeros_like(s["x"]), label=_("true dQ/dx (0 almost everywhere)"))
+    ax2.plot(s["x"], s["mask"], "--", label=_("STE surrogate (clamp mask)"))
+    ax2.set(title=_("Backward: the gradient"), xlabel=_("x (real value)"), ylabel="dQ/dx",
             ylim=(-0.1, 1.2))
     ax2.legend(loc="upper left", fontsize=8)
     fig.suptitle(title)
@@ -73,15 +76,15 @@ def plot_ste(d) -> Figure:
     fig = Figure(figsize=(11, 6.5), layout="constrained")
     top, bottom = fig.subfigures(2, 1, height_ratios=[1, 0.8])
     _ste_axes(top, {"x": d.x, "values": d.values, "mask": d.mask},
-              "Scale 1, codes [-8, 7]")
+              _("Scale 1, codes [-8, 7]"))
     ax = bottom.subplots()
     steps = np.arange(len(d.w_ste))
-    ax.plot(steps, d.w_true, label="w, true gradient")
+    ax.plot(steps, d.w_true, label=_("w, true gradient"))
     ax.plot(steps, d.w_ste, label="w, STE")
     ax.step(steps, d.q_ste, where="post", label="Q(w), STE")
-    ax.axhline(d.target, color="gray", ls=":", label=f"target {d.target}")
-    ax.set(title="Gradient descent on (Q(w) - target)^2", xlabel="step",
-           ylabel="weight (real value)")
+    ax.axhline(d.target, color="gray", ls=":", label=_("target {target}").format(target=d.target))
+    ax.set(title=_("Gradient descent on (Q(w) - target)^2"), xlabel=_("step"),
+           ylabel=_("weight (real value)"))
     ax.legend(fontsize=8, ncol=4, loc="lower right")
     return fig
 
@@ -93,9 +96,11 @@ def plot_master_curves(d, fig: Figure | None = None) -> Figure:
     for name, curve in d.curves.items():
         style = "-" if "master" in name or name == "FP32" else ("--" if "stochastic" in name
                                                                 else ":")
-        ax.semilogy(np.maximum(curve, 1e-12), style, label=name)
-    ax.set(title=f"Adam, lr = {d.lr}: weights stored on a grid vs FP32 master weights",
-           xlabel="step", ylabel="loss (mean squared error / 2)", ylim=(1e-6, 10))
+        template, fmt = d.labels.get(name, (name, ""))
+        ax.semilogy(np.maximum(curve, 1e-12), style, label=_(template).format(fmt=fmt))
+    ax.set(title=_("Adam, lr = {lr}: weights stored on a grid vs FP32 master weights").format(
+               lr=d.lr),
+           xlabel=_("step"), ylabel=_("loss (mean squared error / 2)"), ylim=(1e-6, 10))
     ax.legend(fontsize=8)
     return fig
 
@@ -112,8 +117,8 @@ def plot_loss_curves(r) -> Figure:
             ax.semilogy(np.arange(start + 1, start + len(curve) + 1), curve,
                         "--" if "A8" in label else "-", label=label)
     ax.axvline(start + 0.5, color="gray", ls=":")
-    ax.set(title="Training loss: FP32, then QAT fine-tuning from the same weights",
-           xlabel="epoch", ylabel="mean cross-entropy (nats)")
+    ax.set(title=_("Training loss: FP32, then QAT fine-tuning from the same weights"),
+           xlabel=_("epoch"), ylabel=_("mean cross-entropy (nats)"))
     ax.legend(fontsize=8, ncol=2)
     return fig
 
@@ -129,8 +134,8 @@ def plot_accuracy(r) -> Figure:
                label=method)
     ax.axhline(100 * r.fp32_accuracy, color="k", ls=":", label="FP32")
     ax.set_xticks(pos, [f"{w}\n{'A8' if a else 'A32'}" for w, a in keys])
-    ax.set(title="Test accuracy on digits (360 images)", xlabel="weights / activations",
-           ylabel="accuracy (%)", ylim=(0, 100))
+    ax.set(title=_("Test accuracy on digits (360 images)"), xlabel=_("weights / activations"),
+           ylabel=_("accuracy (%)"), ylim=(0, 100))
     ax.legend(loc="lower left")
     return fig
 
@@ -139,21 +144,21 @@ def plot_accuracy(r) -> Figure:
 def ste_explorer() -> Explorer:
     """Bits, scheme and range of the grid; shows the staircase and its STE mask."""
     controls = {
-        "bits": widgets.IntSlider(value=3, min=2, max=8, description="bits"),
-        "symmetric": widgets.ToggleButtons(options=[("symmetric", True), ("affine", False)],
+        "bits": widgets.IntSlider(value=3, min=2, max=8, description=_("bits")),
+        "symmetric": widgets.ToggleButtons(options=[(_("symmetric"), True), (_("affine"), False)],
                                            value=True),
-        "lo": widgets.FloatSlider(value=-1.0, min=-2.0, max=0.0, step=0.1, description="min"),
-        "hi": widgets.FloatSlider(value=1.0, min=0.1, max=2.0, step=0.1, description="max"),
+        "lo": widgets.FloatSlider(value=-1.0, min=-2.0, max=0.0, step=0.1, description=_("min")),
+        "hi": widgets.FloatSlider(value=1.0, min=0.1, max=2.0, step=0.1, description=_("max")),
     }
 
     def draw(s, fig=None):
         fig, axes = explorer_figure(fig, (11, 3.8), 1, 2)
-        _ste_axes(fig, s, f"{s['levels']} levels, scale {s['scale']:.4g}, "
-                          f"zero point {s['zero_point']}, codes [{s['qmin']}, {s['qmax']}]", axes)
+        _ste_axes(fig, s, _("{levels} levels, scale {scale:.4g}, zero point {zero_point}, "
+                            "codes [{qmin}, {qmax}]").format(**s), axes)
         return fig
 
     # Two rows: four controls in one row squeeze the sliders' labels and readouts.
-    return Explorer("Fake quantization and its straight-through estimator", controls,
+    return Explorer(_("Fake quantization and its straight-through estimator"), controls,
                     ste_curve, draw, rows=[["bits", "symmetric"], ["lo", "hi"]])
 
 
@@ -171,5 +176,5 @@ def master_explorer() -> Explorer:
         d = demos[lr]
         return {"demo": d, "final": {k: float(v[-1]) for k, v in d.curves.items()}}
 
-    return Explorer("Why master weights: change the learning rate", controls, compute,
+    return Explorer(_("Why master weights: change the learning rate"), controls, compute,
                     lambda s, fig=None: plot_master_curves(s["demo"], fig))

@@ -1,0 +1,178 @@
+"""The Chinese notebooks (notebooks/zh/): generated from the English ones and the catalogs, up
+to date, with the English numbers, and with figures whose Chinese text has a font.
+
+nbval executes them like the English notebooks (pyproject's testpaths include notebooks/).
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from pathlib import Path
+
+import matplotlib
+import nbformat
+import pytest
+from fontTools.ttLib import TTFont
+from matplotlib import font_manager
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.text import Text
+
+from console.i18n import language
+from lectures import i18n
+from lectures import i18n_notebooks as zh
+from lectures.widgets.fonts import CJK_FONT, cjk_font_path, use_language_fonts
+from text_checks import number_differences
+
+ROOT = Path(__file__).resolve().parent.parent
+TRANSLATED = list(zh.TRANSLATED)
+
+
+def _cmap(path: str) -> set[int]:
+    """The code points font file `path` maps to glyphs, read by fontTools (not matplotlib)."""
+    with TTFont(path, fontNumber=0, lazy=True) as font:
+        return set(font.getBestCmap())
+
+
+def _is_cjk(ch: str) -> bool:
+    return "\u3000" <= ch <= "\u9fff" or "\uff00" <= ch <= "\uffef"
+
+
+def _text(outputs) -> str:
+    """The text a code cell printed or returned (streams and text/plain), joined."""
+    parts = []
+    for o in outputs:
+        if o.output_type == "stream":
+            parts.append(o.text)
+        elif o.output_type in ("execute_result", "display_data"):
+            parts.append(o.data.get("text/plain", ""))
+        elif o.output_type == "error":
+            parts.append("\n".join(o.traceback))
+    return "\n".join(parts)
+
+
+# --- the font ---------------------------------------------------------------------------------
+def test_cjk_font_is_found_for_every_chinese_glyph_drawn():
+    """A figure drawn in Chinese: every character of every text is in the cmap of a font that
+    matplotlib's font lookup gives that text, the Chinese ones in Noto Sans SC, and drawing
+    warns nothing (matplotlib warns ``Glyph ... missing from font(s)`` for a box)."""
+    L = __import__("importlib").import_module("lectures.01_number_formats")
+    from lectures.widgets import lecture01 as W
+    with matplotlib.rc_context(), language("zh"):
+        use_language_fonts()
+        fig = W.plot_value_grids(L.demo2_value_grids())
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            FigureCanvasAgg(fig).draw()
+        texts = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text()]
+        drawn = "".join(t.get_text() for t in texts)
+        assert sum(map(_is_cjk, drawn)) > 10, drawn     # the figure's text is Chinese
+        cjk_path = cjk_font_path()
+        for t in texts:
+            fonts = [str(p) for p in font_manager.fontManager._find_fonts_by_props(
+                t.get_fontproperties())]
+            cmaps = [_cmap(p) for p in fonts]
+            for ch in set(t.get_text()) - set(" \n$"):
+                first = next((p for p, c in zip(fonts, cmaps) if ord(ch) in c), None)
+                assert first is not None, (ch, t.get_text(), fonts)
+                if _is_cjk(ch):
+                    assert first == cjk_path, (ch, first)
+        assert font_manager.findfont(font_manager.FontProperties(family=CJK_FONT),
+                                     fallback_to_default=False) == cjk_path
+
+
+def test_cjk_font_covers_every_translated_string():
+    """Every character of the Chinese catalogs of the translated notebooks and their lectures
+    is in DejaVu Sans or Noto Sans SC."""
+    from babel.messages.pofile import read_po
+    fonts = _cmap(font_manager.findfont("DejaVu Sans")) | _cmap(cjk_font_path())
+    chars = set()
+    for nn in TRANSLATED:
+        for name in (f"notebook{nn}", f"lecture{nn}"):
+            with open(i18n.domain(name).catalog_path("zh_CN"), "rb") as f:
+                chars |= {ch for m in read_po(f) if m.id for ch in str(m.string)}
+    assert sorted(ch for ch in chars - set("\n\t") if ord(ch) not in fonts) == []
+
+
+def test_use_language_fonts_sets_and_removes_the_cjk_font():
+    with matplotlib.rc_context():
+        assert use_language_fonts("zh")[-1] == CJK_FONT
+        assert CJK_FONT not in use_language_fonts("en")
+        assert matplotlib.rcParams["font.family"] == ["sans-serif"]
+    with pytest.raises(ValueError, match="lang"):
+        use_language_fonts("fr")
+    with pytest.raises(TypeError, match="lang"):
+        use_language_fonts(3)
+
+
+# --- generation -------------------------------------------------------------------------------
+@pytest.mark.parametrize("text", [
+    "one\n\ntwo\n\n\nthree", "a\n```\nx = 1\n\ny = 2\n```\n\nb",
+    "<details><summary>Answer</summary>\n\nYes.\n</details>", "", "one paragraph\nof two lines\n"])
+def test_markdown_split_is_lossless(text):
+    assert zh.translate_markdown(text, lambda p: p) == text
+    assert zh.translate_markdown(text, lambda p: "X").count("X") == len(zh.markdown_messages(text))
+
+
+def test_markdown_messages():
+    assert zh.markdown_messages("a\n```\nx = 1\n\ny = 2\n```\n\n</details>\n\nb") == [
+        "a\n```\nx = 1\n\ny = 2\n```", "b"]
+
+
+@pytest.mark.parametrize("nn", TRANSLATED)
+def test_build_refuses_an_untranslated_paragraph(nn):
+    english = nbformat.read(zh.english_path(nn), as_version=4)
+    changed = copy.deepcopy(english)
+    cell = next(c for c in changed.cells if c.cell_type == "markdown")
+    cell.source += "\n\nA paragraph nobody has translated yet."
+    with pytest.raises(ValueError, match="untranslated"):
+        zh.build(nn, english=changed)
+
+
+@pytest.mark.parametrize("nn", TRANSLATED)
+def test_zh_notebook_is_generated_from_the_current_sources(nn):
+    """The committed Chinese notebook is what the generator makes from the English notebook and
+    the catalog now: same cells, ids, metadata tags, code; translated markdown. A stale one
+    (English or catalog changed since) fails: rerun ``python -m lectures.i18n_notebooks``."""
+    want = zh.build(nn)
+    got = nbformat.read(zh.zh_path(nn), as_version=4)
+    assert [(c.cell_type, c.get("id"), c.source, c.metadata.get("tags"),
+             c.metadata.get("jupyter")) for c in got.cells] == \
+        [(c.cell_type, c.get("id"), c.source, c.metadata.get("tags"), c.metadata.get("jupyter"))
+         for c in want.cells]
+
+
+@pytest.mark.parametrize("nn", TRANSLATED)
+def test_zh_notebook_has_the_english_code_and_numbers(nn):
+    english = nbformat.read(zh.english_path(nn), as_version=4)
+    chinese = nbformat.read(zh.zh_path(nn), as_version=4)
+    language_cells = [c for c in chinese.cells if c.get("id") == zh.LANGUAGE_CELL_ID]
+    assert len(language_cells) == 1 and language_cells[0].source == zh.LANGUAGE_CELL
+    cells = [c for c in chinese.cells if c.get("id") != zh.LANGUAGE_CELL_ID]
+    assert [c.cell_type for c in cells] == [c.cell_type for c in english.cells]
+    for en, zc in zip(english.cells, cells):
+        if en.cell_type != "code":
+            assert zc.source != en.source or not zh.markdown_messages(en.source)
+            continue
+        assert zc.source == en.source
+        assert zc.execution_count is not None, "the Chinese notebook is committed executed"
+        assert number_differences(_text(en.outputs), _text(zc.outputs)) == [], en.source
+        kinds = [sorted(o.data) for o in en.outputs if "data" in o]    # figures, widgets
+        assert kinds == [sorted(o.data) for o in zc.outputs if "data" in o], en.source
+        assert "missing from font" not in _text(zc.outputs)
+        assert not [o for o in zc.outputs if o.output_type == "error"]
+
+
+@pytest.mark.parametrize("nn", TRANSLATED)
+def test_zh_notebook_prints_chinese(nn):
+    chinese = nbformat.read(zh.zh_path(nn), as_version=4)
+    printed = "".join(_text(c.outputs) for c in chinese.cells if c.cell_type == "code"
+                      and "answer" not in c.metadata.get("tags", []))
+    assert sum(map(_is_cjk, printed)) > 200
+
+
+def test_every_translated_notebook_has_a_catalog_domain():
+    assert [f"notebook{nn}" for nn in TRANSLATED] == [
+        d for d in i18n.DOMAINS if d.startswith("notebook")]
+    assert sorted(p.name for p in zh.ZH_DIR.glob("*.ipynb")) == sorted(
+        zh.zh_path(nn).name for nn in TRANSLATED)
