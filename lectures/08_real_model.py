@@ -44,13 +44,14 @@ import argparse
 import dataclasses
 import sys
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from console import (OBSERVATIONS_WIDTH, print_header, print_observations, print_paragraph,
                      print_table, print_title, run_lecture)
 from console.i18n import N_
+from console.progress import progress
 from lectures import llm
 from lectures.i18n import domain
 
@@ -94,99 +95,8 @@ def say(text: str) -> None:
     print_paragraph(text, width=OBSERVATIONS_WIDTH)
 
 
-@dataclass(frozen=True)
-class Workload:
-    """How much text every perplexity sees."""
-
-    n_eval: int = 4          # evaluation windows
-    seq_len: int = 512       # tokens per window
-    n_calib: int = 4         # calibration windows (static scales, outlier statistics)
-
-
-FULL = Workload()
-QUICK = Workload(n_eval=2, seq_len=256, n_calib=2)
-
-
-@dataclass
-class Lab:
-    """The model and the text, loaded once; every demo measures through :meth:`ppl`."""
-
-    checkpoint: llm.Checkpoint
-    tokens: np.ndarray
-    workload: Workload
-    eval: np.ndarray = field(init=False)           # (n_eval, seq_len) token ids
-    calib: np.ndarray = field(init=False)          # (n_calib, seq_len), disjoint from eval
-    progress: object = None                        # a tqdm bar, or None
-    _reference: float | None = field(default=None, init=False, repr=False)
-    _weight_norm2: float | None = field(default=None, init=False, repr=False)  # Σ W² (float64)
-    #: weight format (label blanked) -> planned uses left; main() fills it from the lecture
-    reuse: Counter = field(default_factory=Counter, repr=False)
-    _weights: dict = field(default_factory=dict, init=False, repr=False)  # format -> tensors
-
-    def __post_init__(self):
-        w = self.workload
-        self.eval = llm.eval_windows(self.tokens, w.n_eval, w.seq_len)
-        self.calib = llm.calibration_windows(self.tokens, w.n_calib, w.seq_len)
-
-    @property
-    def model(self):
-        return self.checkpoint.model
-
-    @property
-    def reference(self) -> float:
-        """The float32 model's perplexity on the evaluation windows (computed once)."""
-        if self._reference is None:
-            self._reference = self.ppl()
-        return self._reference
-
-    def weight_tensors(self, fmt: llm.WeightFormat) -> dict:
-        """Every decoder linear's weight quantized with ``fmt``: {name: float32 tensor}.
-
-        Formats are told apart by every field but the label. A format with planned uses left
-        in :attr:`reuse` is kept until its last one, so a run quantizes each format once (the
-        tensors are the same either way: numfmt is deterministic); others are not kept.
-        """
-        key = dataclasses.replace(fmt, label="")
-        tensors = self._weights.pop(key, None)
-        if tensors is None:
-            tensors = llm.quantized_weight_tensors(self.model, fmt)
-        if self.reuse[key] > 0:
-            self.reuse[key] -= 1
-        if self.reuse[key] > 0:
-            self._weights[key] = tensors
-        return tensors
-
-    def ppl(self, weights=None, names=None, acts=None, kv=None) -> float:
-        """Perplexity on the evaluation windows, with the given quantizers in place.
-
-        ``weights`` is a WeightFormat or a prepared {name: tensor} dict (swapped in for the
-        linears ``names`` or all of them); ``acts`` an ActFormat for every linear's input;
-        ``kv`` a pair of K and V quantizers.
-        """
-        import contextlib
-        with contextlib.ExitStack() as stack:
-            if isinstance(weights, dict):
-                chosen = weights if names is None else {n: weights[n] for n in names}
-                stack.enter_context(llm.swapped_weights(self.model, chosen))
-            elif weights is not None:
-                stack.enter_context(llm.quantized_weights(self.model, weights, names))
-            if acts is not None:
-                stack.enter_context(llm.quantized_inputs(self.model, acts))
-            if kv is not None:
-                stack.enter_context(llm.quantized_kv(self.model, *kv))
-            # All windows in one forward pass (same numbers as one at a time, less CPU time).
-            # The activation and KV hooks quantize each window of the batch on its own, so a
-            # per-tensor scale (NVFP4's FP32 one) never spans two windows.
-            value = llm.perplexity(self.model, self.eval, batch_size=len(self.eval))
-        if self.progress is not None:
-            self.progress.update(1)
-        return value
-
-
-def open_lab(workload: Workload = FULL) -> Lab:
-    """Load the model (cached after the first run) and cut the text into windows."""
-    ck = llm.load_checkpoint()
-    return Lab(ck, llm.corpus_tokens(ck.tokenizer), workload)
+FULL, QUICK = llm.FULL, llm.QUICK      # 4 windows of 512 tokens; --quick: 2 of 256
+Workload, Lab, open_lab = llm.Workload, llm.Lab, llm.open_lab
 
 
 def planned_weight_formats() -> Counter:
@@ -200,6 +110,61 @@ def planned_weight_formats() -> Counter:
 def evaluations(workload: Workload) -> int:
     """How many perplexities the whole lecture computes (the length of the progress bar)."""
     return 1 + len(WEIGHT_FORMATS) + len(llm.LINEAR_KINDS) + len(W8A8) + len(W4A4) + len(KV)
+
+
+# ---------------------------------------------------------------------------------------------
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=_("Lecture 08: a real language model in low "
+                                                   "precision."))
+    parser.add_argument("--quick", action="store_true",
+                        help=_("a smaller text sample: 2 windows of 256 tokens (about 4x "
+                               "faster)"))
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    workload = QUICK if args.quick else FULL
+    windows = (_("Each perplexity scores {n} windows of {seq_len} tokens (--quick). Lower is "
+                 "better; the float32 model is the reference. Round-to-nearest throughout.")
+               if args.quick else
+               _("Each perplexity scores {n} windows of {seq_len} tokens. Lower is better; the "
+                 "float32 model is the reference. Round-to-nearest throughout."))
+    print_title(_("Lecture 08: a real language model in low precision"), [
+        _("SmolLM2-135M-Instruct, quantized with numfmt, scored by perplexity on CPython's "
+          "language reference. Six demos: the model and its Q4_1 origin; weight-only formats; "
+          "real activation outliers; W8A8 and W4A4; the KV cache; NVFP4 against FP8."),
+        windows.format(n=workload.n_eval, seq_len=workload.seq_len),
+    ])
+    try:
+        lab = open_lab(workload)
+    except llm.ModelUnavailableError as err:
+        sys.exit(f"\n{err}")
+    lab.reuse = planned_weight_formats()
+    model = measured(lab, demo1_model, 1)
+    show_demo1(model)
+    weights = measured(lab, demo2_weight_formats, len(WEIGHT_FORMATS) + len(llm.LINEAR_KINDS),
+                       model.reference)
+    show_demo2(weights)
+    outliers = measured(lab, demo3_outliers, 0)
+    show_demo3(outliers)
+    acts = measured(lab, demo4_weights_and_activations, len(W8A8) + len(W4A4), model.reference,
+                    outliers)
+    show_demo4(acts)
+    kv = measured(lab, demo5_kv_cache, len(KV), model.reference)
+    show_demo5(kv)
+    show_demo6(demo6_nvfp4_vs_fp8(weights, acts, kv))
+
+
+def measured(lab: Lab, demo, perplexities: int, *args):
+    """``demo(lab, *args)`` with a progress log of its ``perplexities`` on stderr (a bar on a
+    terminal, closed before the demo prints)."""
+    with progress(total=perplexities or None, desc=demo.__name__) as bar:
+        lab.progress = bar
+        try:
+            return demo(lab, *args)
+        finally:
+            lab.progress = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -755,52 +720,6 @@ def show_demo6(r: ClaimResult) -> None:
             close=CLOSE * 100, within=_join(close) or _("none"),
             beyond=_join(far) or _("none")),
     ])
-
-
-# ---------------------------------------------------------------------------------------------
-def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=_("Lecture 08: a real language model in low "
-                                                   "precision."))
-    parser.add_argument("--quick", action="store_true",
-                        help=_("a smaller text sample: 2 windows of 256 tokens (about 4x "
-                               "faster)"))
-    return parser.parse_args(argv)
-
-
-def main(argv=None) -> None:
-    args = parse_args(argv)
-    workload = QUICK if args.quick else FULL
-    windows = (_("Each perplexity scores {n} windows of {seq_len} tokens (--quick). Lower is "
-                 "better; the float32 model is the reference. Round-to-nearest throughout.")
-               if args.quick else
-               _("Each perplexity scores {n} windows of {seq_len} tokens. Lower is better; the "
-                 "float32 model is the reference. Round-to-nearest throughout."))
-    print_title(_("Lecture 08: a real language model in low precision"), [
-        _("SmolLM2-135M-Instruct, quantized with numfmt, scored by perplexity on CPython's "
-          "language reference. Six demos: the model and its Q4_1 origin; weight-only formats; "
-          "real activation outliers; W8A8 and W4A4; the KV cache; NVFP4 against FP8."),
-        windows.format(n=workload.n_eval, seq_len=workload.seq_len),
-    ])
-    try:
-        lab = open_lab(workload)
-    except llm.ModelUnavailableError as err:
-        sys.exit(f"\n{err}")
-    from tqdm import tqdm
-    with tqdm(total=evaluations(workload), desc=_("perplexities"), leave=False,
-              disable=not sys.stderr.isatty()) as bar:
-        lab.progress = bar
-        lab.reuse = planned_weight_formats()
-        model = demo1_model(lab)
-        weights = demo2_weight_formats(lab, model.reference)
-        outliers = demo3_outliers(lab)
-        acts = demo4_weights_and_activations(lab, model.reference, outliers)
-        kv = demo5_kv_cache(lab, model.reference)
-    show_demo1(model)
-    show_demo2(weights)
-    show_demo3(outliers)
-    show_demo4(acts)
-    show_demo5(kv)
-    show_demo6(demo6_nvfp4_vs_fp8(weights, acts, kv))
 
 
 if __name__ == "__main__":

@@ -40,14 +40,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import re
-import sys
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from console import print_header, print_observations, print_table, print_title, run_lecture
+from console.progress import progress
 from console.i18n import N_
+from lectures import llm
 from lectures.i18n import domain
+from lectures.llm.calibrate import INPUT_GROUPS, calibrate_layers, map_items, workers
 from numfmt import quantize_int, rel_error
 from numfmt.ptq import (awq_search, calibrate_kl, calibrate_mse, calibrate_percentile, gptq,
                         hadamard, hessian, llm_int8_matmul, rtn_values, smoothquant_scales)
@@ -79,6 +81,57 @@ def label(text: str) -> str:
         if m:
             return _(message).format(**m.groupdict())
     return _(text)
+
+
+GPTQ_SETTINGS = ((4, 128), (3, 128), (3, 32))   # (bits, group size), asymmetric as GPTQ's
+ZERO_BITS_STORED = True      # GPTQ storage: an FP16 scale and a b-bit zero point per group
+
+
+@dataclass(frozen=True)
+class Workload(llm.Workload):
+    """How much text the real-model demos read (lectures.llm.Workload: 4 evaluation and 4
+    calibration windows of 512 tokens), and which weight settings demos 2-3 run."""
+
+    settings: tuple = GPTQ_SETTINGS
+
+
+FULL = Workload()
+#: The tests' workload (``--quick``): the same code on 4x fewer tokens and the first two
+#: settings (INT4 g128 against INT3 g128 still shows where GPTQ gains most).
+QUICK = Workload(n_eval=2, n_calib=2, seq_len=256, settings=GPTQ_SETTINGS[:2])
+
+
+# ---------------------------------------------------------------------------------------------
+def main(argv=None) -> None:
+    args = argparse.ArgumentParser(description=__doc__.split("\n")[1]).parse_known_args(argv)[1]
+    print_title(_("Lecture 09: post-training quantization algorithms"), [
+        _("Round-to-nearest minimises the weight error; a model feels each layer's output "
+          "error, tr(E Σ Eᵀ). GPTQ, AWQ, SmoothQuant, rotations and LLM.int8() are short pieces "
+          "of numfmt.ptq that each act on that difference; demos 2-6 measure them on "
+          "SmolLM2-135M."),
+        _("Errors are relative, in percent; perplexity is exp(mean NLL per token), lower is "
+          "better. Every run prints the same numbers."),
+    ])
+    show_demo1(demo1_output_error())
+    if "--synthetic" not in args:
+        real_model_demos(QUICK if "--quick" in args else FULL)
+
+
+def real_model_demos(workload: Workload = FULL) -> None:
+    try:
+        m = load_model(workload=workload)
+    except llm.ModelUnavailableError as e:   # its message names the install command
+        print_header(_("Demos 2-6: the real model"))
+        print(_("Skipped: {error}").format(error=e))
+        return
+    g = demo2_gptq(m)
+    show_demo2(g)
+    a = demo3_awq(m, g)
+    show_demo3(a)
+    d4 = demo4_activations(m)
+    show_demo4(d4)
+    show_demo5(demo5_calibration(m, dynamic_per_tensor=d4.smooth_ppl[None]))
+    show_demo6(demo6_summary(m, g, a))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -219,33 +272,6 @@ def show_demo1(r: OutputErrorResult) -> None:
 # ---------------------------------------------------------------------------------------------
 # The real model: lecture 08's harness, and calibration layer by layer
 # ---------------------------------------------------------------------------------------------
-# Linears of one decoder layer that read the same tensor share one Hessian (and one AWQ or
-# SmoothQuant scale, which folds into the RMSNorm before them).
-INPUT_GROUPS = {"attn_in": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
-                "attn_out": ("self_attn.o_proj",),
-                "mlp_in": ("mlp.gate_proj", "mlp.up_proj"),
-                "mlp_out": ("mlp.down_proj",)}
-N_EVAL, N_CALIB = 4, 4       # windows of 512 tokens: 2048 evaluation, 2048 calibration tokens
-GPTQ_SETTINGS = ((4, 128), (3, 128), (3, 32))   # (bits, group size), asymmetric as GPTQ's
-ZERO_BITS_STORED = True      # GPTQ storage: an FP16 scale and a b-bit zero point per group
-
-
-@dataclass(frozen=True)
-class Workload:
-    """How much text the real-model demos read, and which weight settings demos 2-3 run."""
-
-    n_eval: int = N_EVAL          # evaluation windows
-    n_calib: int = N_CALIB        # calibration windows
-    seq_len: int = 512            # tokens per window
-    settings: tuple = GPTQ_SETTINGS
-
-
-FULL = Workload()
-#: The tests' workload (``--quick``): the same code on 4x fewer tokens and the first two
-#: settings (INT4 g128 against INT3 g128 still shows where GPTQ gains most).
-QUICK = Workload(n_eval=2, n_calib=2, seq_len=256, settings=GPTQ_SETTINGS[:2])
-
-
 @dataclass
 class Model:
     """The loaded reference model with its fixed windows (see lectures/llm)."""
@@ -257,16 +283,9 @@ class Model:
     workload: Workload = FULL
 
 
-def harness():
-    """lectures.llm (lecture 08's harness), imported on first use so demo 1 needs no torch."""
-    from lectures import llm
-    return llm
-
-
 def load_model(ck=None, workload: Workload = FULL) -> Model:
     """SmolLM2-135M through the harness (``ck``: an already loaded lectures.llm.Checkpoint),
     with the evaluation and calibration windows of ``workload`` and its reference perplexity."""
-    llm = harness()
     ck = llm.load_checkpoint() if ck is None else ck
     tokens = llm.corpus_tokens(ck.tokenizer)
     w = workload
@@ -278,7 +297,6 @@ def load_model(ck=None, workload: Workload = FULL) -> Model:
 def ppl(m: Model, weights: dict | None = None, inputs=None) -> float:
     """Perplexity on the evaluation windows, with some linears' weights swapped (a dict
     name -> (out, in) array) and their inputs replaced by ``inputs(x, name)``."""
-    llm = harness()
     with contextlib.ExitStack() as stack:
         if weights:
             stack.enter_context(llm.swapped_weights(m.ck.model, weights))
@@ -294,178 +312,7 @@ def ppl(m: Model, weights: dict | None = None, inputs=None) -> float:
 def float_weights(m: Model) -> dict:
     """Every decoder linear's weight as float64 (out, in), by harness name."""
     return {n: mod.weight.detach().double().cpu().numpy()
-            for n, mod in harness().decoder_linears(m.ck.model).items()}
-
-
-def one_blas_thread():
-    """numpy's BLAS on one thread while numfmt.ptq runs: its matrices are small (576-1536), and
-    on a shared 2-core machine OpenBLAS's threads wait on each other (a 576 × 576 Cholesky
-    measured 30 times slower with 2 threads than with 1 there). Results do not change."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:                      # threadpoolctl comes with scikit-learn
-        return contextlib.nullcontext()
-    return threadpool_limits(limits=1, user_api="blas")
-
-
-def progress(iterable, desc: str, total: int | None = None):
-    """tqdm on stderr (absent from the lecture's stdout, so the output stays byte-identical)."""
-    from tqdm.auto import tqdm
-    return tqdm(iterable, desc=desc, total=total, file=sys.stderr, leave=False)
-
-
-class _Stop(Exception):
-    pass
-
-
-def _first_layer_inputs(model, windows) -> list:
-    """(hidden states, keyword arguments) entering decoder layer 0, one pair per window."""
-    import torch
-    layer0, seen = model.model.layers[0], []
-
-    def catch(module, args, kwargs):
-        seen.append((args[0].detach().clone(), dict(kwargs)))
-        raise _Stop
-
-    handle = layer0.register_forward_pre_hook(catch, with_kwargs=True)
-    device = next(model.parameters()).device
-    try:
-        with torch.inference_mode():
-            for row in np.asarray(windows):
-                with contextlib.suppress(_Stop):
-                    model(input_ids=torch.as_tensor(row[None], device=device), use_cache=False)
-    finally:
-        handle.remove()
-    return seen
-
-
-def workers() -> int:
-    """Threads that quantize a layer's groups of linears at once: torch's thread count (the
-    cores it uses). numpy releases the GIL inside its array operations, and every group is
-    independent, so the results do not depend on it."""
-    import torch
-    return max(1, torch.get_num_threads())
-
-
-def _quantize_groups(tasks: dict) -> dict:
-    """Run ``tasks`` (key -> (callable, weight, inputs)) on :func:`workers` threads, largest
-    weight first (the MLP's 3072 × 576 gate/up stack balances the rest of a layer); returns
-    key -> what the callable returned, in the order of ``tasks``."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    order = sorted(tasks, key=lambda k: -tasks[k][1].size)
-    with one_blas_thread(), ThreadPoolExecutor(max_workers=workers()) as pool:
-        futures = {k: pool.submit(tasks[k][0], tasks[k][1], tasks[k][2]) for k in order}
-        return {k: futures[k].result() for k in tasks}
-
-
-def calibrate_layers(m: Model, quantize_group, sequential: bool = True, desc: str = "layers",
-                     windows=None, results: dict | None = None) -> dict:
-    """Quantize the decoder layer by layer on the calibration windows.
-
-    For each layer in order: run the calibration tokens through it, recording the input of each
-    group of linears that read one tensor (``INPUT_GROUPS``, float64 (tokens, in)); call
-    ``quantize_group(weight, x)`` with the group's weights stacked by rows (out_total, in)
-    and its inputs, which returns the new stacked weight (an array, or a result with a
-    ``weight`` field, such as numfmt.ptq's); and, when ``sequential``, compute the next layer's
-    inputs with this layer already quantized (GPTQ's sequential calibration: later layers see,
-    and compensate, the errors of earlier ones). Otherwise they come from the float layer, and
-    ``quantize_group`` may be a dict key -> callable: every callable then sees the same inputs
-    from one pass, and the return value is key -> (name -> weight).
-
-    The groups of a layer are quantized on :func:`workers` threads. Returns name -> new weight
-    for every decoder linear; ``results``, if given, receives (key,) layer index, group name
-    -> what each call returned; the model is unchanged.
-    """
-    import torch
-    many = isinstance(quantize_group, dict)
-    if many and sequential:
-        raise ValueError("several quantizers share one pass only without sequential "
-                         "calibration (each would need its own quantized layers)")
-    quantizers = quantize_group if many else {None: quantize_group}
-    model = m.ck.model
-    states = _first_layer_inputs(model, m.calib_windows if windows is None else windows)
-    new = {k: {} for k in quantizers}
-    layers = model.model.layers
-    last_group = next(reversed(INPUT_GROUPS))
-    for li in progress(range(len(layers)), desc):
-        layer = layers[li]
-        seen = {g: [] for g in INPUT_GROUPS}
-
-        def record(g):
-            def hook(module, args):
-                x = args[0].detach()
-                seen[g].append(x.reshape(-1, x.shape[-1]).double().cpu().numpy())
-                if sequential and g == last_group:
-                    raise _Stop       # this pass's outputs are not needed: stop before down_proj
-            return hook
-
-        hooks = [layer.get_submodule(names[0]).register_forward_pre_hook(record(g))
-                 for g, names in INPUT_GROUPS.items()]
-        outs = []
-        with torch.inference_mode():
-            try:
-                for h, kw in states:
-                    with contextlib.suppress(_Stop):
-                        outs.append(layer(h, **kw))
-            finally:
-                for hk in hooks:
-                    hk.remove()
-        mods = {g: [layer.get_submodule(n) for n in names] for g, names in INPUT_GROUPS.items()}
-        ws = {g: [mod.weight.detach().double().cpu().numpy() for mod in mods[g]]
-              for g in INPUT_GROUPS}
-        done = _quantize_groups({(k, g): (q, np.concatenate(ws[g]), np.concatenate(seen[g]))
-                                 for k, q in quantizers.items() for g in INPUT_GROUPS})
-        saved = {}
-        for (k, g), r in done.items():
-            if results is not None:
-                results[(k, li, g) if many else (li, g)] = r
-            stacked = getattr(r, "weight", r)
-            bounds = np.cumsum([0] + [w.shape[0] for w in ws[g]])
-            for n, mod, a, b in zip(INPUT_GROUPS[g], mods[g], bounds[:-1], bounds[1:]):
-                new[k][f"model.layers.{li}.{n}"] = stacked[a:b]
-                if sequential:
-                    saved[n] = mod.weight.data
-                    mod.weight.data = torch.as_tensor(stacked[a:b], dtype=mod.weight.dtype,
-                                                      device=mod.weight.device)
-        if sequential:
-            if li + 1 < len(layers):          # the last layer's outputs feed nothing here
-                with torch.inference_mode():
-                    outs = [layer(h, **kw) for h, kw in states]
-            for n, data in saved.items():
-                layer.get_submodule(n).weight.data = data
-        states = [(o, kw) for o, (_, kw) in zip(outs, states)]
-    return new if many else new[None]
-
-
-def weight_rtn(w: np.ndarray, bits: int, group: int) -> np.ndarray:
-    """Round-to-nearest, asymmetric, groups of ``group`` input columns (the last group of a
-    576-input linear holds 64 columns when group = 128: 576 = 4 · 128 + 64): numfmt.ptq.rtn's
-    weights, through its values-only twin (AWQ's search calls this 14 times per layer group)."""
-    return rtn_values(w, bits, group, symmetric=False, partial_last_group=True)
-
-
-def map_items(f, items: dict) -> dict:
-    """``{name: f(name, v)}`` over a dict (weights, captured inputs), on :func:`workers`
-    threads (every item is independent; numpy releases the GIL; the order of ``items`` is
-    kept)."""
-    from concurrent.futures import ThreadPoolExecutor
-    with ThreadPoolExecutor(max_workers=workers()) as pool:
-        return dict(zip(items, pool.map(f, items, items.values())))
-
-
-def rtn_weights(m: Model, bits: int, group: int) -> dict:
-    """Every decoder linear quantized by :func:`weight_rtn`."""
-    return map_items(lambda n, w: weight_rtn(w, bits, group), float_weights(m))
-
-
-def bits_per_weight(m: Model, bits: int, group: int) -> float:
-    """Storage of every decoder linear with an FP16 scale and a b-bit zero point per row and
-    group (GPTQ's checkpoint layout, numfmt.packing.gptq), averaged over all their weights."""
-    shapes = [tuple(mod.weight.shape) for mod in harness().decoder_linears(m.ck.model).values()]
-    total = sum(o * i for o, i in shapes)
-    meta = sum(o * -(-i // group) * (16 + bits) for o, i in shapes)
-    return bits + meta / total
+            for n, mod in llm.decoder_linears(m.ck.model).items()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -496,7 +343,7 @@ def demo2_gptq(m: Model, settings=None) -> GPTQRealResult:
                 return gptq(w, hessian(x), bits, group, symmetric=False, act_order=act,
                             partial_last_group=True).weight
 
-            new = calibrate_layers(m, q, desc=f"GPTQ INT{bits} g{group}"
+            new = calibrate_layers(m.ck.model, m.calib_windows, q, desc=f"GPTQ INT{bits} g{group}"
                                    + (" act-order" if act else ""))
             out[key] = ppl(m, new)
             if act and (bits, group) == settings[0]:    # kept for the tests (850 MB each)
@@ -572,9 +419,10 @@ def demo3_awq(m: Model, gptq_result: GPTQRealResult | None = None,
     # AWQ calibrates on the float model's inputs: one pass serves every setting, and only the
     # windows that hold its AWQ_TOKENS tokens need to run
     found = {}
-    new = calibrate_layers(m, {s: search(*s) for s in settings}, sequential=False,
+    windows = m.calib_windows[:-(-AWQ_TOKENS // m.calib_windows.shape[1])]
+    new = calibrate_layers(m.ck.model, windows, {s: search(*s) for s in settings},
+                           sequential=False,
                            desc="AWQ " + ", ".join(f"INT{b} g{g}" for b, g in settings),
-                           windows=m.calib_windows[:-(-AWQ_TOKENS // m.calib_windows.shape[1])],
                            results=found)
     out, alphas, rows = {}, {}, []
     for bits, group in settings:
@@ -619,7 +467,6 @@ SMOOTHED = ("attn_in", "mlp_in")   # linears after an RMSNorm, where s folds int
 
 def _linear_stats(m: Model) -> dict:
     """Per-input-channel absmax of every decoder linear on the calibration windows."""
-    llm = harness()
     return {n: s.absmax for n, s in
             llm.capture_linear_inputs(m.ck.model, m.calib_windows).items()}
 
@@ -735,7 +582,6 @@ def demo4_activations(m: Model) -> ActivationResult:
     rot = {r: w4a4(m, weights, r) for r in progress((False, True), "W4A4")}
     rotation_rows = [["W4A4 INT4 g32", rot[False], rot[True]]]
 
-    llm = harness()
     last = f"model.layers.{len(m.ck.model.model.layers) - 1}.mlp.down_proj"
     # one pass over the first calibration window for the last down_proj and the table's
     # linears (the last down_proj is among them)
@@ -756,7 +602,7 @@ def demo4_activations(m: Model) -> ActivationResult:
         r = llm_int8_matmul(xs, w)
         exact = xs @ w.T
         plain = llm_int8_matmul(xs, w, threshold=np.inf).output
-        li, kind = harness().layer_of(n)
+        li, kind = llm.layer_of(n)
         int8_rows.append([f"layer {li} {kind}", r.outliers.mean(),
                           rel_error(r.output, exact), rel_error(plain, exact)])
     for n, a in stats.items():
@@ -807,7 +653,15 @@ def show_demo4(r: ActivationResult) -> None:
 # ---------------------------------------------------------------------------------------------
 # Demo 5: calibrating activation ranges; static against dynamic
 # ---------------------------------------------------------------------------------------------
-CALIBRATORS = ("min-max", "percentile 99.99", "MSE", "KL (entropy)")
+#: label -> (clip of a float64 (tokens, in) input, whether it runs on threads). KL's search is
+#: a Python loop over its candidates, which holds the GIL (measured: 1.6 times slower on 2
+#: threads than on one), so it runs on one.
+CALIBRATORS = {
+    "min-max": (lambda x: float(np.abs(x).max()), True),
+    "percentile 99.99": (lambda x: calibrate_percentile(x, 99.99), True),
+    "MSE": (lambda x: calibrate_mse(x, 8, grid=20), True),
+    "KL (entropy)": (lambda x: calibrate_kl(x, 8, bins=1024), False),
+}
 
 
 @dataclass
@@ -816,16 +670,6 @@ class CalibrationResult:
     ppl: dict        # method -> ppl; also "dynamic per-tensor", "dynamic per-token"
     clip_ratio: dict  # method -> median over linears of clip / max|x|
     tokens: int       # calibration tokens
-
-
-def _clip(method: str, x: np.ndarray) -> float:
-    if method == "min-max":
-        return float(np.abs(x).max())
-    if method == "percentile 99.99":
-        return calibrate_percentile(x, 99.99)
-    if method == "MSE":
-        return calibrate_mse(x, 8, grid=20)
-    return calibrate_kl(x, 8, bins=1024)
 
 
 def demo5_calibration(m: Model, tokens: int = 512,
@@ -837,7 +681,6 @@ def demo5_calibration(m: Model, tokens: int = 512,
     ``dynamic_per_tensor``: the perplexity with dynamic per-tensor scales when already
     measured: demo 4's W8A8 without smoothing is that very model (s = 1 leaves its weights
     and activations bit for bit as here)."""
-    llm = harness()
     weights = float_weights(m)
     wq = map_items(lambda n, w: rtn_values(w, 8, symmetric=True), weights)   # as in demo 4
     names = [n for n in weights if any(n.endswith(ns[0]) for ns in INPUT_GROUPS.values())]
@@ -845,12 +688,12 @@ def demo5_calibration(m: Model, tokens: int = 512,
     caps = llm.capture_linear_inputs(m.ck.model, windows, names, keep_inputs=True)
     out, ratio = {}, {}
     for method in progress(CALIBRATORS, "calibrators"):
-        def clip(n, c, method=method):
-            return _clip(method, c.inputs.astype(np.float64))
-        # on threads, except KL's search: a Python loop over its candidates, which holds the
-        # GIL (measured: 1.6 times slower on 2 threads than on one)
-        clips = ({n: clip(n, c) for n, c in caps.items()} if method == "KL (entropy)"
-                 else map_items(clip, caps))
+        calibrate, threaded = CALIBRATORS[method]
+
+        def clip(n, c, calibrate=calibrate):
+            return calibrate(c.inputs.astype(np.float64))
+        clips = (map_items(clip, caps) if threaded
+                 else {n: clip(n, c) for n, c in caps.items()})
         ratio[method] = float(np.median([clips[n] / np.abs(caps[n].inputs).max()
                                          for n in caps]))
 
@@ -925,43 +768,29 @@ def show_demo6(rows: list) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-def real_model_demos(workload: Workload = FULL) -> None:
-    try:
-        llm = harness()
-    except ImportError as e:
-        print_header(_("Demos 2-6: the real model"))
-        print(_("Skipped: {error}. Install the libraries with: {command}").format(
-            error=e, command='pip install -e ".[model]"'))
-        return
-    try:
-        m = load_model(workload=workload)
-    except llm.ModelUnavailableError as e:   # its message names the install command
-        print_header(_("Demos 2-6: the real model"))
-        print(_("Skipped: {error}").format(error=e))
-        return
-    g = demo2_gptq(m)
-    show_demo2(g)
-    a = demo3_awq(m, g)
-    show_demo3(a)
-    d4 = demo4_activations(m)
-    show_demo4(d4)
-    show_demo5(demo5_calibration(m, dynamic_per_tensor=d4.smooth_ppl[None]))
-    show_demo6(demo6_summary(m, g, a))
+# Helpers: RTN weights and their storage
+# ---------------------------------------------------------------------------------------------
+def weight_rtn(w: np.ndarray, bits: int, group: int) -> np.ndarray:
+    """Round-to-nearest, asymmetric, groups of ``group`` input columns (the last group of a
+    576-input linear holds 64 columns when group = 128: 576 = 4 · 128 + 64): numfmt.ptq.rtn's
+    weights, through its values-only twin (AWQ's search calls this 14 times per layer group)."""
+    return rtn_values(w, bits, group, symmetric=False, partial_last_group=True)
 
 
-def main(argv=None) -> None:
-    args = argparse.ArgumentParser(description=__doc__.split("\n")[1]).parse_known_args(argv)[1]
-    print_title(_("Lecture 09: post-training quantization algorithms"), [
-        _("Round-to-nearest minimises the weight error; a model feels each layer's output "
-          "error, tr(E Σ Eᵀ). GPTQ, AWQ, SmoothQuant, rotations and LLM.int8() are short pieces "
-          "of numfmt.ptq that each act on that difference; demos 2-6 measure them on "
-          "SmolLM2-135M."),
-        _("Errors are relative, in percent; perplexity is exp(mean NLL per token), lower is "
-          "better. Every run prints the same numbers."),
-    ])
-    show_demo1(demo1_output_error())
-    if "--synthetic" not in args:
-        real_model_demos(QUICK if "--quick" in args else FULL)
+def rtn_weights(m: Model, bits: int, group: int) -> dict:
+    """Every decoder linear quantized by :func:`weight_rtn`."""
+    return map_items(lambda n, w: weight_rtn(w, bits, group), float_weights(m))
+
+
+def bits_per_weight(m: Model, bits: int, group: int) -> float:
+    """Storage of every decoder linear with an FP16 scale and a b-bit zero point per row and
+    group (GPTQ's checkpoint layout, numfmt.packing.gptq), averaged over all their weights."""
+    shapes = [tuple(mod.weight.shape) for mod in llm.decoder_linears(m.ck.model).values()]
+    total = sum(o * i for o, i in shapes)
+    meta = sum(o * -(-i // group) * (16 + bits) for o, i in shapes)
+    return bits + meta / total
+
+
 
 
 if __name__ == "__main__":

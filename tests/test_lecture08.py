@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 from console import display_width
+from lectures import lecture
 
-L = importlib.import_module("lectures.08_real_model")
+L = lecture(8)
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
@@ -414,3 +415,14 @@ def test_weight_formats_are_quantized_once_per_run(lab):
     ref = L.llm.quantized_weight_tensors(lab.model, int8)
     assert ref.keys() == a.keys() and all(torch.equal(a[n], ref[n]) for n in ref)
     assert fresh.weight_tensors(int8) is not a and not fresh._weights   # no plan left
+
+
+def test_lecture_helper_finds_each_lecture_and_refuses_bad_numbers():
+    import importlib
+    for n in range(1, 10):
+        module = lecture(n)
+        assert module.__name__.startswith(f"lectures.0{n}_")
+        assert module is importlib.import_module(module.__name__)
+    for bad in (99, "08", 8.0, True):
+        with pytest.raises(ValueError, match="number"):
+            lecture(bad)

@@ -7,7 +7,6 @@ states, and GPTQ's first layer against numfmt.ptq.gptq fed with the harness's ow
 """
 
 import contextlib
-import importlib
 import io
 
 import numpy as np
@@ -15,8 +14,9 @@ import pytest
 
 from console import display_width
 from numfmt.ptq import gptq, hessian
+from lectures import lecture
 
-L = importlib.import_module("lectures.09_ptq_algorithms")
+L = lecture(9)
 
 
 def printed(show, *args) -> str:
@@ -137,7 +137,7 @@ def test_batched_perplexity_equals_one_window_at_a_time(model):
     """L.ppl runs all windows in one forward pass; the number is the one a window-by-window
     run gives, also with a per-tensor activation quantizer (NVFP4's FP32 scale must not span
     two windows: the hooks quantize each window alone)."""
-    llm = L.harness()
+    from lectures import llm
     lm, windows = model.ck.model, model.eval_windows
     assert L.ppl(model) == pytest.approx(llm.perplexity(lm, windows, batch_size=1), rel=1e-6)
     nvfp4 = llm.ActFormat("NVFP4", "nvfp4")
@@ -192,7 +192,7 @@ def test_demo2_first_layer_is_gptq_on_the_harness_hessian(model, d2):
     # Layer 0 sees the float model's inputs in any calibration, so its GPTQ weights must be
     # numfmt.ptq.gptq on the Hessian the harness accumulates (2 * sum x x^T / n): equal but
     # for rounding flips where the two float64 sums of 2048 terms differ in the last bits.
-    llm = importlib.import_module("lectures.llm")
+    from lectures import llm
     names = ["model.layers.0.self_attn.q_proj", "model.layers.0.mlp.down_proj"]
     caps = llm.capture_linear_inputs(model.ck.model, model.calib_windows, names, hessian=True)
     w = L.float_weights(model)
@@ -232,7 +232,7 @@ def test_demo4_claims(model, d4):
             assert err == plain, name
         assert 0.0 <= share < 0.5              # measured: at most 23% (layer 29 down_proj)
     # the share of float channels, recomputed from the harness's own absmax
-    llm = importlib.import_module("lectures.llm")
+    from lectures import llm
     caps = llm.capture_linear_inputs(model.ck.model, model.calib_windows)
     over = sum(int((c.absmax > 6.0).sum()) for c in caps.values())
     total = sum(c.absmax.size for c in caps.values())
@@ -324,10 +324,6 @@ def test_skip_messages_in_chinese(monkeypatch, tmp_path):
     monkeypatch.setattr(L, "load_model",
                         lambda **kw: llm.verify_gguf(tmp_path / "missing.gguf"))
     assert_chinese(lambda _: L.real_model_demos(), None, layout=False)
-    monkeypatch.setattr(L, "harness", lambda: (_ for _ in ()).throw(
-        ImportError("No module named 'torch'")))
-    assert_chinese(lambda _: L.real_model_demos(), None, allowed=["No module named"],
-                   layout=False)
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,16 @@ Hooks (:mod:`lectures.llm.hooks`)
     (per-channel and per-token absmax, optional Σ x xᵀ and raw inputs);
     context managers ``swapped_weights(model, {name: W})``, ``quantized_weights(model, q)``,
     ``quantized_inputs(model, q)``, ``quantized_kv(model, qk, qv)``.
+Workloads (:mod:`lectures.llm.workload`)
+    ``Workload(n_eval, seq_len, n_calib)``, ``FULL`` (4 + 4 windows of 512 tokens) and
+    ``QUICK`` (2 + 2 windows of 256): how much text a lecture reads.
+A lab (:mod:`lectures.llm.lab`)
+    ``open_lab(workload)`` -> Lab: the checkpoint and its windows; ``Lab.ppl(weights, acts,
+    kv)`` measures perplexity with any quantizers in place.
+Calibration (:mod:`lectures.llm.calibrate`)
+    ``calibrate_layers(model, windows, quantize_group)``: layer by layer (sequential, as
+    GPTQ, or on the float model, as AWQ), each layer's groups of linears on threads;
+    ``INPUT_GROUPS``, ``map_items``, ``workers``, ``one_blas_thread``.
 Quantizers (:mod:`lectures.llm.quantizers`)
     ``WeightFormat``, ``ActFormat``, ``kv_quantizer``, ``model_bits_per_weight``: settings of
     numfmt calls, and what each costs in bits per weight.
@@ -36,12 +46,16 @@ Typical use::
 from lectures.llm.checkpoint import (GGUF_NAME, GGUF_SHA256, INSTALL_MODEL, Checkpoint,
                                      ModelUnavailableError, cache_root, gguf_path,
                                      gguf_tensor_types, load_checkpoint, verify_gguf)
+from lectures.llm.calibrate import (INPUT_GROUPS, calibrate_layers, map_items,
+                                    one_blas_thread, workers)
 from lectures.llm.evaluate import perplexity, window_nll
 from lectures.llm.hooks import (LINEAR_KINDS, LinearInputs, capture_linear_inputs,
                                 decoder_linears, layer_of, quantized_inputs, quantized_kv,
                                 quantized_weight_tensors, quantized_weights, swapped_weights)
+from lectures.llm.lab import Lab, open_lab
 from lectures.llm.quantizers import ActFormat, WeightFormat, kv_quantizer, model_bits_per_weight
 from lectures.llm.text import SEQ_LEN, calibration_windows, corpus_text, corpus_tokens, eval_windows
+from lectures.llm.workload import FULL, QUICK, Workload
 
 __all__ = [
     "GGUF_NAME", "GGUF_SHA256", "INSTALL_MODEL", "Checkpoint", "ModelUnavailableError",
@@ -50,5 +64,7 @@ __all__ = [
     "decoder_linears", "layer_of", "quantized_inputs", "quantized_kv",
     "quantized_weight_tensors", "quantized_weights", "swapped_weights", "ActFormat",
     "WeightFormat", "kv_quantizer", "model_bits_per_weight", "SEQ_LEN", "calibration_windows",
-    "corpus_text", "corpus_tokens", "eval_windows",
+    "corpus_text", "corpus_tokens", "eval_windows", "INPUT_GROUPS", "calibrate_layers",
+    "map_items", "one_blas_thread", "workers", "FULL", "QUICK", "Workload",
+    "Lab", "open_lab",
 ]

@@ -15,17 +15,15 @@ A thin layer over lecture 08's demo functions and the harness in :mod:`lectures.
 
 from __future__ import annotations
 
-import importlib
-
 import ipywidgets as widgets
 import numpy as np
 from matplotlib import ticker
 from matplotlib.figure import Figure
 
-from lectures import llm
+from lectures import lecture, llm
 from lectures.widgets.explorer import Explorer, check_result
 
-L = importlib.import_module("lectures.08_real_model")
+L = lecture(8)
 
 #: The notebook's reduced workload (documented there): one window of 256 tokens to score,
 #: one to calibrate on, so that it runs in well under a minute on two cores.

@@ -13,17 +13,16 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
-
 import ipywidgets as widgets
 import numpy as np
 from matplotlib.figure import Figure
 
+from lectures import lecture
 from lectures.widgets.explorer import Explorer, check_result, explorer_figure
 from numfmt import rel_error
 from numfmt.ptq import gptq, hessian, rtn
 
-L = importlib.import_module("lectures.09_ptq_algorithms")
+L = lecture(9)
 
 EXPLORER_SHAPE = (64, 256)     #: (out, in) of the explorer's layer: fast enough for a slider
 GROUPS = ("per row", 32, 64, 128)
