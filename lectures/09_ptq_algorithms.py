@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import sys
 import re
 from dataclasses import dataclass, field
 
@@ -74,6 +76,12 @@ _NUMBERED_LABELS = (
 )
 
 
+def verdict(change) -> str:
+    """"within noise" or "beyond noise" for a :class:`lectures.llm.PairedRatio` (its 95%
+    interval over the evaluation windows contains 0 or not)."""
+    return _("within noise") if change.within_noise else _("beyond noise")
+
+
 def label(text: str) -> str:
     """A row label of a demo's result in the current language (itself where none is known)."""
     for pattern, message in _NUMBERED_LABELS:
@@ -83,6 +91,8 @@ def label(text: str) -> str:
     return _(text)
 
 
+#: The full run's results, drawn by notebook 09 (``--save`` writes such a file).
+RESULTS_FILE = "lectures/llm/results/lecture09.json"
 GPTQ_SETTINGS = ((4, 128), (3, 128), (3, 32))   # (bits, group size), asymmetric as GPTQ's
 ZERO_BITS_STORED = True      # GPTQ storage: an FP16 scale and a b-bit zero point per group
 
@@ -102,8 +112,22 @@ QUICK = Workload(n_eval=2, n_calib=2, seq_len=256, settings=GPTQ_SETTINGS[:2])
 
 
 # ---------------------------------------------------------------------------------------------
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=_("Lecture 09: post-training quantization "
+                                                   "algorithms."))
+    parser.add_argument("--synthetic", action="store_true",
+                        help=_("demo 1 only (the synthetic layer; no model needed)"))
+    parser.add_argument("--quick", action="store_true",
+                        help=_("the tests' workload: 2 windows of 256 tokens, two settings"))
+    parser.add_argument("--save", metavar="PATH",
+                        help=_("also write the real-model demos' results as JSON to PATH "
+                               "(notebook 09 draws the full run's, {path})").format(
+                            path=RESULTS_FILE))
+    return parser.parse_args(argv)
+
+
 def main(argv=None) -> None:
-    args = argparse.ArgumentParser(description=__doc__.split("\n")[1]).parse_known_args(argv)[1]
+    args = parse_args(argv)
     print_title(_("Lecture 09: post-training quantization algorithms"), [
         _("Round-to-nearest minimises the weight error; a model feels each layer's output "
           "error, tr(E Σ Eᵀ). GPTQ, AWQ, SmoothQuant, rotations and LLM.int8() are short pieces "
@@ -113,11 +137,11 @@ def main(argv=None) -> None:
           "better. Every run prints the same numbers."),
     ])
     show_demo1(demo1_output_error())
-    if "--synthetic" not in args:
-        real_model_demos(QUICK if "--quick" in args else FULL)
+    if not args.synthetic:
+        real_model_demos(QUICK if args.quick else FULL, args.save)
 
 
-def real_model_demos(workload: Workload = FULL) -> None:
+def real_model_demos(workload: Workload = FULL, save: str | None = None) -> None:
     try:
         m = load_model(workload=workload)
     except llm.ModelUnavailableError as e:   # its message names the install command
@@ -126,12 +150,23 @@ def real_model_demos(workload: Workload = FULL) -> None:
         return
     g = demo2_gptq(m)
     show_demo2(g)
+    sys.stdout.flush()                    # each demo shows as it finishes, redirected too
     a = demo3_awq(m, g)
     show_demo3(a)
+    sys.stdout.flush()
     d4 = demo4_activations(m)
     show_demo4(d4)
-    show_demo5(demo5_calibration(m, dynamic_per_tensor=d4.smooth_ppl[None]))
-    show_demo6(demo6_summary(m, g, a))
+    sys.stdout.flush()
+    d5 = demo5_calibration(m, activations=d4)
+    show_demo5(d5)
+    d6 = demo6_summary(m, g, a)
+    show_demo6(d6)
+    if save:
+        results = {"reference": m.reference_ppl, "demo2": dataclasses.replace(g, weights={}),
+                   "demo3": a, "demo4": d4, "demo5": d5, "demo6": d6}
+        llm.save_results(save, results, {"workload": dataclasses.asdict(workload),
+                                         "command": "09_ptq_algorithms.py"
+                                         + (" --quick" if workload == QUICK else "")})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -281,6 +316,7 @@ class Model:
     calib_windows: np.ndarray  # (n_calib, seq_len) token ids
     reference_ppl: float
     workload: Workload = FULL
+    reference_nll: object = None  # float64 (n_eval,): the float32 model's NLL per window
 
 
 def load_model(ck=None, workload: Workload = FULL) -> Model:
@@ -291,12 +327,19 @@ def load_model(ck=None, workload: Workload = FULL) -> Model:
     w = workload
     ev = llm.eval_windows(tokens, w.n_eval, w.seq_len)
     cal = llm.calibration_windows(tokens, w.n_calib, w.seq_len)
-    return Model(ck, ev, cal, llm.perplexity(ck.model, ev, batch_size=len(ev)), w)
+    ref = llm.window_nll(ck.model, ev, batch_size=len(ev))
+    return Model(ck, ev, cal, float(np.exp(ref.mean())), w, ref)
 
 
 def ppl(m: Model, weights: dict | None = None, inputs=None) -> float:
     """Perplexity on the evaluation windows, with some linears' weights swapped (a dict
-    name -> (out, in) array) and their inputs replaced by ``inputs(x, name)``."""
+    name -> (out, in) array) and their inputs replaced by ``inputs(x, name)``: ``exp`` of the
+    mean of :func:`nll`."""
+    return float(np.exp(nll(m, weights, inputs).mean()))
+
+
+def nll(m: Model, weights: dict | None = None, inputs=None) -> np.ndarray:
+    """Mean NLL per evaluation window (float64 (n_eval,), nats per token), as :func:`ppl`."""
     with contextlib.ExitStack() as stack:
         if weights:
             stack.enter_context(llm.swapped_weights(m.ck.model, weights))
@@ -306,7 +349,7 @@ def ppl(m: Model, weights: dict | None = None, inputs=None) -> float:
         # window at a time here (tests/test_lecture09.py), about half the CPU time; the
         # activation hooks quantize each window of the batch on its own, the windows on
         # torch's threads at once (the quantizers are numpy's, which release the GIL).
-        return llm.perplexity(m.ck.model, m.eval_windows, batch_size=len(m.eval_windows))
+        return llm.window_nll(m.ck.model, m.eval_windows, batch_size=len(m.eval_windows))
 
 
 def float_weights(m: Model) -> dict:
@@ -325,6 +368,9 @@ class GPTQRealResult:
     ppl: dict         # (method, bits, group) -> perplexity; method in RTN, GPTQ, GPTQ-act
     tokens: tuple     # (calibration tokens, evaluation tokens)
     weights: dict = field(default_factory=dict, repr=False)  # first setting, act-order only
+    nll: dict = field(default_factory=dict)   # as ppl: NLL per evaluation window
+    reference_nll: object = None
+    g_idx_bits: float = 0.0   # act-order's g_idx (32 bits per input column), per weight
 
 
 def demo2_gptq(m: Model, settings=None) -> GPTQRealResult:
@@ -332,10 +378,10 @@ def demo2_gptq(m: Model, settings=None) -> GPTQRealResult:
     calibrated sequentially layer by layer on 2048 tokens. Notice how much more GPTQ buys at 3
     bits than at 4, and what act-order adds."""
     settings = m.workload.settings if settings is None else settings
-    out, weights, rows = {}, {}, []
+    out, weights, rows, nlls = {}, {}, [], {}
     for bits, group in settings:
         rtn = rtn_weights(m, bits, group)
-        out[("RTN", bits, group)] = ppl(m, rtn)
+        nlls[("RTN", bits, group)] = nll(m, rtn)
         for act in (False, True):
             key = ("GPTQ-act" if act else "GPTQ", bits, group)
 
@@ -345,14 +391,17 @@ def demo2_gptq(m: Model, settings=None) -> GPTQRealResult:
 
             new = calibrate_layers(m.ck.model, m.calib_windows, q, desc=f"GPTQ INT{bits} g{group}"
                                    + (" act-order" if act else ""))
-            out[key] = ppl(m, new)
+            nlls[key] = nll(m, new)
             if act and (bits, group) == settings[0]:    # kept for the tests (850 MB each)
                 weights[key] = new
+        out.update({k: float(np.exp(v.mean())) for k, v in nlls.items()})
         rows.append([f"INT{bits} g{group}", bits_per_weight(m, bits, group),
                      out[("RTN", bits, group)],
-                     out[("GPTQ", bits, group)], out[("GPTQ-act", bits, group)]])
+                     out[("GPTQ", bits, group)], out[("GPTQ-act", bits, group)],
+                     llm.paired_ratio(nlls[("RTN", bits, group)],
+                                      nlls[("GPTQ-act", bits, group)]).percent()])
     return GPTQRealResult(m.reference_ppl, rows, out, (m.calib_windows.size, m.eval_windows.size),
-                          weights)
+                          weights, nlls, m.reference_nll, g_idx_bits(m))
 
 
 def show_demo2(r: GPTQRealResult) -> None:
@@ -360,31 +409,50 @@ def show_demo2(r: GPTQRealResult) -> None:
     print(_("Reference (float32) perplexity: {reference:.2f}. Calibration: {calib} tokens, layer "
             "by layer;\nevaluation: {evaluation} other tokens.").format(
         reference=r.reference, calib=r.tokens[0], evaluation=r.tokens[1]))
-    print_table([_("weights"), _("bits/weight"), "RTN", "GPTQ", _("GPTQ act-order")],
-                [[s, f"{b:.3f}", f"{a:.2f}", f"{g:.2f}", f"{ga:.2f}"] for s, b, a, g, ga in r.rows])
+    print_table([_("weights"), _("bits/weight"), "RTN", "GPTQ", _("GPTQ act-order"),
+                 _("act-order against RTN")],
+                [[s, f"{b:.3f}", f"{a:.2f}", f"{g:.2f}", f"{ga:.2f}", ch]
+                 for s, b, a, g, ga, ch in r.rows])
     c = gptq_counts(r)
     gain = {row[0]: row[2] - row[4] for row in r.rows}
     top = max(gain, key=gain.get)
     top_row = r.rows[[row[0] for row in r.rows].index(top)]
     print_observations([
-        _("GPTQ beats RTN in {plain} of {n} settings, with act-order in {act} of {n}; act-order "
-          "is the better GPTQ in {act_better} of {n} (float: {reference:.2f}).").format(
+        _("GPTQ beats RTN in {plain} of {n} settings ({plain_sure} beyond noise), with "
+          "act-order in {act} of {n} ({act_sure} beyond noise); act-order is the better GPTQ in "
+          "{act_better} of {n} ({act_better_sure} beyond noise). Float: {reference:.2f}.").format(
             plain=c["plain"], n=c["n"], act=c["act"], act_better=c["act_better"],
-            reference=r.reference),
-        _("The gain is largest at {setting} ({rtn:.1f} -> {gptq:.1f}): the coarser the grid, the "
-          "larger each rounding error and the more GPTQ has to cancel. Act-order rounds the "
-          "columns with the largest Hessian diagonal (the most active inputs) first, while many "
-          "columns can still absorb their error (Frantar et al. 2023, section 4).").format(
+            plain_sure=c["plain_sure"], act_sure=c["act_sure"],
+            act_better_sure=c["act_better_sure"], reference=r.reference),
+        _("Act-order's gain over RTN is largest at {setting} ({rtn:.1f} -> {gptq:.1f}). "
+          "Act-order, rounding the columns with the largest Hessian diagonal first, is a "
+          "heuristic of the authors' repository (IST-DASLab/gptq, --act-order), not of the "
+          "paper, whose section 3 finds that the order barely matters for large models. With "
+          "groups it also regroups the columns by activation energy (groups form in the order "
+          "of quantization), so its gain here mixes order and grouping.").format(
             setting=top, rtn=top_row[2], gptq=top_row[4]),
+        _("Act-order stores that order too: a 32-bit group index per input column (g_idx) "
+          "adds {g_idx:.3f} bits per weight to the table's bits for act-order.").format(
+            g_idx=r.g_idx_bits),
     ])
 
 
 def gptq_counts(r: GPTQRealResult) -> dict:
-    """How many settings GPTQ (plain, act-order) beats RTN in, and act-order beats plain."""
-    rows = r.rows
-    return {"n": len(rows), "plain": sum(row[3] < row[2] for row in rows),
-            "act": sum(row[4] < row[2] for row in rows),
-            "act_better": sum(row[4] < row[3] for row in rows)}
+    """How many settings GPTQ (plain, act-order) beats RTN in, and act-order beats plain; the
+    ``_sure`` counts only those beyond noise (95% interval over the evaluation windows)."""
+    rows, n = r.rows, r.nll
+    settings = list(dict.fromkeys((bits, group) for _m, bits, group in n))
+
+    def wins(a, b, sure):
+        count = 0
+        for bits, group in settings:
+            p = llm.paired_ratio(n[(a, bits, group)], n[(b, bits, group)])
+            count += p.ratio < 1 and (not sure or not p.within_noise)
+        return count
+    return {"n": len(rows), "plain": wins("RTN", "GPTQ", False),
+            "act": wins("RTN", "GPTQ-act", False), "act_better": wins("GPTQ", "GPTQ-act", False),
+            "plain_sure": wins("RTN", "GPTQ", True), "act_sure": wins("RTN", "GPTQ-act", True),
+            "act_better_sure": wins("GPTQ", "GPTQ-act", True)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -399,6 +467,8 @@ class AWQRealResult:
     rows: list        # [setting, RTN ppl, AWQ ppl, GPTQ act-order ppl]
     ppl: dict
     alphas: dict      # setting -> list of the chosen alpha of every layer group
+    nll: dict = field(default_factory=dict)   # as ppl, NLL per window (GPTQ-act's too)
+    tokens: tuple = (0, 0)   # calibration tokens: (AWQ per layer group, GPTQ)
 
 
 def demo3_awq(m: Model, gptq_result: GPTQRealResult | None = None,
@@ -424,17 +494,22 @@ def demo3_awq(m: Model, gptq_result: GPTQRealResult | None = None,
                            sequential=False,
                            desc="AWQ " + ", ".join(f"INT{b} g{g}" for b, g in settings),
                            results=found)
-    out, alphas, rows = {}, {}, []
+    out, alphas, rows, nlls = {}, {}, [], {}
     for bits, group in settings:
         key = ("AWQ", bits, group)
-        out[key] = ppl(m, new[(bits, group)])
+        nlls[key] = nll(m, new[(bits, group)])
+        out[key] = float(np.exp(nlls[key].mean()))
         alphas[key] = [r.alpha for (k, _, _), r in found.items() if k == (bits, group)]
-        rtn = gptq_result.ppl[("RTN", bits, group)] if gptq_result else ppl(
-            m, rtn_weights(m, bits, group))
+        for method in ("RTN", "GPTQ-act"):
+            if gptq_result is not None:
+                nlls[(method, bits, group)] = gptq_result.nll[(method, bits, group)]
+            elif method == "RTN":
+                nlls[(method, bits, group)] = nll(m, rtn_weights(m, bits, group))
+        rtn = float(np.exp(nlls[("RTN", bits, group)].mean()))
         out[("RTN", bits, group)] = rtn
         g = gptq_result.ppl[("GPTQ-act", bits, group)] if gptq_result else float("nan")
         rows.append([f"INT{bits} g{group}", rtn, out[("AWQ", bits, group)], g])
-    return AWQRealResult(rows, out, alphas)
+    return AWQRealResult(rows, out, alphas, nlls, (AWQ_TOKENS, m.calib_windows.size))
 
 
 def show_demo3(r: AWQRealResult) -> None:
@@ -443,18 +518,26 @@ def show_demo3(r: AWQRealResult) -> None:
                 [[s, f"{a:.2f}", f"{b:.2f}", f"{g:.2f}"] for s, a, b, g in r.rows])
     key = next(iter(r.alphas))
     al = np.array(r.alphas[key])
+    settings = [(b, g) for _m, b, g in r.alphas]
+    sure = {other: sum(not llm.paired_ratio(r.nll[(other, b, g)], r.nll[("AWQ", b, g)])
+                       .within_noise for b, g in settings if (other, b, g) in r.nll)
+            for other in ("RTN", "GPTQ-act")}
     print_observations([
-        _("AWQ beats RTN in {wins} of {n} settings; the α it picks ({setting}) spans {low:.2f} to "
+        _("AWQ beats RTN in {wins} of {n} settings ({sure} of the differences beyond noise); "
+          "the α it picks ({setting}) spans {low:.2f} to "
           "{high:.2f} over the {groups} layer groups, median {median:.2f}: the channels that see "
           "large activations get larger weights, so their rounding error shrinks relative to "
           "them (Lin et al. 2024, section 3.2).").format(
-            wins=sum(row[2] < row[1] for row in r.rows), n=len(r.rows),
+            wins=sum(row[2] < row[1] for row in r.rows), n=len(r.rows), sure=sure["RTN"],
             setting=f"{key[0]} INT{key[1]} g{key[2]}", low=al.min(), high=al.max(),
             groups=len(al), median=np.median(al)),
         _("AWQ needs no Hessian and no error feedback: one search per layer group. Here it beats "
-          "GPTQ with act-order in {wins} of {n} settings; the two combine in practice (AWQ's "
-          "scales, then GPTQ's rounding).").format(
-            wins=sum(row[2] < row[3] for row in r.rows), n=len(r.rows)),
+          "GPTQ with act-order in {wins} of {n} settings ({sure} of the differences beyond "
+          "noise), on unequal calibration: AWQ searched on {awq_tokens} tokens per layer group, "
+          "GPTQ accumulated its Hessians over {gptq_tokens}, both from the same document as the "
+          "evaluation. The two combine in practice (AWQ's scales, then GPTQ's rounding).")
+        .format(wins=sum(row[2] < row[3] for row in r.rows), n=len(r.rows),
+                sure=sure["GPTQ-act"], awq_tokens=r.tokens[0], gptq_tokens=r.tokens[1]),
     ])
 
 
@@ -496,6 +579,8 @@ class ActivationResult:
     outlier: dict          # last down_proj input: max/median channel absmax, before and after H
     int8_rows: list        # [kind, channels in float (%), LLM.int8 error, INT8 per-token error]
     int8_float_share: float  # share of all decoder input channels with |x| > 6 somewhere
+    smooth_nll: dict = field(default_factory=dict)     # as smooth_ppl, NLL per window
+    rotation_nll: dict = field(default_factory=dict)   # as rotation_ppl
 
 
 def _smoothing_scales(m: Model, stats: dict, weights: dict, alpha: float) -> dict:
@@ -510,9 +595,10 @@ def _smoothing_scales(m: Model, stats: dict, weights: dict, alpha: float) -> dic
     return scales
 
 
-def w8a8_smoothquant(m: Model, stats: dict, weights: dict, alpha: float | None) -> float:
+def w8a8_smoothquant(m: Model, stats: dict, weights: dict, alpha: float | None) -> np.ndarray:
     """W8A8: INT8 weights per output channel, INT8 activations per tensor (dynamic), with the
-    smoothed linears computing Q(x/s)·Q(W·s)ᵀ (``alpha=None``: no smoothing)."""
+    smoothed linears computing Q(x/s)·Q(W·s)ᵀ (``alpha=None``: no smoothing). Returns the NLL
+    per evaluation window (:func:`nll`)."""
     scales = {} if alpha is None else _smoothing_scales(m, stats, weights, alpha)
     one = {n: np.ones(w.shape[1]) for n, w in weights.items()}
     s = {**one, **scales}
@@ -522,7 +608,7 @@ def w8a8_smoothquant(m: Model, stats: dict, weights: dict, alpha: float | None) 
     def act(x, name):
         return _per_tensor(np.asarray(x, np.float64) / s[name]) * s[name]
 
-    return ppl(m, wq, act)
+    return nll(m, wq, act)
 
 
 HADAMARD_FACTORS = {576: (16, 36), 1536: (128, 12)}   # n = 2^k · m, as numfmt.ptq.hadamard builds
@@ -542,13 +628,14 @@ def rotate(x, n: int, transpose: bool = False):
     return y.reshape(x.shape)
 
 
-def w4a4(m: Model, weights: dict, rotated: bool, group: int = 32) -> float:
+def w4a4(m: Model, weights: dict, rotated: bool, group: int = 32) -> np.ndarray:
     """W4A4: INT4 weights and activations, symmetric, groups of ``group`` along the input
     (dynamic activation scales per token and group). ``rotated``: every linear's input is
     multiplied online by a Hadamard matrix H and its weight fused with it (W·H, what
     numfmt.ptq.fuse_rotation returns), so the quantized layer computes Q(x·H)·Q(W·H)ᵀ, equal
     to x·Wᵀ before rounding. The products with H go through :func:`rotate`'s Kronecker
-    factors; Q is numfmt.ptq.rtn_values, quantize_int's group values bit for bit."""
+    factors; Q is numfmt.ptq.rtn_values, quantize_int's group values bit for bit. Returns the
+    NLL per evaluation window (:func:`nll`)."""
     import torch
 
     def rot(a, transpose=False):
@@ -566,7 +653,7 @@ def w4a4(m: Model, weights: dict, rotated: bool, group: int = 32) -> float:
                             dtype=x.dtype)
         return rotate(q, x.shape[-1], transpose=True) if rotated else q
 
-    return ppl(m, map_items(weight, weights), act)
+    return nll(m, map_items(weight, weights), act)
 
 
 def demo4_activations(m: Model) -> ActivationResult:
@@ -575,11 +662,13 @@ def demo4_activations(m: Model) -> ActivationResult:
     dictates every method's design."""
     weights = float_weights(m)
     stats = _linear_stats(m)
-    smooth = {None: w8a8_smoothquant(m, stats, weights, None)}
+    smooth_nll = {None: w8a8_smoothquant(m, stats, weights, None)}
     for a in progress(SMOOTH_ALPHAS, "SmoothQuant α"):
-        smooth[a] = w8a8_smoothquant(m, stats, weights, a)
+        smooth_nll[a] = w8a8_smoothquant(m, stats, weights, a)
+    smooth = {a: float(np.exp(v.mean())) for a, v in smooth_nll.items()}
     smooth_rows = [["none" if a is None else f"{a:.2f}", v] for a, v in smooth.items()]
-    rot = {r: w4a4(m, weights, r) for r in progress((False, True), "W4A4")}
+    rot_nll = {r: w4a4(m, weights, r) for r in progress((False, True), "W4A4")}
+    rot = {r: float(np.exp(v.mean())) for r, v in rot_nll.items()}
     rotation_rows = [["W4A4 INT4 g32", rot[False], rot[True]]]
 
     last = f"model.layers.{len(m.ck.model.model.layers) - 1}.mlp.down_proj"
@@ -609,7 +698,7 @@ def demo4_activations(m: Model) -> ActivationResult:
         n_float += int((a > 6.0).sum())
         n_all += a.size
     return ActivationResult(smooth_rows, smooth, rotation_rows, rot, outlier, int8_rows,
-                            n_float / n_all)
+                            n_float / n_all, smooth_nll, rot_nll)
 
 
 def show_demo4(r: ActivationResult) -> None:
@@ -619,6 +708,9 @@ def show_demo4(r: ActivationResult) -> None:
     print_table([_("SmoothQuant α"), _("perplexity")],
                 [[label(a), f"{v:.2f}"] for a, v in r.smooth_rows])
     best = min((v, a) for a, v in r.smooth_ppl.items() if a is not None)
+    runner_up = sorted((v, a) for a, v in r.smooth_ppl.items() if a is not None)[1]
+    tie = llm.paired_ratio(r.smooth_nll[best[1]], r.smooth_nll[runner_up[1]])
+    rotation = llm.paired_ratio(r.rotation_nll[False], r.rotation_nll[True])
     print()
     print_table([_("setting"), _("no rotation"), _("Hadamard rotation")],
                 [[s, f"{a:.2f}", f"{b:.2f}"] for s, a, b in r.rotation_rows])
@@ -631,15 +723,22 @@ def show_demo4(r: ActivationResult) -> None:
     print_observations([
         _("W8A8 with per-tensor activation scales gives {plain:.2f} without smoothing; "
           "SmoothQuant moves part of each outlier channel's range into the weights, best here at "
-          "α = {alpha:.2f} ({best:.2f}) (Xiao et al. 2023, section 4).").format(
-            plain=r.smooth_ppl[None], alpha=best[1], best=best[0]),
+          "α = {alpha:.2f} ({best:.2f}; α = {next_alpha:.2f} gives {next_ppl:.2f}, {change}, "
+          "{verdict}) (Xiao et al. 2023, section 4). Only the linears after an RMSNorm are "
+          "smoothed: the massive inputs of down_proj (lecture 08) keep one per-tensor "
+          "scale.").format(
+            plain=r.smooth_ppl[None], alpha=best[1], best=best[0], next_alpha=runner_up[1],
+            next_ppl=runner_up[0], change=tie.percent(), verdict=verdict(tie)),
         _("{name}: its input's largest channel absmax is {before_max:.0f} against a median "
           "channel of {before_median:.1f}; after the Hadamard rotation {after_max:.1f} against "
           "{after_median:.1f}. The function is unchanged; W4A4 goes from {plain:.1f} to "
-          "{rotated:.1f} (QuaRot, Ashkboos et al. 2024).").format(
+          "{rotated:.1f} ({change}, {verdict}). This is a Hadamard rotation, QuaRot's idea "
+          "(Ashkboos et al. 2024), not its recipe, which fuses randomized Hadamards into the "
+          "weights offline and rounds them with GPTQ.").format(
             name=o["name"], before_max=o["before_max"], before_median=o["before_median"],
             after_max=o["after_max"], after_median=o["after_median"],
-            plain=r.rotation_ppl[False], rotated=r.rotation_ppl[True]),
+            plain=r.rotation_ppl[False], rotated=r.rotation_ppl[True],
+            change=rotation.percent(), verdict=verdict(rotation)),
         _("LLM.int8() keeps {share:.2f}% of all decoder input channels in float (|x| > 6 "
           "somewhere in the calibration tokens). On the layers above, where it keeps any channel "
           "in float its error is below plain per-token INT8's in {better} of {with_float}; "
@@ -660,7 +759,8 @@ CALIBRATORS = {
     "min-max": (lambda x: float(np.abs(x).max()), True),
     "percentile 99.99": (lambda x: calibrate_percentile(x, 99.99), True),
     "MSE": (lambda x: calibrate_mse(x, 8, grid=20), True),
-    "KL (entropy)": (lambda x: calibrate_kl(x, 8, bins=1024), False),
+    # TensorRT's entropy calibrator histograms into 2048 bins (Migacz 2017, slide 29)
+    "KL (entropy)": (lambda x: calibrate_kl(x, 8, bins=2048), False),
 }
 
 
@@ -670,23 +770,26 @@ class CalibrationResult:
     ppl: dict        # method -> ppl; also "dynamic per-tensor", "dynamic per-token"
     clip_ratio: dict  # method -> median over linears of clip / max|x|
     tokens: int       # calibration tokens
+    nll: dict = field(default_factory=dict)   # as ppl, NLL per evaluation window
+    smoothquant: tuple | None = None  # demo 4's best SmoothQuant: (α, ppl, NLL per window)
 
 
 def demo5_calibration(m: Model, tokens: int = 512,
-                      dynamic_per_tensor: float | None = None) -> CalibrationResult:
+                      activations: ActivationResult | None = None) -> CalibrationResult:
     """W8A8 with static per-tensor activation scales fixed on calibration tokens by four
     calibrators, against dynamic scales computed on every batch. Notice what cutting the
     tail buys a per-tensor scale, and what per-token scales buy without any calibration.
 
-    ``dynamic_per_tensor``: the perplexity with dynamic per-tensor scales when already
-    measured: demo 4's W8A8 without smoothing is that very model (s = 1 leaves its weights
-    and activations bit for bit as here)."""
+    ``activations``: demo 4's result, when measured. Its W8A8 without smoothing is the model
+    with dynamic per-tensor scales here (s = 1 leaves its weights and activations bit for bit
+    as here), so it is not measured twice; and its best SmoothQuant is compared with
+    per-token scales."""
     weights = float_weights(m)
     wq = map_items(lambda n, w: rtn_values(w, 8, symmetric=True), weights)   # as in demo 4
     names = [n for n in weights if any(n.endswith(ns[0]) for ns in INPUT_GROUPS.values())]
     windows = m.calib_windows[:max(1, tokens // m.calib_windows.shape[1])]
     caps = llm.capture_linear_inputs(m.ck.model, windows, names, keep_inputs=True)
-    out, ratio = {}, {}
+    nlls, ratio = {}, {}
     for method in progress(CALIBRATORS, "calibrators"):
         calibrate, threaded = CALIBRATORS[method]
 
@@ -702,12 +805,17 @@ def demo5_calibration(m: Model, tokens: int = 512,
             scale = t / 127
             return np.clip(np.rint(np.asarray(x, np.float64) / scale), -127, 127) * scale
 
-        out[method] = ppl(m, wq, act)
-    out["dynamic per-tensor"] = (ppl(m, wq, lambda x, n: _per_tensor(x))
-                                 if dynamic_per_tensor is None else dynamic_per_tensor)
-    out["dynamic per-token"] = ppl(m, wq, lambda x, n: _per_token(x, 8))
+        nlls[method] = nll(m, wq, act)
+    nlls["dynamic per-tensor"] = (nll(m, wq, lambda x, n: _per_tensor(x))
+                                  if activations is None else activations.smooth_nll[None])
+    nlls["dynamic per-token"] = nll(m, wq, lambda x, n: _per_token(x, 8))
+    out = {k: float(np.exp(v.mean())) for k, v in nlls.items()}
     rows = [[k, v] for k, v in out.items()]
-    return CalibrationResult(rows, out, ratio, int(caps[names[0]].n_tokens))
+    smoothquant = None
+    if activations is not None:
+        p, alpha = min((v, a) for a, v in activations.smooth_ppl.items() if a is not None)
+        smoothquant = (alpha, p, activations.smooth_nll[alpha])
+    return CalibrationResult(rows, out, ratio, int(caps[names[0]].n_tokens), nlls, smoothquant)
 
 
 def show_demo5(r: CalibrationResult) -> None:
@@ -733,7 +841,15 @@ def show_demo5(r: CalibrationResult) -> None:
         _("Dynamic scales need no calibration: per tensor {per_tensor:.2f}, per token "
           "{per_token:.2f}, at the cost of an absmax over every activation tensor at run time.")
         .format(per_tensor=r.ppl["dynamic per-tensor"], per_token=r.ppl["dynamic per-token"]),
-    ])
+    ] + ([] if r.smoothquant is None else [
+        _("Per-token INT8 without any smoothing ({per_token:.2f}) against demo 4's best "
+          "SmoothQuant with per-tensor scales (α = {alpha:.2f}, {smooth:.2f}): {change}, "
+          "{verdict}. Per-token scales also cover the massive down_proj inputs that SmoothQuant "
+          "leaves unsmoothed.").format(
+            per_token=r.ppl["dynamic per-token"], alpha=r.smoothquant[0],
+            smooth=r.smoothquant[1],
+            change=llm.paired_ratio(r.smoothquant[2], r.nll["dynamic per-token"]).percent(),
+            verdict=verdict(llm.paired_ratio(r.smoothquant[2], r.nll["dynamic per-token"])))]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -746,12 +862,13 @@ def demo6_summary(m: Model, g: GPTQRealResult, a: AWQRealResult) -> list:
             "AWQ": f"{AWQ_TOKENS} tokens, {AWQ_GRID} α × {AWQ_GRID // 2} clips",
             "GPTQ": f"{n} tokens, Hessians, sequential",
             "GPTQ-act": f"{n} tokens, as GPTQ, by diag H"}
+    extra = {"GPTQ-act": g.g_idx_bits}      # act-order's g_idx
     rows = [["float32 (reference)", "32", f"{m.reference_ppl:.2f}", "—"]]
     for bits, group in m.workload.settings:
         for method in ("RTN", "AWQ", "GPTQ", "GPTQ-act"):
             v = g.ppl.get((method, bits, group), a.ppl.get((method, bits, group)))
-            rows.append([f"{method} INT{bits} g{group}", f"{bits_per_weight(m, bits, group):.3f}",
-                         f"{v:.2f}", cost[method]])
+            b = bits_per_weight(m, bits, group) + extra.get(method, 0.0)
+            rows.append([f"{method} INT{bits} g{group}", f"{b:.3f}", f"{v:.2f}", cost[method]])
     return rows
 
 
@@ -761,9 +878,10 @@ def show_demo6(rows: list) -> None:
                 [[label(m), b, p, label(c)] for m, b, p, c in rows])
     print_observations([
         _("Bits per weight count an FP16 scale and a b-bit zero point per group (GPTQ's "
-          "storage). The checkpoint itself was stored as Q4_1 (lecture 08): its weights already "
-          "sit on a 4-bit grid per block of 32, which favours re-quantizing them with small "
-          "groups; a float checkpoint's gaps may be larger."),
+          "storage), and act-order's 32-bit g_idx per input column. The checkpoint itself was "
+          "stored as Q4_1 (lecture 08): its weights already sit on a 4-bit grid per block of "
+          "32, which favours re-quantizing them with small groups; how the methods compare on a "
+          "float checkpoint is not measured here."),
     ])
 
 
@@ -780,6 +898,13 @@ def weight_rtn(w: np.ndarray, bits: int, group: int) -> np.ndarray:
 def rtn_weights(m: Model, bits: int, group: int) -> dict:
     """Every decoder linear quantized by :func:`weight_rtn`."""
     return map_items(lambda n, w: weight_rtn(w, bits, group), float_weights(m))
+
+
+def g_idx_bits(m: Model) -> float:
+    """Act-order's extra storage: one 32-bit group index per input column of every decoder
+    linear (GPTQ's g_idx, numfmt.packing.gptq), per weight."""
+    shapes = [tuple(mod.weight.shape) for mod in llm.decoder_linears(m.ck.model).values()]
+    return sum(32 * i for _o, i in shapes) / sum(o * i for o, i in shapes)
 
 
 def bits_per_weight(m: Model, bits: int, group: int) -> float:

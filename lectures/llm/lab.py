@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lectures.llm.checkpoint import Checkpoint, load_checkpoint
-from lectures.llm.evaluate import perplexity
+from lectures.llm.evaluate import window_nll
 from lectures.llm.hooks import (quantized_inputs, quantized_kv, quantized_weight_tensors,
                                 quantized_weights, swapped_weights)
 from lectures.llm.quantizers import WeightFormat
@@ -36,7 +36,7 @@ class Lab:
     eval: np.ndarray = field(init=False)           # (n_eval, seq_len) token ids
     calib: np.ndarray = field(init=False)          # (n_calib, seq_len), disjoint from eval
     progress: object = None                        # a console.progress bar, or None
-    _reference: float | None = field(default=None, init=False, repr=False)
+    _reference: np.ndarray | None = field(default=None, init=False, repr=False)
     _weight_norm2: float | None = field(default=None, init=False, repr=False)  # Σ W² (float64)
     #: weight format (label blanked) -> planned uses left; a lecture fills it from its plan
     reuse: Counter = field(default_factory=Counter, repr=False)
@@ -52,11 +52,16 @@ class Lab:
         return self.checkpoint.model
 
     @property
-    def reference(self) -> float:
-        """The float32 model's perplexity on the evaluation windows (computed once)."""
+    def reference_nll(self) -> np.ndarray:
+        """The float32 model's NLL per evaluation window (computed once)."""
         if self._reference is None:
-            self._reference = self.ppl()
+            self._reference = self.nll()
         return self._reference
+
+    @property
+    def reference(self) -> float:
+        """The float32 model's perplexity on the evaluation windows."""
+        return float(np.exp(self.reference_nll.mean()))
 
     def weight_tensors(self, fmt: WeightFormat) -> dict:
         """Every decoder linear's weight quantized with ``fmt``: {name: float32 tensor}.
@@ -76,7 +81,13 @@ class Lab:
         return tensors
 
     def ppl(self, weights=None, names=None, acts=None, kv=None) -> float:
-        """Perplexity on the evaluation windows, with the given quantizers in place.
+        """Perplexity on the evaluation windows, with the given quantizers in place:
+        ``exp`` of the mean of :meth:`nll`."""
+        return float(np.exp(self.nll(weights, names, acts, kv).mean()))
+
+    def nll(self, weights=None, names=None, acts=None, kv=None) -> np.ndarray:
+        """Mean NLL per evaluation window (float64 (n_eval,), nats per token), with the given
+        quantizers in place.
 
         ``weights`` is a WeightFormat or a prepared {name: tensor} dict (swapped in for the
         linears ``names`` or all of them); ``acts`` an ActFormat for every linear's input;
@@ -95,7 +106,7 @@ class Lab:
             # All windows in one forward pass (same numbers as one at a time, less CPU time).
             # The activation and KV hooks quantize each window of the batch on its own, so a
             # per-tensor scale (NVFP4's FP32 one) never spans two windows.
-            value = perplexity(self.model, self.eval, batch_size=len(self.eval))
+            value = window_nll(self.model, self.eval, batch_size=len(self.eval))
         if self.progress is not None:
             self.progress.update(1)
         return value
