@@ -95,8 +95,6 @@ def say(text: str) -> None:
     print_paragraph(text, width=OBSERVATIONS_WIDTH)
 
 
-#: The full run's results, drawn by notebook 08 (``--save`` writes such a file).
-RESULTS_FILE = "lectures/llm/results/lecture08.json"
 FULL, QUICK = llm.FULL, llm.QUICK      # 4 windows of 512 tokens; --quick: 2 of 256
 Workload, Lab, open_lab = llm.Workload, llm.Lab, llm.open_lab
 
@@ -122,8 +120,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help=_("a smaller text sample: 2 windows of 256 tokens (about 4x "
                                "faster)"))
     parser.add_argument("--save", metavar="PATH",
-                        help=_("also write every demo's results as JSON to PATH (notebook 08 "
-                               "draws the full run's, {path})").format(path=RESULTS_FILE))
+                        help=_("also write every demo's results as JSON to PATH "
+                               "(lectures.llm.load_results reads them back)"))
     return parser.parse_args(argv)
 
 
@@ -748,8 +746,8 @@ def demo6_nvfp4_vs_fp8(w: WeightOnlyResult, a: ActivationResult, kv: KVResult) -
     NVFP4 against FP8 on this small model, for weights, weights and activations, the KV cache.
 
     What to notice: nothing new is computed; the rows collect demos 2, 4 and 5. Each gap comes
-    with its 95% interval over the evaluation windows. Only the KV cache stays close; weights
-    alone, and weights with activations, lose far more than 1% here.
+    with its 95% interval over the evaluation windows: the KV cache stays close, and the gap
+    grows once activations are quantized too.
     """
     pairs = {   # what -> (FP8 source, NVFP4 source): (result, label)
         N_("weights only"): ((w, "FP8 E4M3, per channel"), (w, "NVFP4 (E2M1, E4M3 per 16)")),
@@ -779,8 +777,8 @@ def show_demo6(r: ClaimResult) -> None:
         _("Within {close:.0f}% of FP8 (the whole interval): {within}; beyond it (the whole "
           "interval): {beyond}; undecided on these windows: {undecided}. NVIDIA's 'within about "
           "1%' is downstream accuracy of a calibrated large model (NVIDIA, 2025), a different "
-          "quantity; for round-to-nearest perplexity on this small model the gap is far larger "
-          "except in the KV cache. Lecture 09 adds the post-training methods.").format(
+          "quantity from this round-to-nearest perplexity of a small model. Lecture 09 adds the "
+          "post-training methods.").format(
             close=CLOSE * 100, within=_join(_(w) for w in close) or _("none"),
             beyond=_join(_(w) for w in far) or _("none"),
             undecided=_join(_(w) for w in open_) or _("none")),

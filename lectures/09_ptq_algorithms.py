@@ -91,8 +91,6 @@ def label(text: str) -> str:
     return _(text)
 
 
-#: The full run's results, drawn by notebook 09 (``--save`` writes such a file).
-RESULTS_FILE = "lectures/llm/results/lecture09.json"
 GPTQ_SETTINGS = ((4, 128), (3, 128), (3, 32))   # (bits, group size), asymmetric as GPTQ's
 ZERO_BITS_STORED = True      # GPTQ storage: an FP16 scale and a b-bit zero point per group
 
@@ -121,8 +119,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help=_("the tests' workload: 2 windows of 256 tokens, two settings"))
     parser.add_argument("--save", metavar="PATH",
                         help=_("also write the real-model demos' results as JSON to PATH "
-                               "(notebook 09 draws the full run's, {path})").format(
-                            path=RESULTS_FILE))
+                               "(lectures.llm.load_results reads them back)"))
     return parser.parse_args(argv)
 
 

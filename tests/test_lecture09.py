@@ -163,7 +163,7 @@ def d4(model):
 
 @pytest.fixture(scope="module")
 def d5(model, d4):
-    return L.demo5_calibration(model, dynamic_per_tensor=d4.smooth_ppl[None])
+    return L.demo5_calibration(model, activations=d4)
 
 
 @pytest.mark.slow
@@ -343,3 +343,79 @@ def test_real_model_row_labels_are_translated(d4, d5, d6):
               + [row[0] for row in d4.int8_rows] + [row[0] for row in d5.rows]
               + [d6[0][0]] + [row[3] for row in d6[1:]])
     assert untranslated_labels(labels) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Noise, attribution and storage claims of the real-model demos
+# ---------------------------------------------------------------------------------------------
+def _t_interval(nll_a, nll_b):
+    """exp of the 95% Student-t interval of the mean paired NLL difference (scipy's t)."""
+    stats = pytest.importorskip("scipy.stats")
+    d = np.asarray(nll_b) - np.asarray(nll_a)
+    half = stats.t.ppf(0.975, d.size - 1) * d.std(ddof=1) / np.sqrt(d.size)
+    return np.exp(d.mean() - half), np.exp(d.mean() + half)
+
+
+@pytest.mark.slow
+def test_demo2_counts_beyond_noise_and_prints_act_orders_interval(d2):
+    from lectures import llm
+    c = L.gptq_counts(d2)
+    settings = L.QUICK.settings
+    for key, (a, b) in {"plain_sure": ("RTN", "GPTQ"), "act_sure": ("RTN", "GPTQ-act"),
+                        "act_better_sure": ("GPTQ", "GPTQ-act")}.items():
+        sure = 0
+        for bits, group in settings:
+            lo, hi = _t_interval(d2.nll[(a, bits, group)], d2.nll[(b, bits, group)])
+            sure += d2.ppl[(b, bits, group)] < d2.ppl[(a, bits, group)] and not lo <= 1 <= hi
+        assert c[key] == sure
+    for row, (bits, group) in zip(d2.rows, settings):
+        p = llm.paired_ratio(d2.nll[("RTN", bits, group)], d2.nll[("GPTQ-act", bits, group)])
+        assert row[5] == p.percent()
+        assert (p.low, p.high) == pytest.approx(
+            _t_interval(d2.nll[("RTN", bits, group)], d2.nll[("GPTQ-act", bits, group)]),
+            rel=1e-3)
+    out = printed(L.show_demo2, d2)
+    assert "IST-DASLab/gptq" in out and "section 3" in out and "section 4" not in out
+
+
+@pytest.mark.slow
+def test_act_order_g_idx_costs_0_045_bits_per_weight(model, d2, d6):
+    # one decoder layer of SmolLM2-135M: q, o 576 x 576; k, v 192 x 576; gate, up 1536 x 576;
+    # down 576 x 1536: 3,538,944 weights and 6 x 576 + 1536 input columns of 32 bits each
+    per_layer = 2 * 576 * 576 + 2 * 192 * 576 + 3 * 1536 * 576
+    assert per_layer == 3_538_944
+    assert d2.g_idx_bits == pytest.approx(32 * (6 * 576 + 1536) / per_layer, rel=1e-12)
+    assert f"{d2.g_idx_bits:.3f}" == "0.045"
+    bits = {row[0]: float(row[1]) for row in d6[1:]}
+    for b, g in L.QUICK.settings:
+        assert bits[f"GPTQ-act INT{b} g{g}"] == pytest.approx(
+            bits[f"GPTQ INT{b} g{g}"] + 0.045, abs=1.5e-3)
+
+
+@pytest.mark.slow
+def test_demo3_prints_both_calibration_budgets(model, d3):
+    assert d3.tokens == (L.AWQ_TOKENS, model.calib_windows.size)
+    out = printed(L.show_demo3, d3)
+    assert f"{L.AWQ_TOKENS} tokens per layer group" in out and f"over {d3.tokens[1]}" in out
+
+
+@pytest.mark.slow
+def test_smoothquant_and_rotation_text_follow_the_intervals(d4, d5):
+    from lectures import llm
+    out = printed(L.show_demo4, d4)
+    rotation = llm.paired_ratio(d4.rotation_nll[False], d4.rotation_nll[True])
+    assert f"{rotation.percent()}, {L.verdict(rotation)}" in out
+    assert "QuaRot's idea" in out and "not its recipe" in out
+    alpha, p, nll = d5.smoothquant
+    assert p == min(v for a, v in d4.smooth_ppl.items() if a is not None)
+    assert np.array_equal(nll, d4.smooth_nll[alpha])
+    assert np.array_equal(d5.nll["dynamic per-tensor"], d4.smooth_nll[None])
+    assert "leaves unsmoothed" in printed(L.show_demo5, d5)
+
+
+def test_kl_uses_tensorrts_2048_bins(monkeypatch):
+    seen = {}
+    monkeypatch.setattr(L, "calibrate_kl", lambda x, bits, bins: seen.setdefault("bins", bins))
+    calibrate, threaded = L.CALIBRATORS["KL (entropy)"]
+    calibrate(np.ones(4))
+    assert seen["bins"] == 2048 and not threaded

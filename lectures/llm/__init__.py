@@ -31,7 +31,7 @@ Calibration (:mod:`lectures.llm.calibrate`)
     ``INPUT_GROUPS``, ``map_items``, ``workers``, ``one_blas_thread``.
 Results (:mod:`lectures.llm.results`)
     ``save_results(path, results)``, ``load_results(path, module)``: a lecture's demo results
-    as JSON (``lectures/llm/results/``), which notebooks draw when the model is absent.
+    as JSON, to print or plot them again without the model.
 Quantizers (:mod:`lectures.llm.quantizers`)
     ``WeightFormat``, ``ActFormat``, ``kv_quantizer``, ``model_bits_per_weight``: settings of
     numfmt calls, and what each costs in bits per weight.
@@ -58,7 +58,7 @@ from lectures.llm.hooks import (LINEAR_KINDS, LinearInputs, capture_linear_input
                                 quantized_weight_tensors, quantized_weights, swapped_weights)
 from lectures.llm.lab import Lab, open_lab
 from lectures.llm.quantizers import ActFormat, WeightFormat, kv_quantizer, model_bits_per_weight
-from lectures.llm.results import RESULTS_DIR, load_results, save_results
+from lectures.llm.results import load_results, save_results
 from lectures.llm.text import SEQ_LEN, calibration_windows, corpus_text, corpus_tokens, eval_windows
 from lectures.llm.workload import FULL, QUICK, Workload
 
@@ -71,5 +71,5 @@ __all__ = [
     "WeightFormat", "kv_quantizer", "model_bits_per_weight", "SEQ_LEN", "calibration_windows",
     "corpus_text", "corpus_tokens", "eval_windows", "INPUT_GROUPS", "calibrate_layers",
     "map_items", "one_blas_thread", "workers", "FULL", "QUICK", "Workload", "Lab", "open_lab",
-    "RESULTS_DIR", "load_results", "save_results",
+    "load_results", "save_results",
 ]

@@ -1,8 +1,5 @@
-"""A lecture's results as data: saved by a full run (``--save``), drawn by its notebook.
-
-Notebooks 08 and 09 show the tables and figures of the lectures' full runs from JSON files in
-``lectures/llm/results/``, so they render without the model (and a Run All without it loses
-nothing); their live cells recompute when the model is installed.
+"""A lecture's results as data: written by ``--save PATH`` (lectures 08 and 09), read back
+with :func:`load_results` to print or plot them again without the model.
 
 The format is plain JSON. Demo results (dataclasses) are stored field by field with their
 class name and rebuilt from the lecture module; numpy arrays keep their dtype; tuples and
@@ -21,9 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["RESULTS_DIR", "load_results", "save_results"]
-
-RESULTS_DIR = Path(__file__).with_name("results")
+__all__ = ["load_results", "save_results"]
 
 
 def _encode(obj):

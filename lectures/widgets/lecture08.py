@@ -15,8 +15,6 @@ A thin layer over lecture 08's demo functions and the harness in :mod:`lectures.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import ipywidgets as widgets
 import numpy as np
 from matplotlib import ticker
@@ -26,7 +24,6 @@ from lectures import lecture, llm
 from lectures.widgets.explorer import Explorer, check_result
 
 L = lecture(8)
-ROOT = Path(__file__).resolve().parents[2]
 
 #: The notebook's reduced workload (documented there): one window of 256 tokens to score,
 #: one to calibrate on, so that it runs in well under a minute on two cores.
@@ -38,20 +35,14 @@ NOTEBOOK_FORMATS = ("INT8, per channel", "INT4, per channel", "INT4, groups of 3
 
 
 
-def stored_results() -> dict:
-    """The lecture's full run (4 windows of 512 tokens), as ``--save`` wrote it: "demo1" ...
-    "demo6" -> the demo functions' results, ready for ``L.show_demoN`` and the plots below."""
-    return llm.load_results(ROOT / L.RESULTS_FILE, L)[0]
-
-
 def open_lab_or_explain(workload=None):
     """``L.open_lab(workload)`` (default :data:`NOTEBOOK`), or None after printing how to
     install the model when it is missing (the live cells then skip themselves)."""
     try:
         return L.open_lab(NOTEBOOK if workload is None else workload)
     except llm.ModelUnavailableError as err:
-        print("The model is not installed, so the live cells below are skipped; the tables and "
-              "figures above are the lecture's stored full run.\n" + str(err))
+        print("The model is not installed, so the live cells are skipped; the stored tables and "
+              "figures are a reduced run.\n" + str(err))
         return None
 
 

@@ -24,6 +24,19 @@ from numfmt.ptq import gptq, hessian, rtn
 
 L = lecture(9)
 
+
+def load_model_or_explain():
+    """``L.load_model()`` (the full workload), or None after printing how to install the model
+    when it is missing (notebook 09's live cell then skips itself)."""
+    from lectures import llm
+    try:
+        return L.load_model()
+    except llm.ModelUnavailableError as err:
+        print("The model is not installed, so demos 2-6 are not rerun; the stored tables and "
+              "figure above are a full run of the script.\n" + str(err))
+        return None
+
+
 EXPLORER_SHAPE = (64, 256)     #: (out, in) of the explorer's layer: fast enough for a slider
 GROUPS = ("per row", 32, 64, 128)
 
