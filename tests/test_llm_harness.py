@@ -550,7 +550,7 @@ def test_results_round_trip_exactly(tmp_path):
     module = types.SimpleNamespace(Result=Result, __name__="fake")
     r = Result([["INT4 g128", 1 / 3, float("inf")]], {("GPTQ", 4, 128): 17.25, None: 0.1},
                {"x": np.array([2.5, 1e-300], np.float64), "y": np.arange(3, dtype=np.float32)},
-               (1, (2, "a")))
+               (1, (2, "a"), llm.PairedRatio(1.1, 1.0, 1.2, 3, 4)))
     path = llm.save_results(tmp_path / "r.json", {"demo": r, "n": 3}, {"workload": "tiny"})
     back, about = llm.load_results(path, module)
     assert about == {"workload": "tiny"} and back["n"] == 3

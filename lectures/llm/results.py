@@ -93,7 +93,8 @@ def save_results(path, results: dict, about: dict | None = None) -> Path:
 
 def load_results(path, module) -> tuple[dict, dict]:
     """(results, about) from a file of :func:`save_results`, the dataclasses rebuilt from the
-    classes of ``module`` (the lecture that saved them).
+    classes of ``module`` (the lecture that saved them) and of the harness
+    (:class:`~lectures.llm.evaluate.PairedRatio`, the quantizer settings).
 
     Raises
     ------
@@ -105,8 +106,9 @@ def load_results(path, module) -> tuple[dict, dict]:
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     if not isinstance(data, dict) or "results" not in data:
         raise ValueError(f"{path} is not a file of lecture results")
-    classes = {name: getattr(module, name) for name in dir(module)
-               if isinstance(getattr(module, name), type)}
+    from lectures.llm import evaluate, quantizers     # classes results may hold
+    classes = {name: getattr(m, name) for m in (evaluate, quantizers, module) for name in dir(m)
+               if isinstance(getattr(m, name), type)}
     try:
         return _decode(data["results"], classes), data.get("about", {})
     except KeyError as err:
