@@ -29,18 +29,23 @@ How to read the output
 Run
     python lectures/09_ptq_algorithms.py       (demo 1 alone: --synthetic; --quick: 2 windows
                                                 of 256 tokens and two settings, the tests')
+    python lectures/09_ptq_algorithms.py --save r.json   (also the results as JSON)
     Demo 1 takes about 10 s. The real-model demos run 6 sequential GPTQ calibrations, one
-    AWQ pass for its 3 settings and 24 perplexity evaluations (a tqdm bar on stderr shows
-    progress); the groups of linears of each layer are quantized on torch's threads. Without
-    the model package, demos 2-6 print how to install it.
+    AWQ pass for its 3 settings and 24 perplexity evaluations (progress on stderr: a bar on a
+    terminal, one line per step otherwise); the groups of linears of each layer are quantized
+    on torch's threads (lectures/llm/calibrate.py). Without the model package, demos 2-6 print
+    how to install it. A change in brackets is one perplexity against another with its 95%
+    interval over the evaluation windows, paired window by window (within noise when it
+    contains 0).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import re
+import dataclasses
 import sys
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -48,7 +53,10 @@ import numpy as np
 from console import (lecture_parser, print_header, print_observations, print_table, print_title,
                      run_lecture)
 from console.i18n import N_
+from console.progress import progress
+from lectures import llm
 from lectures.i18n import domain
+from lectures.llm.calibrate import INPUT_GROUPS, calibrate_layers, map_items, workers
 from numfmt import quantize_int, rel_error
 from numfmt.ptq import (awq_search, calibrate_kl, calibrate_mse, calibrate_percentile, gptq,
                         hadamard, hessian, llm_int8_matmul, rtn_values, smoothquant_scales)
@@ -73,6 +81,12 @@ _NUMBERED_LABELS = (
 )
 
 
+def verdict(change) -> str:
+    """"within noise" or "beyond noise" for a :class:`lectures.llm.PairedRatio` (its 95%
+    interval over the evaluation windows contains 0 or not)."""
+    return _("within noise") if change.within_noise else _("beyond noise")
+
+
 def label(text: str) -> str:
     """A row label of a demo's result in the current language (itself where none is known)."""
     for pattern, message in _NUMBERED_LABELS:
@@ -80,6 +94,86 @@ def label(text: str) -> str:
         if m:
             return _(message).format(**m.groupdict())
     return _(text)
+
+
+GPTQ_SETTINGS = ((4, 128), (3, 128), (3, 32))   # (bits, group size), asymmetric as GPTQ's
+ZERO_BITS_STORED = True      # GPTQ storage: an FP16 scale and a b-bit zero point per group
+
+
+@dataclass(frozen=True)
+class Workload(llm.Workload):
+    """How much text the real-model demos read (lectures.llm.Workload: 4 evaluation and 4
+    calibration windows of 512 tokens), and which weight settings demos 2-3 run."""
+
+    settings: tuple = GPTQ_SETTINGS
+
+
+FULL = Workload()
+#: The tests' workload (``--quick``): the same code on 4x fewer tokens and the first two
+#: settings (INT4 g128 against INT3 g128 still shows where GPTQ gains most).
+QUICK = Workload(n_eval=2, n_calib=2, seq_len=256, settings=GPTQ_SETTINGS[:2])
+
+
+# ---------------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    """The lecture's command line, plus console.lecture_parser's --help and --lang; any other
+    option is an error."""
+    parser = lecture_parser(_("Lecture 09: post-training quantization algorithms."))
+    parser.add_argument("--synthetic", action="store_true",
+                        help=_("demo 1 only (the synthetic layer; no model needed)"))
+    parser.add_argument("--quick", action="store_true",
+                        help=_("the tests' workload: 2 windows of 256 tokens, two settings"))
+    parser.add_argument("--save", metavar="PATH",
+                        help=_("also write the real-model demos' results as JSON to PATH "
+                               "(lectures.llm.load_results reads them back)"))
+    return parser
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    print_title(_("Lecture 09: post-training quantization algorithms"), [
+        _("Round-to-nearest minimises the weight error; a model feels each layer's output "
+          "error, tr(E Σ Eᵀ). GPTQ, AWQ, SmoothQuant, rotations and LLM.int8() are short pieces "
+          "of numfmt.ptq that each act on that difference; demos 2-6 measure them on "
+          "SmolLM2-135M."),
+        _("Errors are relative, in percent; perplexity is exp(mean NLL per token), lower is "
+          "better. Every run prints the same numbers."),
+    ])
+    show_demo1(demo1_output_error())
+    if not args.synthetic:
+        real_model_demos(QUICK if args.quick else FULL, args.save)
+
+
+def real_model_demos(workload: Workload = FULL, save: str | None = None) -> None:
+    try:
+        m = load_model(workload=workload)
+    except llm.ModelUnavailableError as e:   # its message names the install command
+        print_header(_("Demos 2-6: the real model"))
+        print(_("Skipped: {error}").format(error=e))
+        return
+    g = demo2_gptq(m)
+    show_demo2(g)
+    sys.stdout.flush()                    # each demo shows as it finishes, redirected too
+    a = demo3_awq(m, g)
+    show_demo3(a)
+    sys.stdout.flush()
+    d4 = demo4_activations(m)
+    show_demo4(d4)
+    sys.stdout.flush()
+    d5 = demo5_calibration(m, activations=d4)
+    show_demo5(d5)
+    d6 = demo6_summary(m, g, a)
+    show_demo6(d6)
+    if save:
+        results = {"reference": m.reference_ppl, "demo2": dataclasses.replace(g, weights={}),
+                   "demo3": a, "demo4": d4, "demo5": d5, "demo6": d6}
+        llm.save_results(save, results, {"workload": dataclasses.asdict(workload),
+                                         "command": "09_ptq_algorithms.py"
+                                         + (" --quick" if workload == QUICK else "")})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -124,6 +218,11 @@ class OutputErrorResult:
     outlier_share: float  # share of RTN's output error energy in the outlier channels
     outlier_count: int
     errors: dict = field(default_factory=dict)  # method -> (weight error, held-out output error)
+
+
+#: The printed bound on |mean ‖E x‖² − tr(E Σ Eᵀ)| / tr(E Σ Eᵀ): the two float64 sums differ by
+#: rounding only (0 on one machine, a few 1e-16 on another BLAS), far below it.
+IDENTITY_BOUND = 1e-12
 
 
 def _trace_identity(e: np.ndarray, x: np.ndarray) -> dict:
@@ -194,10 +293,11 @@ def show_demo1(r: OutputErrorResult) -> None:
     i = r.identity
     print_observations([
         _("The identity: over the held-out tokens, mean ‖E x‖² = {direct:.6e} and tr(E Σ Eᵀ) = "
-          "{trace:.6e} (relative difference {rel_diff:.1e}, float rounding). Under RTN the "
+          "{trace:.6e}, equal to float64 rounding (relative difference below {bound:.0e}, on any "
+          "machine). Under RTN the "
           "{count} outlier channels ({count_share:.1f}% of them) carry {error_share:.0f}% of the "
           "output error.").format(
-            direct=i["direct"], trace=i["trace"], rel_diff=i["rel_diff"], count=r.outlier_count,
+            direct=i["direct"], trace=i["trace"], bound=IDENTITY_BOUND, count=r.outlier_count,
             count_share=r.outlier_count / SYNTH["in"] * 100, error_share=r.outlier_share * 100),
         _("GPTQ cuts the held-out output error from {rtn_output:.1f}% to {gptq_output:.1f}% "
           "while the weight error rises from {rtn_weight:.1f}% to {gptq_weight:.1f}%: it rounds "
@@ -220,33 +320,6 @@ def show_demo1(r: OutputErrorResult) -> None:
 # ---------------------------------------------------------------------------------------------
 # The real model: lecture 08's harness, and calibration layer by layer
 # ---------------------------------------------------------------------------------------------
-# Linears of one decoder layer that read the same tensor share one Hessian (and one AWQ or
-# SmoothQuant scale, which folds into the RMSNorm before them).
-INPUT_GROUPS = {"attn_in": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
-                "attn_out": ("self_attn.o_proj",),
-                "mlp_in": ("mlp.gate_proj", "mlp.up_proj"),
-                "mlp_out": ("mlp.down_proj",)}
-N_EVAL, N_CALIB = 4, 4       # windows of 512 tokens: 2048 evaluation, 2048 calibration tokens
-GPTQ_SETTINGS = ((4, 128), (3, 128), (3, 32))   # (bits, group size), asymmetric as GPTQ's
-ZERO_BITS_STORED = True      # GPTQ storage: an FP16 scale and a b-bit zero point per group
-
-
-@dataclass(frozen=True)
-class Workload:
-    """How much text the real-model demos read, and which weight settings demos 2-3 run."""
-
-    n_eval: int = N_EVAL          # evaluation windows
-    n_calib: int = N_CALIB        # calibration windows
-    seq_len: int = 512            # tokens per window
-    settings: tuple = GPTQ_SETTINGS
-
-
-FULL = Workload()
-#: The tests' workload (``--quick``): the same code on 4x fewer tokens and the first two
-#: settings (INT4 g128 against INT3 g128 still shows where GPTQ gains most).
-QUICK = Workload(n_eval=2, n_calib=2, seq_len=256, settings=GPTQ_SETTINGS[:2])
-
-
 @dataclass
 class Model:
     """The loaded reference model with its fixed windows (see lectures/llm)."""
@@ -256,30 +329,30 @@ class Model:
     calib_windows: np.ndarray  # (n_calib, seq_len) token ids
     reference_ppl: float
     workload: Workload = FULL
-
-
-def harness():
-    """lectures.llm (lecture 08's harness), imported on first use so demo 1 needs no torch."""
-    from lectures import llm
-    return llm
+    reference_nll: object = None  # float64 (n_eval,): the float32 model's NLL per window
 
 
 def load_model(ck=None, workload: Workload = FULL) -> Model:
     """SmolLM2-135M through the harness (``ck``: an already loaded lectures.llm.Checkpoint),
     with the evaluation and calibration windows of ``workload`` and its reference perplexity."""
-    llm = harness()
     ck = llm.load_checkpoint() if ck is None else ck
     tokens = llm.corpus_tokens(ck.tokenizer)
     w = workload
     ev = llm.eval_windows(tokens, w.n_eval, w.seq_len)
     cal = llm.calibration_windows(tokens, w.n_calib, w.seq_len)
-    return Model(ck, ev, cal, llm.perplexity(ck.model, ev, batch_size=len(ev)), w)
+    ref = llm.window_nll(ck.model, ev, batch_size=len(ev))
+    return Model(ck, ev, cal, float(np.exp(ref.mean())), w, ref)
 
 
 def ppl(m: Model, weights: dict | None = None, inputs=None) -> float:
     """Perplexity on the evaluation windows, with some linears' weights swapped (a dict
-    name -> (out, in) array) and their inputs replaced by ``inputs(x, name)``."""
-    llm = harness()
+    name -> (out, in) array) and their inputs replaced by ``inputs(x, name)``: ``exp`` of the
+    mean of :func:`nll`."""
+    return float(np.exp(nll(m, weights, inputs).mean()))
+
+
+def nll(m: Model, weights: dict | None = None, inputs=None) -> np.ndarray:
+    """Mean NLL per evaluation window (float64 (n_eval,), nats per token), as :func:`ppl`."""
     with contextlib.ExitStack() as stack:
         if weights:
             stack.enter_context(llm.swapped_weights(m.ck.model, weights))
@@ -289,184 +362,13 @@ def ppl(m: Model, weights: dict | None = None, inputs=None) -> float:
         # window at a time here (tests/test_lecture09.py), about half the CPU time; the
         # activation hooks quantize each window of the batch on its own, the windows on
         # torch's threads at once (the quantizers are numpy's, which release the GIL).
-        return llm.perplexity(m.ck.model, m.eval_windows, batch_size=len(m.eval_windows))
+        return llm.window_nll(m.ck.model, m.eval_windows, batch_size=len(m.eval_windows))
 
 
 def float_weights(m: Model) -> dict:
     """Every decoder linear's weight as float64 (out, in), by harness name."""
     return {n: mod.weight.detach().double().cpu().numpy()
-            for n, mod in harness().decoder_linears(m.ck.model).items()}
-
-
-def one_blas_thread():
-    """numpy's BLAS on one thread while numfmt.ptq runs: its matrices are small (576-1536), and
-    on a shared 2-core machine OpenBLAS's threads wait on each other (a 576 × 576 Cholesky
-    measured 30 times slower with 2 threads than with 1 there). Results do not change."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:                      # threadpoolctl comes with scikit-learn
-        return contextlib.nullcontext()
-    return threadpool_limits(limits=1, user_api="blas")
-
-
-def progress(iterable, desc: str, total: int | None = None):
-    """tqdm on stderr (absent from the lecture's stdout, so the output stays byte-identical)."""
-    from tqdm.auto import tqdm
-    return tqdm(iterable, desc=desc, total=total, file=sys.stderr, leave=False)
-
-
-class _Stop(Exception):
-    pass
-
-
-def _first_layer_inputs(model, windows) -> list:
-    """(hidden states, keyword arguments) entering decoder layer 0, one pair per window."""
-    import torch
-    layer0, seen = model.model.layers[0], []
-
-    def catch(module, args, kwargs):
-        seen.append((args[0].detach().clone(), dict(kwargs)))
-        raise _Stop
-
-    handle = layer0.register_forward_pre_hook(catch, with_kwargs=True)
-    device = next(model.parameters()).device
-    try:
-        with torch.inference_mode():
-            for row in np.asarray(windows):
-                with contextlib.suppress(_Stop):
-                    model(input_ids=torch.as_tensor(row[None], device=device), use_cache=False)
-    finally:
-        handle.remove()
-    return seen
-
-
-def workers() -> int:
-    """Threads that quantize a layer's groups of linears at once: torch's thread count (the
-    cores it uses). numpy releases the GIL inside its array operations, and every group is
-    independent, so the results do not depend on it."""
-    import torch
-    return max(1, torch.get_num_threads())
-
-
-def _quantize_groups(tasks: dict) -> dict:
-    """Run ``tasks`` (key -> (callable, weight, inputs)) on :func:`workers` threads, largest
-    weight first (the MLP's 3072 × 576 gate/up stack balances the rest of a layer); returns
-    key -> what the callable returned, in the order of ``tasks``."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    order = sorted(tasks, key=lambda k: -tasks[k][1].size)
-    with one_blas_thread(), ThreadPoolExecutor(max_workers=workers()) as pool:
-        futures = {k: pool.submit(tasks[k][0], tasks[k][1], tasks[k][2]) for k in order}
-        return {k: futures[k].result() for k in tasks}
-
-
-def calibrate_layers(m: Model, quantize_group, sequential: bool = True, desc: str = "layers",
-                     windows=None, results: dict | None = None) -> dict:
-    """Quantize the decoder layer by layer on the calibration windows.
-
-    For each layer in order: run the calibration tokens through it, recording the input of each
-    group of linears that read one tensor (``INPUT_GROUPS``, float64 (tokens, in)); call
-    ``quantize_group(weight, x)`` with the group's weights stacked by rows (out_total, in)
-    and its inputs, which returns the new stacked weight (an array, or a result with a
-    ``weight`` field, such as numfmt.ptq's); and, when ``sequential``, compute the next layer's
-    inputs with this layer already quantized (GPTQ's sequential calibration: later layers see,
-    and compensate, the errors of earlier ones). Otherwise they come from the float layer, and
-    ``quantize_group`` may be a dict key -> callable: every callable then sees the same inputs
-    from one pass, and the return value is key -> (name -> weight).
-
-    The groups of a layer are quantized on :func:`workers` threads. Returns name -> new weight
-    for every decoder linear; ``results``, if given, receives (key,) layer index, group name
-    -> what each call returned; the model is unchanged.
-    """
-    import torch
-    many = isinstance(quantize_group, dict)
-    if many and sequential:
-        raise ValueError("several quantizers share one pass only without sequential "
-                         "calibration (each would need its own quantized layers)")
-    quantizers = quantize_group if many else {None: quantize_group}
-    model = m.ck.model
-    states = _first_layer_inputs(model, m.calib_windows if windows is None else windows)
-    new = {k: {} for k in quantizers}
-    layers = model.model.layers
-    last_group = next(reversed(INPUT_GROUPS))
-    for li in progress(range(len(layers)), desc):
-        layer = layers[li]
-        seen = {g: [] for g in INPUT_GROUPS}
-
-        def record(g):
-            def hook(module, args):
-                x = args[0].detach()
-                seen[g].append(x.reshape(-1, x.shape[-1]).double().cpu().numpy())
-                if sequential and g == last_group:
-                    raise _Stop       # this pass's outputs are not needed: stop before down_proj
-            return hook
-
-        hooks = [layer.get_submodule(names[0]).register_forward_pre_hook(record(g))
-                 for g, names in INPUT_GROUPS.items()]
-        outs = []
-        with torch.inference_mode():
-            try:
-                for h, kw in states:
-                    with contextlib.suppress(_Stop):
-                        outs.append(layer(h, **kw))
-            finally:
-                for hk in hooks:
-                    hk.remove()
-        mods = {g: [layer.get_submodule(n) for n in names] for g, names in INPUT_GROUPS.items()}
-        ws = {g: [mod.weight.detach().double().cpu().numpy() for mod in mods[g]]
-              for g in INPUT_GROUPS}
-        done = _quantize_groups({(k, g): (q, np.concatenate(ws[g]), np.concatenate(seen[g]))
-                                 for k, q in quantizers.items() for g in INPUT_GROUPS})
-        saved = {}
-        for (k, g), r in done.items():
-            if results is not None:
-                results[(k, li, g) if many else (li, g)] = r
-            stacked = getattr(r, "weight", r)
-            bounds = np.cumsum([0] + [w.shape[0] for w in ws[g]])
-            for n, mod, a, b in zip(INPUT_GROUPS[g], mods[g], bounds[:-1], bounds[1:]):
-                new[k][f"model.layers.{li}.{n}"] = stacked[a:b]
-                if sequential:
-                    saved[n] = mod.weight.data
-                    mod.weight.data = torch.as_tensor(stacked[a:b], dtype=mod.weight.dtype,
-                                                      device=mod.weight.device)
-        if sequential:
-            if li + 1 < len(layers):          # the last layer's outputs feed nothing here
-                with torch.inference_mode():
-                    outs = [layer(h, **kw) for h, kw in states]
-            for n, data in saved.items():
-                layer.get_submodule(n).weight.data = data
-        states = [(o, kw) for o, (_, kw) in zip(outs, states)]
-    return new if many else new[None]
-
-
-def weight_rtn(w: np.ndarray, bits: int, group: int) -> np.ndarray:
-    """Round-to-nearest, asymmetric, groups of ``group`` input columns (the last group of a
-    576-input linear holds 64 columns when group = 128: 576 = 4 · 128 + 64): numfmt.ptq.rtn's
-    weights, through its values-only twin (AWQ's search calls this 14 times per layer group)."""
-    return rtn_values(w, bits, group, symmetric=False, partial_last_group=True)
-
-
-def map_items(f, items: dict) -> dict:
-    """``{name: f(name, v)}`` over a dict (weights, captured inputs), on :func:`workers`
-    threads (every item is independent; numpy releases the GIL; the order of ``items`` is
-    kept)."""
-    from concurrent.futures import ThreadPoolExecutor
-    with ThreadPoolExecutor(max_workers=workers()) as pool:
-        return dict(zip(items, pool.map(f, items, items.values())))
-
-
-def rtn_weights(m: Model, bits: int, group: int) -> dict:
-    """Every decoder linear quantized by :func:`weight_rtn`."""
-    return map_items(lambda n, w: weight_rtn(w, bits, group), float_weights(m))
-
-
-def bits_per_weight(m: Model, bits: int, group: int) -> float:
-    """Storage of every decoder linear with an FP16 scale and a b-bit zero point per row and
-    group (GPTQ's checkpoint layout, numfmt.packing.gptq), averaged over all their weights."""
-    shapes = [tuple(mod.weight.shape) for mod in harness().decoder_linears(m.ck.model).values()]
-    total = sum(o * i for o, i in shapes)
-    meta = sum(o * -(-i // group) * (16 + bits) for o, i in shapes)
-    return bits + meta / total
+            for n, mod in llm.decoder_linears(m.ck.model).items()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -479,6 +381,9 @@ class GPTQRealResult:
     ppl: dict         # (method, bits, group) -> perplexity; method in RTN, GPTQ, GPTQ-act
     tokens: tuple     # (calibration tokens, evaluation tokens)
     weights: dict = field(default_factory=dict, repr=False)  # first setting, act-order only
+    nll: dict = field(default_factory=dict)   # as ppl: NLL per evaluation window
+    reference_nll: object = None
+    g_idx_bits: float = 0.0   # act-order's g_idx (32 bits per input column), per weight
 
 
 def demo2_gptq(m: Model, settings=None) -> GPTQRealResult:
@@ -486,10 +391,10 @@ def demo2_gptq(m: Model, settings=None) -> GPTQRealResult:
     calibrated sequentially layer by layer on 2048 tokens. Notice how much more GPTQ buys at 3
     bits than at 4, and what act-order adds."""
     settings = m.workload.settings if settings is None else settings
-    out, weights, rows = {}, {}, []
+    out, weights, rows, nlls = {}, {}, [], {}
     for bits, group in settings:
         rtn = rtn_weights(m, bits, group)
-        out[("RTN", bits, group)] = ppl(m, rtn)
+        nlls[("RTN", bits, group)] = nll(m, rtn)
         for act in (False, True):
             key = ("GPTQ-act" if act else "GPTQ", bits, group)
 
@@ -497,16 +402,19 @@ def demo2_gptq(m: Model, settings=None) -> GPTQRealResult:
                 return gptq(w, hessian(x), bits, group, symmetric=False, act_order=act,
                             partial_last_group=True).weight
 
-            new = calibrate_layers(m, q, desc=f"GPTQ INT{bits} g{group}"
+            new = calibrate_layers(m.ck.model, m.calib_windows, q, desc=f"GPTQ INT{bits} g{group}"
                                    + (" act-order" if act else ""))
-            out[key] = ppl(m, new)
+            nlls[key] = nll(m, new)
             if act and (bits, group) == settings[0]:    # kept for the tests (850 MB each)
                 weights[key] = new
+        out.update({k: float(np.exp(v.mean())) for k, v in nlls.items()})
         rows.append([f"INT{bits} g{group}", bits_per_weight(m, bits, group),
                      out[("RTN", bits, group)],
-                     out[("GPTQ", bits, group)], out[("GPTQ-act", bits, group)]])
+                     out[("GPTQ", bits, group)], out[("GPTQ-act", bits, group)],
+                     llm.paired_ratio(nlls[("RTN", bits, group)],
+                                      nlls[("GPTQ-act", bits, group)]).percent()])
     return GPTQRealResult(m.reference_ppl, rows, out, (m.calib_windows.size, m.eval_windows.size),
-                          weights)
+                          weights, nlls, m.reference_nll, g_idx_bits(m))
 
 
 def show_demo2(r: GPTQRealResult) -> None:
@@ -514,31 +422,50 @@ def show_demo2(r: GPTQRealResult) -> None:
     print(_("Reference (float32) perplexity: {reference:.2f}. Calibration: {calib} tokens, layer "
             "by layer;\nevaluation: {evaluation} other tokens.").format(
         reference=r.reference, calib=r.tokens[0], evaluation=r.tokens[1]))
-    print_table([_("weights"), _("bits/weight"), "RTN", "GPTQ", _("GPTQ act-order")],
-                [[s, f"{b:.3f}", f"{a:.2f}", f"{g:.2f}", f"{ga:.2f}"] for s, b, a, g, ga in r.rows])
+    print_table([_("weights"), _("bits/weight"), "RTN", "GPTQ", _("GPTQ act-order"),
+                 _("act-order against RTN")],
+                [[s, f"{b:.3f}", f"{a:.2f}", f"{g:.2f}", f"{ga:.2f}", ch]
+                 for s, b, a, g, ga, ch in r.rows])
     c = gptq_counts(r)
     gain = {row[0]: row[2] - row[4] for row in r.rows}
     top = max(gain, key=gain.get)
     top_row = r.rows[[row[0] for row in r.rows].index(top)]
     print_observations([
-        _("GPTQ beats RTN in {plain} of {n} settings, with act-order in {act} of {n}; act-order "
-          "is the better GPTQ in {act_better} of {n} (float: {reference:.2f}).").format(
+        _("GPTQ beats RTN in {plain} of {n} settings ({plain_sure} beyond noise), with "
+          "act-order in {act} of {n} ({act_sure} beyond noise); act-order is the better GPTQ in "
+          "{act_better} of {n} ({act_better_sure} beyond noise). Float: {reference:.2f}.").format(
             plain=c["plain"], n=c["n"], act=c["act"], act_better=c["act_better"],
-            reference=r.reference),
-        _("The gain is largest at {setting} ({rtn:.1f} -> {gptq:.1f}): the coarser the grid, the "
-          "larger each rounding error and the more GPTQ has to cancel. Act-order rounds the "
-          "columns with the largest Hessian diagonal (the most active inputs) first, while many "
-          "columns can still absorb their error (Frantar et al. 2023, section 4).").format(
+            plain_sure=c["plain_sure"], act_sure=c["act_sure"],
+            act_better_sure=c["act_better_sure"], reference=r.reference),
+        _("Act-order's gain over RTN is largest at {setting} ({rtn:.1f} -> {gptq:.1f}). "
+          "Act-order, rounding the columns with the largest Hessian diagonal first, is a "
+          "heuristic of the authors' repository (IST-DASLab/gptq, --act-order), not of the "
+          "paper, whose section 3 finds that the order barely matters for large models. With "
+          "groups it also regroups the columns by activation energy (groups form in the order "
+          "of quantization), so its gain here mixes order and grouping.").format(
             setting=top, rtn=top_row[2], gptq=top_row[4]),
+        _("Act-order stores that order too: a 32-bit group index per input column (g_idx) "
+          "adds {g_idx:.3f} bits per weight to the table's bits for act-order.").format(
+            g_idx=r.g_idx_bits),
     ])
 
 
 def gptq_counts(r: GPTQRealResult) -> dict:
-    """How many settings GPTQ (plain, act-order) beats RTN in, and act-order beats plain."""
-    rows = r.rows
-    return {"n": len(rows), "plain": sum(row[3] < row[2] for row in rows),
-            "act": sum(row[4] < row[2] for row in rows),
-            "act_better": sum(row[4] < row[3] for row in rows)}
+    """How many settings GPTQ (plain, act-order) beats RTN in, and act-order beats plain; the
+    ``_sure`` counts only those beyond noise (95% interval over the evaluation windows)."""
+    rows, n = r.rows, r.nll
+    settings = list(dict.fromkeys((bits, group) for _m, bits, group in n))
+
+    def wins(a, b, sure):
+        count = 0
+        for bits, group in settings:
+            p = llm.paired_ratio(n[(a, bits, group)], n[(b, bits, group)])
+            count += p.ratio < 1 and (not sure or not p.within_noise)
+        return count
+    return {"n": len(rows), "plain": wins("RTN", "GPTQ", False),
+            "act": wins("RTN", "GPTQ-act", False), "act_better": wins("GPTQ", "GPTQ-act", False),
+            "plain_sure": wins("RTN", "GPTQ", True), "act_sure": wins("RTN", "GPTQ-act", True),
+            "act_better_sure": wins("GPTQ", "GPTQ-act", True)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -553,6 +480,8 @@ class AWQRealResult:
     rows: list        # [setting, RTN ppl, AWQ ppl, GPTQ act-order ppl]
     ppl: dict
     alphas: dict      # setting -> list of the chosen alpha of every layer group
+    nll: dict = field(default_factory=dict)   # as ppl, NLL per window (GPTQ-act's too)
+    tokens: tuple = (0, 0)   # calibration tokens: (AWQ per layer group, GPTQ)
 
 
 def demo3_awq(m: Model, gptq_result: GPTQRealResult | None = None,
@@ -573,21 +502,27 @@ def demo3_awq(m: Model, gptq_result: GPTQRealResult | None = None,
     # AWQ calibrates on the float model's inputs: one pass serves every setting, and only the
     # windows that hold its AWQ_TOKENS tokens need to run
     found = {}
-    new = calibrate_layers(m, {s: search(*s) for s in settings}, sequential=False,
+    windows = m.calib_windows[:-(-AWQ_TOKENS // m.calib_windows.shape[1])]
+    new = calibrate_layers(m.ck.model, windows, {s: search(*s) for s in settings},
+                           sequential=False,
                            desc="AWQ " + ", ".join(f"INT{b} g{g}" for b, g in settings),
-                           windows=m.calib_windows[:-(-AWQ_TOKENS // m.calib_windows.shape[1])],
                            results=found)
-    out, alphas, rows = {}, {}, []
+    out, alphas, rows, nlls = {}, {}, [], {}
     for bits, group in settings:
         key = ("AWQ", bits, group)
-        out[key] = ppl(m, new[(bits, group)])
+        nlls[key] = nll(m, new[(bits, group)])
+        out[key] = float(np.exp(nlls[key].mean()))
         alphas[key] = [r.alpha for (k, _, _), r in found.items() if k == (bits, group)]
-        rtn = gptq_result.ppl[("RTN", bits, group)] if gptq_result else ppl(
-            m, rtn_weights(m, bits, group))
+        for method in ("RTN", "GPTQ-act"):
+            if gptq_result is not None:
+                nlls[(method, bits, group)] = gptq_result.nll[(method, bits, group)]
+            elif method == "RTN":
+                nlls[(method, bits, group)] = nll(m, rtn_weights(m, bits, group))
+        rtn = float(np.exp(nlls[("RTN", bits, group)].mean()))
         out[("RTN", bits, group)] = rtn
         g = gptq_result.ppl[("GPTQ-act", bits, group)] if gptq_result else float("nan")
         rows.append([f"INT{bits} g{group}", rtn, out[("AWQ", bits, group)], g])
-    return AWQRealResult(rows, out, alphas)
+    return AWQRealResult(rows, out, alphas, nlls, (AWQ_TOKENS, m.calib_windows.size))
 
 
 def show_demo3(r: AWQRealResult) -> None:
@@ -596,18 +531,26 @@ def show_demo3(r: AWQRealResult) -> None:
                 [[s, f"{a:.2f}", f"{b:.2f}", f"{g:.2f}"] for s, a, b, g in r.rows])
     key = next(iter(r.alphas))
     al = np.array(r.alphas[key])
+    settings = [(b, g) for _m, b, g in r.alphas]
+    sure = {other: sum(not llm.paired_ratio(r.nll[(other, b, g)], r.nll[("AWQ", b, g)])
+                       .within_noise for b, g in settings if (other, b, g) in r.nll)
+            for other in ("RTN", "GPTQ-act")}
     print_observations([
-        _("AWQ beats RTN in {wins} of {n} settings; the α it picks ({setting}) spans {low:.2f} to "
+        _("AWQ beats RTN in {wins} of {n} settings ({sure} of the differences beyond noise); "
+          "the α it picks ({setting}) spans {low:.2f} to "
           "{high:.2f} over the {groups} layer groups, median {median:.2f}: the channels that see "
           "large activations get larger weights, so their rounding error shrinks relative to "
           "them (Lin et al. 2024, section 3.2).").format(
-            wins=sum(row[2] < row[1] for row in r.rows), n=len(r.rows),
+            wins=sum(row[2] < row[1] for row in r.rows), n=len(r.rows), sure=sure["RTN"],
             setting=f"{key[0]} INT{key[1]} g{key[2]}", low=al.min(), high=al.max(),
             groups=len(al), median=np.median(al)),
         _("AWQ needs no Hessian and no error feedback: one search per layer group. Here it beats "
-          "GPTQ with act-order in {wins} of {n} settings; the two combine in practice (AWQ's "
-          "scales, then GPTQ's rounding).").format(
-            wins=sum(row[2] < row[3] for row in r.rows), n=len(r.rows)),
+          "GPTQ with act-order in {wins} of {n} settings ({sure} of the differences beyond "
+          "noise), on unequal calibration: AWQ searched on {awq_tokens} tokens per layer group, "
+          "GPTQ accumulated its Hessians over {gptq_tokens}, both from the same document as the "
+          "evaluation. The two combine in practice (AWQ's scales, then GPTQ's rounding).")
+        .format(wins=sum(row[2] < row[3] for row in r.rows), n=len(r.rows),
+                sure=sure["GPTQ-act"], awq_tokens=r.tokens[0], gptq_tokens=r.tokens[1]),
     ])
 
 
@@ -620,7 +563,6 @@ SMOOTHED = ("attn_in", "mlp_in")   # linears after an RMSNorm, where s folds int
 
 def _linear_stats(m: Model) -> dict:
     """Per-input-channel absmax of every decoder linear on the calibration windows."""
-    llm = harness()
     return {n: s.absmax for n, s in
             llm.capture_linear_inputs(m.ck.model, m.calib_windows).items()}
 
@@ -650,6 +592,8 @@ class ActivationResult:
     outlier: dict          # last down_proj input: max/median channel absmax, before and after H
     int8_rows: list        # [kind, channels in float (%), LLM.int8 error, INT8 per-token error]
     int8_float_share: float  # share of all decoder input channels with |x| > 6 somewhere
+    smooth_nll: dict = field(default_factory=dict)     # as smooth_ppl, NLL per window
+    rotation_nll: dict = field(default_factory=dict)   # as rotation_ppl
 
 
 def _smoothing_scales(m: Model, stats: dict, weights: dict, alpha: float) -> dict:
@@ -664,9 +608,10 @@ def _smoothing_scales(m: Model, stats: dict, weights: dict, alpha: float) -> dic
     return scales
 
 
-def w8a8_smoothquant(m: Model, stats: dict, weights: dict, alpha: float | None) -> float:
+def w8a8_smoothquant(m: Model, stats: dict, weights: dict, alpha: float | None) -> np.ndarray:
     """W8A8: INT8 weights per output channel, INT8 activations per tensor (dynamic), with the
-    smoothed linears computing Q(x/s)·Q(W·s)ᵀ (``alpha=None``: no smoothing)."""
+    smoothed linears computing Q(x/s)·Q(W·s)ᵀ (``alpha=None``: no smoothing). Returns the NLL
+    per evaluation window (:func:`nll`)."""
     scales = {} if alpha is None else _smoothing_scales(m, stats, weights, alpha)
     one = {n: np.ones(w.shape[1]) for n, w in weights.items()}
     s = {**one, **scales}
@@ -676,7 +621,7 @@ def w8a8_smoothquant(m: Model, stats: dict, weights: dict, alpha: float | None) 
     def act(x, name):
         return _per_tensor(np.asarray(x, np.float64) / s[name]) * s[name]
 
-    return ppl(m, wq, act)
+    return nll(m, wq, act)
 
 
 HADAMARD_FACTORS = {576: (16, 36), 1536: (128, 12)}   # n = 2^k · m, as numfmt.ptq.hadamard builds
@@ -696,13 +641,14 @@ def rotate(x, n: int, transpose: bool = False):
     return y.reshape(x.shape)
 
 
-def w4a4(m: Model, weights: dict, rotated: bool, group: int = 32) -> float:
+def w4a4(m: Model, weights: dict, rotated: bool, group: int = 32) -> np.ndarray:
     """W4A4: INT4 weights and activations, symmetric, groups of ``group`` along the input
     (dynamic activation scales per token and group). ``rotated``: every linear's input is
     multiplied online by a Hadamard matrix H and its weight fused with it (W·H, what
     numfmt.ptq.fuse_rotation returns), so the quantized layer computes Q(x·H)·Q(W·H)ᵀ, equal
     to x·Wᵀ before rounding. The products with H go through :func:`rotate`'s Kronecker
-    factors; Q is numfmt.ptq.rtn_values, quantize_int's group values bit for bit."""
+    factors; Q is numfmt.ptq.rtn_values, quantize_int's group values bit for bit. Returns the
+    NLL per evaluation window (:func:`nll`)."""
     import torch
 
     def rot(a, transpose=False):
@@ -720,7 +666,7 @@ def w4a4(m: Model, weights: dict, rotated: bool, group: int = 32) -> float:
                             dtype=x.dtype)
         return rotate(q, x.shape[-1], transpose=True) if rotated else q
 
-    return ppl(m, map_items(weight, weights), act)
+    return nll(m, map_items(weight, weights), act)
 
 
 def demo4_activations(m: Model) -> ActivationResult:
@@ -729,14 +675,15 @@ def demo4_activations(m: Model) -> ActivationResult:
     dictates every method's design."""
     weights = float_weights(m)
     stats = _linear_stats(m)
-    smooth = {None: w8a8_smoothquant(m, stats, weights, None)}
+    smooth_nll = {None: w8a8_smoothquant(m, stats, weights, None)}
     for a in progress(SMOOTH_ALPHAS, "SmoothQuant α"):
-        smooth[a] = w8a8_smoothquant(m, stats, weights, a)
+        smooth_nll[a] = w8a8_smoothquant(m, stats, weights, a)
+    smooth = {a: float(np.exp(v.mean())) for a, v in smooth_nll.items()}
     smooth_rows = [["none" if a is None else f"{a:.2f}", v] for a, v in smooth.items()]
-    rot = {r: w4a4(m, weights, r) for r in progress((False, True), "W4A4")}
+    rot_nll = {r: w4a4(m, weights, r) for r in progress((False, True), "W4A4")}
+    rot = {r: float(np.exp(v.mean())) for r, v in rot_nll.items()}
     rotation_rows = [["W4A4 INT4 g32", rot[False], rot[True]]]
 
-    llm = harness()
     last = f"model.layers.{len(m.ck.model.model.layers) - 1}.mlp.down_proj"
     # one pass over the first calibration window for the last down_proj and the table's
     # linears (the last down_proj is among them)
@@ -757,14 +704,14 @@ def demo4_activations(m: Model) -> ActivationResult:
         r = llm_int8_matmul(xs, w)
         exact = xs @ w.T
         plain = llm_int8_matmul(xs, w, threshold=np.inf).output
-        li, kind = harness().layer_of(n)
+        li, kind = llm.layer_of(n)
         int8_rows.append([f"layer {li} {kind}", r.outliers.mean(),
                           rel_error(r.output, exact), rel_error(plain, exact)])
     for n, a in stats.items():
         n_float += int((a > 6.0).sum())
         n_all += a.size
     return ActivationResult(smooth_rows, smooth, rotation_rows, rot, outlier, int8_rows,
-                            n_float / n_all)
+                            n_float / n_all, smooth_nll, rot_nll)
 
 
 def show_demo4(r: ActivationResult) -> None:
@@ -774,6 +721,9 @@ def show_demo4(r: ActivationResult) -> None:
     print_table([_("SmoothQuant α"), _("perplexity")],
                 [[label(a), f"{v:.2f}"] for a, v in r.smooth_rows])
     best = min((v, a) for a, v in r.smooth_ppl.items() if a is not None)
+    runner_up = sorted((v, a) for a, v in r.smooth_ppl.items() if a is not None)[1]
+    tie = llm.paired_ratio(r.smooth_nll[best[1]], r.smooth_nll[runner_up[1]])
+    rotation = llm.paired_ratio(r.rotation_nll[False], r.rotation_nll[True])
     print()
     print_table([_("setting"), _("no rotation"), _("Hadamard rotation")],
                 [[s, f"{a:.2f}", f"{b:.2f}"] for s, a, b in r.rotation_rows])
@@ -786,15 +736,22 @@ def show_demo4(r: ActivationResult) -> None:
     print_observations([
         _("W8A8 with per-tensor activation scales gives {plain:.2f} without smoothing; "
           "SmoothQuant moves part of each outlier channel's range into the weights, best here at "
-          "α = {alpha:.2f} ({best:.2f}) (Xiao et al. 2023, section 4).").format(
-            plain=r.smooth_ppl[None], alpha=best[1], best=best[0]),
+          "α = {alpha:.2f} ({best:.2f}; α = {next_alpha:.2f} gives {next_ppl:.2f}, {change}, "
+          "{verdict}) (Xiao et al. 2023, section 4). Only the linears after an RMSNorm are "
+          "smoothed: the massive inputs of down_proj (lecture 08) keep one per-tensor "
+          "scale.").format(
+            plain=r.smooth_ppl[None], alpha=best[1], best=best[0], next_alpha=runner_up[1],
+            next_ppl=runner_up[0], change=tie.percent(), verdict=verdict(tie)),
         _("{name}: its input's largest channel absmax is {before_max:.0f} against a median "
           "channel of {before_median:.1f}; after the Hadamard rotation {after_max:.1f} against "
           "{after_median:.1f}. The function is unchanged; W4A4 goes from {plain:.1f} to "
-          "{rotated:.1f} (QuaRot, Ashkboos et al. 2024).").format(
+          "{rotated:.1f} ({change}, {verdict}). This is a Hadamard rotation, QuaRot's idea "
+          "(Ashkboos et al. 2024), not its recipe, which fuses randomized Hadamards into the "
+          "weights offline and rounds them with GPTQ.").format(
             name=o["name"], before_max=o["before_max"], before_median=o["before_median"],
             after_max=o["after_max"], after_median=o["after_median"],
-            plain=r.rotation_ppl[False], rotated=r.rotation_ppl[True]),
+            plain=r.rotation_ppl[False], rotated=r.rotation_ppl[True],
+            change=rotation.percent(), verdict=verdict(rotation)),
         _("LLM.int8() keeps {share:.2f}% of all decoder input channels in float (|x| > 6 "
           "somewhere in the calibration tokens). On the layers above, where it keeps any channel "
           "in float its error is below plain per-token INT8's in {better} of {with_float}; "
@@ -808,7 +765,16 @@ def show_demo4(r: ActivationResult) -> None:
 # ---------------------------------------------------------------------------------------------
 # Demo 5: calibrating activation ranges; static against dynamic
 # ---------------------------------------------------------------------------------------------
-CALIBRATORS = ("min-max", "percentile 99.99", "MSE", "KL (entropy)")
+#: label -> (clip of a float64 (tokens, in) input, whether it runs on threads). KL's search is
+#: a Python loop over its candidates, which holds the GIL (measured: 1.6 times slower on 2
+#: threads than on one), so it runs on one.
+CALIBRATORS = {
+    "min-max": (lambda x: float(np.abs(x).max()), True),
+    "percentile 99.99": (lambda x: calibrate_percentile(x, 99.99), True),
+    "MSE": (lambda x: calibrate_mse(x, 8, grid=20), True),
+    # TensorRT's entropy calibrator histograms into 2048 bins (Migacz 2017, slide 29)
+    "KL (entropy)": (lambda x: calibrate_kl(x, 8, bins=2048), False),
+}
 
 
 @dataclass
@@ -817,41 +783,33 @@ class CalibrationResult:
     ppl: dict        # method -> ppl; also "dynamic per-tensor", "dynamic per-token"
     clip_ratio: dict  # method -> median over linears of clip / max|x|
     tokens: int       # calibration tokens
-
-
-def _clip(method: str, x: np.ndarray) -> float:
-    if method == "min-max":
-        return float(np.abs(x).max())
-    if method == "percentile 99.99":
-        return calibrate_percentile(x, 99.99)
-    if method == "MSE":
-        return calibrate_mse(x, 8, grid=20)
-    return calibrate_kl(x, 8, bins=1024)
+    nll: dict = field(default_factory=dict)   # as ppl, NLL per evaluation window
+    smoothquant: tuple | None = None  # demo 4's best SmoothQuant: (α, ppl, NLL per window)
 
 
 def demo5_calibration(m: Model, tokens: int = 512,
-                      dynamic_per_tensor: float | None = None) -> CalibrationResult:
+                      activations: ActivationResult | None = None) -> CalibrationResult:
     """W8A8 with static per-tensor activation scales fixed on calibration tokens by four
     calibrators, against dynamic scales computed on every batch. Notice what cutting the
     tail buys a per-tensor scale, and what per-token scales buy without any calibration.
 
-    ``dynamic_per_tensor``: the perplexity with dynamic per-tensor scales when already
-    measured: demo 4's W8A8 without smoothing is that very model (s = 1 leaves its weights
-    and activations bit for bit as here)."""
-    llm = harness()
+    ``activations``: demo 4's result, when measured. Its W8A8 without smoothing is the model
+    with dynamic per-tensor scales here (s = 1 leaves its weights and activations bit for bit
+    as here), so it is not measured twice; and its best SmoothQuant is compared with
+    per-token scales."""
     weights = float_weights(m)
     wq = map_items(lambda n, w: rtn_values(w, 8, symmetric=True), weights)   # as in demo 4
     names = [n for n in weights if any(n.endswith(ns[0]) for ns in INPUT_GROUPS.values())]
     windows = m.calib_windows[:max(1, tokens // m.calib_windows.shape[1])]
     caps = llm.capture_linear_inputs(m.ck.model, windows, names, keep_inputs=True)
-    out, ratio = {}, {}
+    nlls, ratio = {}, {}
     for method in progress(CALIBRATORS, "calibrators"):
-        def clip(n, c, method=method):
-            return _clip(method, c.inputs.astype(np.float64))
-        # on threads, except KL's search: a Python loop over its candidates, which holds the
-        # GIL (measured: 1.6 times slower on 2 threads than on one)
-        clips = ({n: clip(n, c) for n, c in caps.items()} if method == "KL (entropy)"
-                 else map_items(clip, caps))
+        calibrate, threaded = CALIBRATORS[method]
+
+        def clip(n, c, calibrate=calibrate):
+            return calibrate(c.inputs.astype(np.float64))
+        clips = (map_items(clip, caps) if threaded
+                 else {n: clip(n, c) for n, c in caps.items()})
         ratio[method] = float(np.median([clips[n] / np.abs(caps[n].inputs).max()
                                          for n in caps]))
 
@@ -860,12 +818,17 @@ def demo5_calibration(m: Model, tokens: int = 512,
             scale = t / 127
             return np.clip(np.rint(np.asarray(x, np.float64) / scale), -127, 127) * scale
 
-        out[method] = ppl(m, wq, act)
-    out["dynamic per-tensor"] = (ppl(m, wq, lambda x, n: _per_tensor(x))
-                                 if dynamic_per_tensor is None else dynamic_per_tensor)
-    out["dynamic per-token"] = ppl(m, wq, lambda x, n: _per_token(x, 8))
+        nlls[method] = nll(m, wq, act)
+    nlls["dynamic per-tensor"] = (nll(m, wq, lambda x, n: _per_tensor(x))
+                                  if activations is None else activations.smooth_nll[None])
+    nlls["dynamic per-token"] = nll(m, wq, lambda x, n: _per_token(x, 8))
+    out = {k: float(np.exp(v.mean())) for k, v in nlls.items()}
     rows = [[k, v] for k, v in out.items()]
-    return CalibrationResult(rows, out, ratio, int(caps[names[0]].n_tokens))
+    smoothquant = None
+    if activations is not None:
+        p, alpha = min((v, a) for a, v in activations.smooth_ppl.items() if a is not None)
+        smoothquant = (alpha, p, activations.smooth_nll[alpha])
+    return CalibrationResult(rows, out, ratio, int(caps[names[0]].n_tokens), nlls, smoothquant)
 
 
 def show_demo5(r: CalibrationResult) -> None:
@@ -891,7 +854,15 @@ def show_demo5(r: CalibrationResult) -> None:
         _("Dynamic scales need no calibration: per tensor {per_tensor:.2f}, per token "
           "{per_token:.2f}, at the cost of an absmax over every activation tensor at run time.")
         .format(per_tensor=r.ppl["dynamic per-tensor"], per_token=r.ppl["dynamic per-token"]),
-    ])
+    ] + ([] if r.smoothquant is None else [
+        _("Per-token INT8 without any smoothing ({per_token:.2f}) against demo 4's best "
+          "SmoothQuant with per-tensor scales (α = {alpha:.2f}, {smooth:.2f}): {change}, "
+          "{verdict}. Per-token scales also cover the massive down_proj inputs that SmoothQuant "
+          "leaves unsmoothed.").format(
+            per_token=r.ppl["dynamic per-token"], alpha=r.smoothquant[0],
+            smooth=r.smoothquant[1],
+            change=llm.paired_ratio(r.smoothquant[2], r.nll["dynamic per-token"]).percent(),
+            verdict=verdict(llm.paired_ratio(r.smoothquant[2], r.nll["dynamic per-token"])))]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -904,12 +875,13 @@ def demo6_summary(m: Model, g: GPTQRealResult, a: AWQRealResult) -> list:
             "AWQ": f"{AWQ_TOKENS} tokens, {AWQ_GRID} α × {AWQ_GRID // 2} clips",
             "GPTQ": f"{n} tokens, Hessians, sequential",
             "GPTQ-act": f"{n} tokens, as GPTQ, by diag H"}
+    extra = {"GPTQ-act": g.g_idx_bits}      # act-order's g_idx
     rows = [["float32 (reference)", "32", f"{m.reference_ppl:.2f}", "—"]]
     for bits, group in m.workload.settings:
         for method in ("RTN", "AWQ", "GPTQ", "GPTQ-act"):
             v = g.ppl.get((method, bits, group), a.ppl.get((method, bits, group)))
-            rows.append([f"{method} INT{bits} g{group}", f"{bits_per_weight(m, bits, group):.3f}",
-                         f"{v:.2f}", cost[method]])
+            b = bits_per_weight(m, bits, group) + extra.get(method, 0.0)
+            rows.append([f"{method} INT{bits} g{group}", f"{b:.3f}", f"{v:.2f}", cost[method]])
     return rows
 
 
@@ -919,62 +891,44 @@ def show_demo6(rows: list) -> None:
                 [[label(m), b, p, label(c)] for m, b, p, c in rows])
     print_observations([
         _("Bits per weight count an FP16 scale and a b-bit zero point per group (GPTQ's "
-          "storage). The checkpoint itself was stored as Q4_1 (lecture 08): its weights already "
-          "sit on a 4-bit grid per block of 32, which favours re-quantizing them with small "
-          "groups; a float checkpoint's gaps may be larger."),
+          "storage), and act-order's 32-bit g_idx per input column. The checkpoint itself was "
+          "stored as Q4_1 (lecture 08): its weights already sit on a 4-bit grid per block of "
+          "32, which favours re-quantizing them with small groups; how the methods compare on a "
+          "float checkpoint is not measured here."),
     ])
 
 
 # ---------------------------------------------------------------------------------------------
-def real_model_demos(workload: Workload = FULL) -> None:
-    try:
-        llm = harness()
-    except ImportError as e:
-        print_header(_("Demos 2-6: the real model"))
-        print(_("Skipped: {error}. Install the libraries with: {command}").format(
-            error=e, command='pip install -e ".[model]"'))
-        return
-    try:
-        m = load_model(workload=workload)
-    except llm.ModelUnavailableError as e:   # its message names the install command
-        print_header(_("Demos 2-6: the real model"))
-        print(_("Skipped: {error}").format(error=e))
-        return
-    g = demo2_gptq(m)
-    show_demo2(g)
-    a = demo3_awq(m, g)
-    show_demo3(a)
-    d4 = demo4_activations(m)
-    show_demo4(d4)
-    show_demo5(demo5_calibration(m, dynamic_per_tensor=d4.smooth_ppl[None]))
-    show_demo6(demo6_summary(m, g, a))
+# Helpers: RTN weights and their storage
+# ---------------------------------------------------------------------------------------------
+def weight_rtn(w: np.ndarray, bits: int, group: int) -> np.ndarray:
+    """Round-to-nearest, asymmetric, groups of ``group`` input columns (the last group of a
+    576-input linear holds 64 columns when group = 128: 576 = 4 · 128 + 64): numfmt.ptq.rtn's
+    weights, through its values-only twin (AWQ's search calls this 14 times per layer group)."""
+    return rtn_values(w, bits, group, symmetric=False, partial_last_group=True)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The lecture's command line: --quick and --synthetic, plus console.lecture_parser's
-    --help and --lang; any other option is an error."""
-    parser = lecture_parser(_("Lecture 09: post-training quantization algorithms"))
-    parser.add_argument("--quick", action="store_true",
-                        help=_("2 windows of 256 tokens and two GPTQ settings (the tests' "
-                               "workload)"))
-    parser.add_argument("--synthetic", action="store_true",
-                        help=_("demo 1 alone, on synthetic data (no model needed)"))
-    return parser
+def rtn_weights(m: Model, bits: int, group: int) -> dict:
+    """Every decoder linear quantized by :func:`weight_rtn`."""
+    return map_items(lambda n, w: weight_rtn(w, bits, group), float_weights(m))
 
 
-def main(argv=None) -> None:
-    args = build_parser().parse_args(argv)
-    print_title(_("Lecture 09: post-training quantization algorithms"), [
-        _("Round-to-nearest minimises the weight error; a model feels each layer's output "
-          "error, tr(E Σ Eᵀ). GPTQ, AWQ, SmoothQuant, rotations and LLM.int8() are short pieces "
-          "of numfmt.ptq that each act on that difference; demos 2-6 measure them on "
-          "SmolLM2-135M."),
-        _("Errors are relative, in percent; perplexity is exp(mean NLL per token), lower is "
-          "better. Every run prints the same numbers."),
-    ])
-    show_demo1(demo1_output_error())
-    if not args.synthetic:
-        real_model_demos(QUICK if args.quick else FULL)
+def g_idx_bits(m: Model) -> float:
+    """Act-order's extra storage: one 32-bit group index per input column of every decoder
+    linear (GPTQ's g_idx, numfmt.packing.gptq), per weight."""
+    shapes = [tuple(mod.weight.shape) for mod in llm.decoder_linears(m.ck.model).values()]
+    return sum(32 * i for _o, i in shapes) / sum(o * i for o, i in shapes)
+
+
+def bits_per_weight(m: Model, bits: int, group: int) -> float:
+    """Storage of every decoder linear with an FP16 scale and a b-bit zero point per row and
+    group (GPTQ's checkpoint layout, numfmt.packing.gptq), averaged over all their weights."""
+    shapes = [tuple(mod.weight.shape) for mod in llm.decoder_linears(m.ck.model).values()]
+    total = sum(o * i for o, i in shapes)
+    meta = sum(o * -(-i // group) * (16 + bits) for o, i in shapes)
+    return bits + meta / total
+
+
 
 
 if __name__ == "__main__":

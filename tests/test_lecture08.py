@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 from console import display_width
+from lectures import lecture
 
-L = importlib.import_module("lectures.08_real_model")
+L = lecture(8)
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
@@ -414,3 +415,88 @@ def test_weight_formats_are_quantized_once_per_run(lab):
     ref = L.llm.quantized_weight_tensors(lab.model, int8)
     assert ref.keys() == a.keys() and all(torch.equal(a[n], ref[n]) for n in ref)
     assert fresh.weight_tensors(int8) is not a and not fresh._weights   # no plan left
+
+
+def test_lecture_helper_finds_each_lecture_and_refuses_bad_numbers():
+    import importlib
+    for n in range(1, 10):
+        module = lecture(n)
+        assert module.__name__.startswith(f"lectures.0{n}_")
+        assert module is importlib.import_module(module.__name__)
+    for bad in (99, "08", 8.0, True):
+        with pytest.raises(ValueError, match="number"):
+            lecture(bad)
+
+
+# ---------------------------------------------------------------------------------------------
+# Noise: every comparison the text draws a conclusion from, with its interval over windows
+# ---------------------------------------------------------------------------------------------
+def _t_interval(nll_a, nll_b):
+    """exp of the 95% Student-t interval of the mean paired NLL difference (scipy's t)."""
+    stats = pytest.importorskip("scipy.stats")
+    d = np.asarray(nll_b) - np.asarray(nll_a)
+    half = stats.t.ppf(0.975, d.size - 1) * d.std(ddof=1) / np.sqrt(d.size)
+    return np.exp(d.mean() - half), np.exp(d.mean() + half)
+
+
+def test_perplexities_are_exp_mean_window_nll(lab, d1, d2, d4, d5):
+    assert d1.reference == pytest.approx(np.exp(lab.reference_nll.mean()), rel=1e-15)
+    for r in (d2, d4, d5):
+        for label, p in r.ppl.items():
+            assert r.nll[label].shape == (lab.eval.shape[0],)
+            assert p == float(np.exp(r.nll[label].mean()))
+        assert np.array_equal(r.reference_nll, lab.reference_nll)
+
+
+def test_nvfp4_gaps_carry_their_window_intervals(d2, d4, d5, d6):
+    sources = {"weights only": (d2, "FP8 E4M3, per channel", "NVFP4 (E2M1, E4M3 per 16)"),
+               "weights and activations": (d4, L.W8A8[3][0], L.W4A4[1][0]),
+               "KV cache only": (d5, L.KV[2][0], L.KV[4][0])}
+    for what, (r, fp8, nv) in sources.items():
+        p = d6.paired[what]
+        assert p.ratio == pytest.approx(d6.gaps[what] + 1, rel=1e-12)
+        assert (p.low, p.high) == pytest.approx(_t_interval(r.nll[fp8], r.nll[nv]), rel=1e-3)
+        assert [row[3] for row in d6.rows if row[0] == what] == [p.percent()]
+    close, far, undecided = L.closeness(d6)
+    assert sorted(close + far + undecided) == sorted(d6.paired)
+    assert all(d6.paired[w].high < 1 + L.CLOSE for w in close)
+    assert all(d6.paired[w].low >= 1 + L.CLOSE for w in far)
+
+
+def test_noise_verdicts_follow_the_intervals():
+    from lectures import llm
+    inside = llm.PairedRatio(1.02, 0.97, 1.07, 2, 4)
+    outside = llm.PairedRatio(1.30, 1.10, 1.50, 4, 4)
+    assert inside.within_noise and not outside.within_noise
+    assert L.noise_verdict([inside]) == "within noise"
+    assert L.noise_verdict([outside]) == "beyond noise"
+    assert L.noise_verdict([inside, outside]) == "partly within noise"
+
+
+def test_printed_text_says_within_or_beyond_noise_as_computed(d2, d4):
+    from lectures import llm
+    out = printed_text(L.show_demo2, d2)
+    big_small = L.size_against_damage(d2)
+    versus = llm.paired_ratio(d2.nll[big_small[1]], d2.nll[big_small[0]])
+    assert f"{versus.percent()}, {L.noise_verdict([versus])}" in out
+    w4a4 = llm.paired_ratio(d4.nll[L.W4A4[0][0]], d4.nll[L.W4A4[1][0]])
+    assert f"{w4a4.percent()}, {L.noise_verdict([w4a4])}" in printed_text(L.show_demo4, d4)
+
+
+def test_saved_results_print_the_same(tmp_path, d1, d2, d3, d4, d5, d6):
+    from lectures import llm
+    results = {"demo1": d1, "demo2": d2, "demo3": L.stored_outliers(d3), "demo4": d4,
+               "demo5": d5, "demo6": d6}
+    back, _ = llm.load_results(llm.save_results(tmp_path / "r.json", results), L)
+    for name, r in results.items():
+        show = getattr(L, "show_" + name)
+        assert printed_text(show, back[name]) == printed_text(show, r)
+
+
+def printed_text(show, r) -> str:
+    import contextlib
+    import io
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        show(r)
+    return out.getvalue()

@@ -501,3 +501,68 @@ def test_token_nll_is_the_float64_log_softmax_bit_for_bit():
     m = a.max(axis=1, keepdims=True)
     hand = (m[:, 0] + np.log(np.exp(a - m).sum(axis=1))) - a[np.arange(n), t.numpy()]
     np.testing.assert_allclose(got.numpy(), hand, rtol=1e-14, atol=1e-13)
+
+
+# ---------------------------------------------------------------------------------------------
+# Paired comparisons over windows, stored results (no model needed)
+# ---------------------------------------------------------------------------------------------
+def test_t_quantiles_match_scipy():
+    stats = pytest.importorskip("scipy.stats")
+    for df, t in llm.evaluate.T_975.items():
+        assert t == pytest.approx(stats.t.ppf(0.975, df), abs=5e-4)
+
+
+def test_paired_ratio_is_a_t_interval_of_the_mean_log_ratio():
+    a = np.array([2.60, 2.75, 2.50, 2.90])
+    b = a + np.array([0.10, 0.08, 0.12, 0.09])
+    p = llm.paired_ratio(a, b)
+    d = b - a
+    half = 3.182 * d.std(ddof=1) / 2.0                # t(0.975, 3) * sd / sqrt(4), by hand
+    assert p.ratio == pytest.approx(np.exp(b.mean()) / np.exp(a.mean()), rel=1e-12)
+    assert (p.low, p.high) == pytest.approx((np.exp(d.mean() - half), np.exp(d.mean() + half)))
+    assert p.worse == 4 and p.n == 4 and not p.within_noise     # every window worse, 0 outside
+    assert p.percent() == (f"{(p.ratio - 1) * 100:+.1f}% [{(p.low - 1) * 100:+.1f}%, "
+                           f"{(p.high - 1) * 100:+.1f}%]")
+    mixed = llm.paired_ratio(a, a + np.array([0.10, -0.12, 0.05, -0.04]))
+    assert mixed.within_noise and mixed.worse == 2
+    one = llm.paired_ratio(a[:1], b[:1])
+    assert one.within_noise and one.percent() == f"{(one.ratio - 1) * 100:+.1f}%"
+
+
+@pytest.mark.parametrize("a, b", [(np.zeros(3), np.zeros(4)), (np.zeros((2, 2)), np.zeros((2, 2))),
+                                  (np.zeros(0), np.zeros(0))])
+def test_paired_ratio_refuses_mismatched_windows(a, b):
+    with pytest.raises(ValueError, match="nll_a and nll_b"):
+        llm.paired_ratio(a, b)
+
+
+def test_results_round_trip_exactly(tmp_path):
+    import types
+    from dataclasses import dataclass, field
+
+    @dataclass
+    class Result:
+        rows: list
+        ppl: dict
+        nll: dict = field(default_factory=dict)
+        note: object = None
+
+    module = types.SimpleNamespace(Result=Result, __name__="fake")
+    r = Result([["INT4 g128", 1 / 3, float("inf")]], {("GPTQ", 4, 128): 17.25, None: 0.1},
+               {"x": np.array([2.5, 1e-300], np.float64), "y": np.arange(3, dtype=np.float32)},
+               (1, (2, "a"), llm.PairedRatio(1.1, 1.0, 1.2, 3, 4)))
+    path = llm.save_results(tmp_path / "r.json", {"demo": r, "n": 3}, {"workload": "tiny"})
+    back, about = llm.load_results(path, module)
+    assert about == {"workload": "tiny"} and back["n"] == 3
+    got = back["demo"]
+    assert got.rows == r.rows and got.ppl == r.ppl and got.note == r.note
+    for k in r.nll:
+        assert got.nll[k].dtype == r.nll[k].dtype and np.array_equal(got.nll[k], r.nll[k])
+    with pytest.raises(TypeError, match="cannot store"):
+        llm.save_results(tmp_path / "bad.json", {"x": object()})
+    assert not (tmp_path / "bad.json").exists()
+    with pytest.raises(ValueError, match="not a file of lecture results"):
+        (tmp_path / "other.json").write_text("[1, 2]")
+        llm.load_results(tmp_path / "other.json", module)
+    with pytest.raises(ValueError, match="does not define"):
+        llm.load_results(path, types.SimpleNamespace(__name__="empty"))

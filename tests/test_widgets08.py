@@ -2,8 +2,6 @@
 64 tokens). Expected values come from numfmt called here directly and from the harness
 functions the callback is meant to call, computed here on their own."""
 
-import importlib
-
 import matplotlib
 
 matplotlib.use("Agg")
@@ -11,14 +9,17 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-L = importlib.import_module("lectures.08_real_model")
+from lectures import lecture  # noqa: E402
+
+L = lecture(8)
 pytestmark = pytest.mark.slow
 TINY = L.Workload(n_eval=1, seq_len=64, n_calib=1)
 
 
 @pytest.fixture(scope="module")
 def W():
-    return importlib.import_module("lectures.widgets.lecture08")
+    from lectures.widgets import lecture08
+    return lecture08
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +81,7 @@ def test_plots_refuse_other_results(W, d2, d3):
 
 def test_explorer_measures_what_its_menus_say(W, lab):
     import numfmt
-    from lectures import llm
+    from lectures import lecture, llm
     ex = W.quantization_explorer(lab)
     ex.controls["histogram_of"].value = "down_proj"
     ex.controls["layers"].value = "down_proj"

@@ -5,15 +5,15 @@ a reader's click fires. Expected values: RTN by hand (intquant's definition), GP
 error below RTN's on correlated inputs (demo 1's claim).
 """
 
-import importlib
-
 import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
+from lectures import lecture
+
 pytest.importorskip("ipywidgets")
-L = importlib.import_module("lectures.09_ptq_algorithms")
-W = importlib.import_module("lectures.widgets.lecture09")
+L = lecture(9)
+W = pytest.importorskip("lectures.widgets.lecture09")
 
 
 def test_gptq_explorer_follows_the_controls():

@@ -11,13 +11,27 @@ Text (:mod:`lectures.llm.text`)
     ``corpus_tokens(tokenizer)``: CPython's language reference, tokenized;
     ``eval_windows(tokens, n, seq_len)`` and ``calibration_windows(...)``: disjoint, fixed.
 Perplexity (:mod:`lectures.llm.evaluate`)
-    ``perplexity(model, windows)``, ``window_nll(model, windows)``.
+    ``perplexity(model, windows)``, ``window_nll(model, windows)``;
+    ``paired_ratio(nll_a, nll_b)``: B's perplexity over A's with a 95% interval over windows.
 Hooks (:mod:`lectures.llm.hooks`)
     ``decoder_linears(model, kinds)``, ``layer_of(name)``;
     ``capture_linear_inputs(model, windows, names, hessian, keep_inputs)`` -> LinearInputs
     (per-channel and per-token absmax, optional Σ x xᵀ and raw inputs);
     context managers ``swapped_weights(model, {name: W})``, ``quantized_weights(model, q)``,
     ``quantized_inputs(model, q)``, ``quantized_kv(model, qk, qv)``.
+Workloads (:mod:`lectures.llm.workload`)
+    ``Workload(n_eval, seq_len, n_calib)``, ``FULL`` (4 + 4 windows of 512 tokens) and
+    ``QUICK`` (2 + 2 windows of 256): how much text a lecture reads.
+A lab (:mod:`lectures.llm.lab`)
+    ``open_lab(workload)`` -> Lab: the checkpoint and its windows; ``Lab.ppl(weights, acts,
+    kv)`` measures perplexity with any quantizers in place.
+Calibration (:mod:`lectures.llm.calibrate`)
+    ``calibrate_layers(model, windows, quantize_group)``: layer by layer (sequential, as
+    GPTQ, or on the float model, as AWQ), each layer's groups of linears on threads;
+    ``INPUT_GROUPS``, ``map_items``, ``workers``, ``one_blas_thread``.
+Results (:mod:`lectures.llm.results`)
+    ``save_results(path, results)``, ``load_results(path, module)``: a lecture's demo results
+    as JSON, to print or plot them again without the model.
 Quantizers (:mod:`lectures.llm.quantizers`)
     ``WeightFormat``, ``ActFormat``, ``kv_quantizer``, ``model_bits_per_weight``: settings of
     numfmt calls, and what each costs in bits per weight.
@@ -36,19 +50,26 @@ Typical use::
 from lectures.llm.checkpoint import (GGUF_NAME, GGUF_SHA256, INSTALL_MODEL, Checkpoint,
                                      ModelUnavailableError, cache_root, gguf_path,
                                      gguf_tensor_types, load_checkpoint, verify_gguf)
-from lectures.llm.evaluate import perplexity, window_nll
+from lectures.llm.calibrate import (INPUT_GROUPS, calibrate_layers, map_items,
+                                    one_blas_thread, workers)
+from lectures.llm.evaluate import PairedRatio, paired_ratio, perplexity, window_nll
 from lectures.llm.hooks import (LINEAR_KINDS, LinearInputs, capture_linear_inputs,
                                 decoder_linears, layer_of, quantized_inputs, quantized_kv,
                                 quantized_weight_tensors, quantized_weights, swapped_weights)
+from lectures.llm.lab import Lab, open_lab
 from lectures.llm.quantizers import ActFormat, WeightFormat, kv_quantizer, model_bits_per_weight
+from lectures.llm.results import load_results, save_results
 from lectures.llm.text import SEQ_LEN, calibration_windows, corpus_text, corpus_tokens, eval_windows
+from lectures.llm.workload import FULL, QUICK, Workload
 
 __all__ = [
     "GGUF_NAME", "GGUF_SHA256", "INSTALL_MODEL", "Checkpoint", "ModelUnavailableError",
-    "cache_root", "gguf_path", "gguf_tensor_types", "load_checkpoint", "verify_gguf",
-    "perplexity", "window_nll", "LINEAR_KINDS", "LinearInputs", "capture_linear_inputs",
-    "decoder_linears", "layer_of", "quantized_inputs", "quantized_kv",
+    "cache_root", "gguf_path", "gguf_tensor_types", "load_checkpoint", "verify_gguf", "perplexity",
+    "window_nll", "PairedRatio", "paired_ratio", "LINEAR_KINDS", "LinearInputs",
+    "capture_linear_inputs", "decoder_linears", "layer_of", "quantized_inputs", "quantized_kv",
     "quantized_weight_tensors", "quantized_weights", "swapped_weights", "ActFormat",
     "WeightFormat", "kv_quantizer", "model_bits_per_weight", "SEQ_LEN", "calibration_windows",
-    "corpus_text", "corpus_tokens", "eval_windows",
+    "corpus_text", "corpus_tokens", "eval_windows", "INPUT_GROUPS", "calibrate_layers",
+    "map_items", "one_blas_thread", "workers", "FULL", "QUICK", "Workload", "Lab", "open_lab",
+    "load_results", "save_results",
 ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 
@@ -92,3 +94,65 @@ def perplexity(model, windows, batch_size: int = 1) -> float:
     window length, no overlap).
     """
     return float(np.exp(window_nll(model, windows, batch_size).mean()))
+
+
+# Two-sided 95% quantiles of Student's t with df = n - 1 degrees of freedom (any table of t;
+# tests/test_llm_harness.py checks them against scipy.stats.t.ppf(0.975, df)).
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
+         9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131}
+
+
+@dataclass(frozen=True)
+class PairedRatio:
+    """Perplexity of B over A on the same windows, with its window-to-window spread.
+
+    ``ratio = exp(mean_i d_i)`` with ``d_i = nll_B[i] - nll_A[i]`` (nats per token), which is
+    ppl_B / ppl_A exactly; ``low``/``high`` is the 95% t-interval of that mean over the n
+    windows, ``exp(mean ± t·sd/√n)``; ``worse`` counts the windows where B is worse.
+    """
+
+    ratio: float
+    low: float
+    high: float
+    worse: int
+    n: int
+
+    @property
+    def within_noise(self) -> bool:
+        """Whether the interval contains 1 (no difference), or there is a single window."""
+        return self.n < 2 or self.low <= 1.0 <= self.high
+
+    def percent(self) -> str:
+        """``"+24.0% [+10.1%, +39.5%]"``: the change of B against A with its interval (the
+        change alone for a single window)."""
+        if self.n < 2:
+            return f"{(self.ratio - 1) * 100:+.1f}%"
+        return (f"{(self.ratio - 1) * 100:+.1f}% [{(self.low - 1) * 100:+.1f}%, "
+                f"{(self.high - 1) * 100:+.1f}%]")
+
+
+def paired_ratio(nll_a, nll_b) -> PairedRatio:
+    """B's perplexity against A's, paired window by window (see :class:`PairedRatio`).
+
+    Parameters
+    ----------
+    nll_a, nll_b : float arrays (n,), the per-window mean NLL of :func:`window_nll` for the
+        same windows (nats per token).
+
+    Raises
+    ------
+    ValueError
+        If the two are not one-dimensional of the same length n >= 1.
+    """
+    a, b = np.asarray(nll_a, np.float64), np.asarray(nll_b, np.float64)
+    if a.ndim != 1 or a.shape != b.shape or a.size < 1:
+        raise ValueError(f"nll_a and nll_b must be (n,) arrays of one length n >= 1, got "
+                         f"{a.shape} and {b.shape}")
+    d = b - a
+    n = d.size
+    mean = float(d.mean())
+    if n < 2:
+        return PairedRatio(float(np.exp(mean)), float("nan"), float("nan"), int(d[0] > 0), 1)
+    half = T_975.get(n - 1, 1.96) * float(d.std(ddof=1)) / np.sqrt(n)
+    return PairedRatio(float(np.exp(mean)), float(np.exp(mean - half)),
+                       float(np.exp(mean + half)), int(np.sum(d > 0)), n)

@@ -15,17 +15,15 @@ A thin layer over lecture 08's demo functions and the harness in :mod:`lectures.
 
 from __future__ import annotations
 
-import importlib
-
 import ipywidgets as widgets
 import numpy as np
 from matplotlib import ticker
 from matplotlib.figure import Figure
 
-from lectures import llm
+from lectures import lecture, llm
 from lectures.widgets.explorer import Explorer, check_result
 
-L = importlib.import_module("lectures.08_real_model")
+L = lecture(8)
 
 #: The notebook's reduced workload (documented there): one window of 256 tokens to score,
 #: one to calibrate on, so that it runs in well under a minute on two cores.
@@ -34,6 +32,19 @@ NOTEBOOK = L.Workload(n_eval=1, seq_len=256, n_calib=1)
 NOTEBOOK_FORMATS = ("INT8, per channel", "INT4, per channel", "INT4, groups of 32",
                     "INT3, groups of 32", "INT3 + zero point, groups of 32",
                     "MXFP4 (E2M1, E8M0 per 32)", "NVFP4 (E2M1, E4M3 per 16)")
+
+
+
+def open_lab_or_explain(workload=None):
+    """``L.open_lab(workload)`` (default :data:`NOTEBOOK`), or None after printing how to
+    install the model when it is missing (the live cells then skip themselves)."""
+    try:
+        return L.open_lab(NOTEBOOK if workload is None else workload)
+    except llm.ModelUnavailableError as err:
+        print("The model is not installed, so the live cells are skipped; the stored tables and "
+              "figures are a reduced run.\n" + str(err))
+        return None
+
 
 KINDS = ("INT", "FP8 E4M3", "MXFP4", "NVFP4", "NF4")
 GRANULARITIES = (("per channel", None), ("groups of 128", 128), ("groups of 32", 32))
@@ -131,11 +142,11 @@ def plot_outliers_by_layer(r) -> Figure:
     fig = Figure(figsize=(10, 4))
     ax = fig.add_subplot()
     for i, kind in enumerate(L.INPUT_OF):
-        names = [n for n in r.absmax if llm.layer_of(n)[1] == kind]
+        names = [n for n in r.channel_stats if llm.layer_of(n)[1] == kind]
         layers = [llm.layer_of(n)[0] for n in names]
-        ax.plot(layers, [r.absmax[n].max() for n in names], color=f"C{i}", marker="o", ms=3,
-                label=f"{L.INPUT_OF[kind]}: largest channel")
-        ax.plot(layers, [np.median(r.absmax[n]) for n in names], color=f"C{i}", ls=":",
+        ax.plot(layers, [r.channel_stats[n][0] for n in names], color=f"C{i}", marker="o",
+                ms=3, label=f"{L.INPUT_OF[kind]}: largest channel")
+        ax.plot(layers, [r.channel_stats[n][1] for n in names], color=f"C{i}", ls=":",
                 label=f"{L.INPUT_OF[kind]}: median channel")
     ax.set_yscale("log")
     _plain_ticks(ax.yaxis)
@@ -151,7 +162,8 @@ def plot_outlier_channels(r, name: str | None = None) -> Figure:
     check_result(r, L.OutlierResult, "demo3_outliers")
     name = r.peak["name"] if name is None else name
     if name not in r.absmax:
-        raise ValueError(f"name must be a decoder linear, got {name!r}")
+        raise ValueError(f"name must be a decoder linear whose inputs the result keeps (stored "
+                         f"results keep the peak's, {r.peak['name']}), got {name!r}")
     a, t = r.absmax[name], r.token_absmax[name].reshape(-1, r.seq_len)
     fig = Figure(figsize=(10, 3.5))
     ax1, ax2 = fig.subplots(1, 2)

@@ -1,0 +1,124 @@
+"""A lab bench for weight, activation and KV formats: the model, its text windows, perplexity.
+
+:class:`Lab` holds the loaded checkpoint and the evaluation and calibration windows of a
+:class:`~lectures.llm.workload.Workload`, and measures perplexity with any mix of quantized
+weights, linear inputs and KV cache in place (:meth:`Lab.ppl`). Quantized weights can be kept
+for planned reuse, so a lecture that uses one format in several demos quantizes it once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from lectures.llm.checkpoint import Checkpoint, load_checkpoint
+from lectures.llm.evaluate import window_nll
+from lectures.llm.hooks import (quantized_inputs, quantized_kv, quantized_weight_tensors,
+                                quantized_weights, swapped_weights)
+from lectures.llm.quantizers import WeightFormat
+from lectures.llm.text import calibration_windows, corpus_tokens, eval_windows
+from lectures.llm.workload import FULL, Workload
+
+__all__ = ["Lab", "open_lab"]
+
+
+@dataclass
+class Lab:
+    """The model and the text, loaded once; every measurement goes through :meth:`ppl`."""
+
+    checkpoint: Checkpoint
+    tokens: np.ndarray
+    workload: Workload
+    eval: np.ndarray = field(init=False)           # (n_eval, seq_len) token ids
+    calib: np.ndarray = field(init=False)          # (n_calib, seq_len), disjoint from eval
+    progress: object = None                        # a console.progress bar, or None
+    _reference: np.ndarray | None = field(default=None, init=False, repr=False)
+    _weight_norm2: float | None = field(default=None, init=False, repr=False)  # Σ W² (float64)
+    #: weight format (label blanked) -> planned uses left; a lecture fills it from its plan
+    reuse: Counter = field(default_factory=Counter, repr=False)
+    _weights: dict = field(default_factory=dict, init=False, repr=False)  # format -> tensors
+
+    def __post_init__(self):
+        w = self.workload
+        self.eval = eval_windows(self.tokens, w.n_eval, w.seq_len)
+        self.calib = calibration_windows(self.tokens, w.n_calib, w.seq_len)
+
+    @property
+    def model(self):
+        return self.checkpoint.model
+
+    @property
+    def reference_nll(self) -> np.ndarray:
+        """The float32 model's NLL per evaluation window (computed once)."""
+        if self._reference is None:
+            self._reference = self.nll()
+        return self._reference
+
+    @property
+    def reference(self) -> float:
+        """The float32 model's perplexity on the evaluation windows."""
+        return float(np.exp(self.reference_nll.mean()))
+
+    def weight_tensors(self, fmt: WeightFormat) -> dict:
+        """Every decoder linear's weight quantized with ``fmt``: {name: float32 tensor}.
+
+        Formats are told apart by every field but the label. A format with planned uses left
+        in :attr:`reuse` is kept until its last one, so a run quantizes each format once (the
+        tensors are the same either way: numfmt is deterministic); others are not kept.
+        """
+        key = dataclasses.replace(fmt, label="")
+        tensors = self._weights.pop(key, None)
+        if tensors is None:
+            tensors = quantized_weight_tensors(self.model, fmt)
+        if self.reuse[key] > 0:
+            self.reuse[key] -= 1
+        if self.reuse[key] > 0:
+            self._weights[key] = tensors
+        return tensors
+
+    def ppl(self, weights=None, names=None, acts=None, kv=None) -> float:
+        """Perplexity on the evaluation windows, with the given quantizers in place:
+        ``exp`` of the mean of :meth:`nll`."""
+        return float(np.exp(self.nll(weights, names, acts, kv).mean()))
+
+    def nll(self, weights=None, names=None, acts=None, kv=None) -> np.ndarray:
+        """Mean NLL per evaluation window (float64 (n_eval,), nats per token), with the given
+        quantizers in place.
+
+        ``weights`` is a WeightFormat or a prepared {name: tensor} dict (swapped in for the
+        linears ``names`` or all of them); ``acts`` an ActFormat for every linear's input;
+        ``kv`` a pair of K and V quantizers.
+        """
+        with contextlib.ExitStack() as stack:
+            if isinstance(weights, dict):
+                chosen = weights if names is None else {n: weights[n] for n in names}
+                stack.enter_context(swapped_weights(self.model, chosen))
+            elif weights is not None:
+                stack.enter_context(quantized_weights(self.model, weights, names))
+            if acts is not None:
+                stack.enter_context(quantized_inputs(self.model, acts))
+            if kv is not None:
+                stack.enter_context(quantized_kv(self.model, *kv))
+            # All windows in one forward pass (same numbers as one at a time, less CPU time).
+            # The activation and KV hooks quantize each window of the batch on its own, so a
+            # per-tensor scale (NVFP4's FP32 one) never spans two windows.
+            value = window_nll(self.model, self.eval, batch_size=len(self.eval))
+        if self.progress is not None:
+            self.progress.update(1)
+        return value
+
+
+def open_lab(workload: Workload = FULL) -> Lab:
+    """Load the model (cached after the first run) and cut the text into windows.
+
+    Raises
+    ------
+    ModelUnavailableError
+        If the model package or a library is missing (the message says how to install it).
+    """
+    ck = load_checkpoint()
+    return Lab(ck, corpus_tokens(ck.tokenizer), workload)

