@@ -38,7 +38,7 @@ DOMAINS = {
     "console": (ROOT / "console" / "locale", ["console/__init__.py"]),
     **{f"lecture{n:02d}": (LOCALE_DIR, [f"lectures/{n:02d}_*.py",
                                         f"lectures/widgets/lecture{n:02d}.py"])
-       for n in range(1, 10)},
+       for n in range(1, 11)},
     "llm": (LOCALE_DIR, ["lectures/llm/*.py"]),
 }
 TRANSLATED = [lang for lang in LANGUAGES if lang != "en"]
