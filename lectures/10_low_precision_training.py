@@ -62,7 +62,7 @@ from lectures.tinylm.model import TinyLMConfig  # noqa: E402
 
 _ = domain("lecture10").gettext
 
-MODEL = TinyLMConfig()                      # d 128, 2 layers, SwiGLU 384, context 64
+MODEL = TinyLMConfig()                      # d 128, 2 layers, SwiGLU 256, context 64
 BATCH = 8                                   # 8 x 64 = 512 tokens a step
 HIGH_PRECISION = ("layers.1.mlp.*", "lm_head")   # NVFP4's "last layers in BF16" for this model
 
@@ -84,11 +84,10 @@ class Workload:
                            spike=spike)
 
 
-FULL = Workload(steps=200, seeds=(0, 1, 2), eval_every=25, val_windows=64, probe_steps=100,
-                spike_step=120, single_seed=("FP8 delayed + spike", "FP8 current + spike"))
-QUICK = Workload(steps=30, seeds=(0, 1), eval_every=10, val_windows=16, probe_steps=10,
-                 spike_step=20, single_seed=("FP8 delayed + spike", "FP8 current + spike",
-                                             "FP8 current, E4M3 gradients"))
+FULL = Workload(steps=120, seeds=(0, 1, 2), eval_every=30, val_windows=64, probe_steps=60,
+                spike_step=80, single_seed=("FP8 delayed + spike", "FP8 current + spike"))
+QUICK = Workload(steps=20, seeds=(0, 1), eval_every=10, val_windows=16, probe_steps=10,
+                 spike_step=12, single_seed=("FP8 delayed + spike", "FP8 current + spike"))
 SPIKE = ("layers.1.mlp.down", 2.0 ** 10)    # the layer whose input spikes, and by how much
 
 
@@ -130,9 +129,10 @@ def recipes() -> dict:
         "MXFP8, RCEIL scales": R["mxfp8_rceil"],
     }
     for label, kw in ladder:
-        out[label] = replace(ntt.nvfp4_recipe(**kw), name=label)
+        out[label] = ntt.nvfp4_recipe(**kw)
     out["MXFP4"] = R["mxfp4"]
-    return out
+    # each recipe named by its label, so a finished run says which one it was
+    return {label: replace(r, name=label) for label, r in out.items()}
 
 
 N_("FP32"), N_("BF16"), N_("FP16, no loss scaling"), N_("FP16 + loss scaling")
@@ -167,7 +167,7 @@ def _progress(total: int):
     def log(r):
         count[0] += 1
         print(_("run {i}/{n}: {recipe}, seed {seed}: validation {loss:.3f} bits/byte").format(
-            i=count[0], n=total, recipe=r.recipe, seed=r.seed, loss=r.final_val),
+            i=count[0], n=total, recipe=_(r.recipe), seed=r.seed, loss=r.final_val),
             file=sys.stderr, flush=True)
     return log, (lambda: None)
 
@@ -386,12 +386,24 @@ def fp8_demo(p: Probe, layer: str = "layers.0.mlp.down") -> FP8Demo:
     def rel(q, t):
         return float((q - t).norm() / t.norm())
     q_after = ntt.quantize_operand(x, spec, amax=amax_spike)
+    q_plain = ntt.quantize_operand(x, spec)
     spike = {"saturated": float((xs.abs() > amax).double().mean()),
              "error_delayed": rel(ntt.quantize_operand(xs, spec, amax=amax), xs),
              "error_current": rel(ntt.quantize_operand(xs, spec), xs),
              "zero_after": float(((q_after == 0) & (x != 0)).double().sum() / (x != 0).sum()),
-             "error_after": rel(q_after, x)}
+             "error_after": rel(q_after, x),
+             "zero_plain": float(((q_plain == 0) & (x != 0)).double().sum() / (x != 0).sum()),
+             "error_plain": rel(q_plain, x)}
     return FP8Demo(underflow, grad_error, spike)
+
+
+def spike_compare(runs: Runs) -> dict:
+    """Delayed minus current scaling after the spike (one seed), against the seed range of the
+    unspiked FP8 delayed and current runs."""
+    gap = (runs.results["FP8 delayed + spike"][0].final_val
+           - runs.results["FP8 current + spike"][0].final_val)
+    noise = max(spread(finals(runs, "FP8 delayed")), spread(finals(runs, "FP8 current")))
+    return {"gap": gap, "noise": noise, "finding": abs(gap) > noise}
 
 
 def print_fp8_demo(d: FP8Demo, runs: Runs) -> None:
@@ -409,27 +421,32 @@ def print_fp8_demo(d: FP8Demo, runs: Runs) -> None:
         _("Gradients in E4M3 instead of E5M2 (current scaling): {v}. On this run's dy, one "
           "scale per tensor: {e4:.2%} of the nonzero values underflow to zero in E4M3, {e5:.2%} "
           "in E5M2; the dW GEMM's relative error is {g4:.2%} with E4M3 and {g5:.2%} with "
-          "E5M2.").format(v=verdict(compare(runs, "FP8 current, E4M3 gradients", "FP8 current")),
-                          e4=d.underflow["E4M3"], e5=d.underflow["E5M2"],
-                          g4=d.grad_error["E4M3"], g5=d.grad_error["E5M2"]),
+          "E5M2: {which}").format(
+            v=verdict(compare(runs, "FP8 current, E4M3 gradients", "FP8 current")),
+            e4=d.underflow["E4M3"], e5=d.underflow["E5M2"], g4=d.grad_error["E4M3"],
+            g5=d.grad_error["E5M2"],
+            which=_("E4M3's finer steps outweigh what it loses at the bottom of the range.")
+            if d.grad_error["E4M3"] < d.grad_error["E5M2"] else
+            _("E5M2's range outweighs E4M3's finer steps.")),
         _("A spike: the input x of {layer} multiplied by {factor:.0f} for one step. Delayed "
           "scaling takes the scale from the amax of earlier steps: measured on this run's x, "
           "{sat:.1%} of the spiked values exceed it and saturate at 448, and that step's x has a "
           "relative error of {ed:.1%} (current scaling: {ec:.1%}). While the spike's amax stays "
           "in the history ({hist} steps), the ordinary x of the next steps gets a scale "
-          "{factor:.0f} times too small: {zero:.1%} of its values flush to zero, a relative "
-          "error of {ea:.1%}.").format(
+          "{factor:.0f} times too small: {zero:.1%} of its values flush to zero ({zero0:.1%} "
+          "with its own amax), a relative error of {ea:.2%} ({ea0:.2%}): the large values, which "
+          "dominate that error, keep their 3 mantissa bits.").format(
             layer=SPIKE[0], factor=SPIKE[1], sat=d.spike["saturated"],
             ed=d.spike["error_delayed"], ec=d.spike["error_current"],
             hist=ntt.RECIPES["fp8_delayed"].amax_history, zero=d.spike["zero_after"],
-            ea=d.spike["error_after"]),
+            zero0=d.spike["zero_plain"], ea=d.spike["error_after"],
+            ea0=d.spike["error_plain"]),
         _("In training, the spike at step {step}: training loss on the next step {d:.3f} bits/"
           "byte with delayed scaling, {c:.3f} with current scaling ({p:.3f} without the "
           "spike).").format(step=s, d=spike_d.train_loss[s + 1], c=spike_c.train_loss[s + 1],
                             p=plain_d.train_loss[s + 1]),
-        _("Final validation loss after the spike, delayed minus current (seed {seed}): "
-          "{gap:+.3f} bits/byte.").format(seed=w.seeds[0],
-                                          gap=spike_d.final_val - spike_c.final_val),
+        _("Final validation loss after the spike, delayed minus current (seed {seed}): {v}."
+          ).format(seed=w.seeds[0], v=verdict(spike_compare(runs))),
     ])
 
 
@@ -543,8 +560,10 @@ def why_demo(p: Probe, layer: str = "layers.0.mlp.down", draws=(1, 4, 16),
         return float((b.abs().amax(-1) / b.pow(2).mean(-1).sqrt().clamp_min(1e-300)).mean())
     q_plain = rne
     q_rht = ntt.quantize_operand(dyh, spec_x).double() @ ntt.quantize_operand(xh, spec_x).double().T
-    rht = {"kurtosis": (kurtosis(dyt), kurtosis(dyh)),
-           "amax_rms": (amax_ratio(dyt), amax_ratio(dyh)),
+    rht = {"kurtosis_dy": (kurtosis(dyt), kurtosis(dyh)),
+           "kurtosis_x": (kurtosis(xt), kurtosis(xh)),
+           "amax_rms_dy": (amax_ratio(dyt), amax_ratio(dyh)),
+           "amax_rms_x": (amax_ratio(xt), amax_ratio(xh)),
            "error": (rel(q_plain), rel(q_rht))}
 
     w = op["w"]
@@ -567,22 +586,35 @@ def print_why(d: WhyDemo) -> None:
                 d.bias_rows)
     k = max(d.sr_errors)
     r = d.rht
-    print_table([_("dy before and after the RHT"), _("before"), _("after")], [
-        [_("kurtosis (Gaussian: 3)"), f"{r['kurtosis'][0]:.1f}", f"{r['kurtosis'][1]:.1f}"],
-        [_("block amax / block rms"), f"{r['amax_rms'][0]:.2f}", f"{r['amax_rms'][1]:.2f}"],
+    print_table([_("wgrad operand, 1x16 blocks along the tokens"), _("before the RHT"),
+                 _("after")], [
+        [_("dy: kurtosis (Gaussian: 3)"), f"{r['kurtosis_dy'][0]:.1f}",
+         f"{r['kurtosis_dy'][1]:.1f}"],
+        [_("x: kurtosis (Gaussian: 3)"), f"{r['kurtosis_x'][0]:.1f}",
+         f"{r['kurtosis_x'][1]:.1f}"],
+        [_("dy: mean block amax / block rms"), f"{r['amax_rms_dy'][0]:.2f}",
+         f"{r['amax_rms_dy'][1]:.2f}"],
+        [_("x: mean block amax / block rms"), f"{r['amax_rms_x'][0]:.2f}",
+         f"{r['amax_rms_x'][1]:.2f}"],
         [_("dW error, NVFP4 round-to-nearest"), f"{r['error'][0]:.2%}", f"{r['error'][1]:.2%}"],
     ])
+    x_down = r["kurtosis_x"][1] < r["kurtosis_x"][0]
+    dy_down = r["kurtosis_dy"][1] < r["kurtosis_dy"][0]
     print_observations([
-        _("Round-to-nearest: {rne:.2%} error whatever the number of draws, a bias. Stochastic "
-          "rounding: {one:.2%} for one draw (noisier than round-to-nearest), {many:.2%} for the "
-          "mean of {k}: its errors average out, as the optimizer's many small updates "
-          "average them.").format(rne=d.rne_error, one=d.sr_errors[1], many=d.sr_errors[k], k=k),
+        _("Round-to-nearest: {rne:.2%} error whatever the number of draws: a bias, the same "
+          "error on every step. Stochastic rounding: {one:.2%} for one draw, {many:.2%} for the "
+          "mean of {k}: its errors average out over draws, as they do over the optimizer's many "
+          "small updates.").format(rne=d.rne_error, one=d.sr_errors[1], many=d.sr_errors[k],
+                                   k=k),
         _("The 16x16 random Hadamard transform (Hᵀ H = I, so dyᵀ x is unchanged in exact "
-          "arithmetic) takes dy's kurtosis from {k0:.1f} to {k1:.1f} and the block amax from "
-          "{a0:.2f} to {a1:.2f} times the block rms: the scale is set by a less extreme value, "
-          "and the dW error goes from {e0:.2%} to {e1:.2%}.").format(
-            k0=r["kurtosis"][0], k1=r["kurtosis"][1], a0=r["amax_rms"][0], a1=r["amax_rms"][1],
-            e0=r["error"][0], e1=r["error"][1]),
+          "arithmetic) takes the kurtosis of x from {kx0:.1f} to {kx1:.1f} ({x_dir}) and of dy "
+          "from {k0:.1f} to {k1:.1f} ({dy_dir}); the dW error goes from {e0:.2%} to "
+          "{e1:.2%}.").format(
+            kx0=r["kurtosis_x"][0], kx1=r["kurtosis_x"][1], k0=r["kurtosis_dy"][0],
+            k1=r["kurtosis_dy"][1], e0=r["error"][0], e1=r["error"][1],
+            x_dir=_("outliers spread over their block") if x_down else _("no outliers to spread"),
+            dy_dir=_("outliers spread over their block") if dy_down
+            else _("no outliers to spread")),
         _("Weights in NVFP4: with 1x16 blocks, Q(W)ᵀ and Q(Wᵀ) differ in {t1:.1%} of the "
           "weights, so fprop and dgrad would use two different weights; with 16x16 blocks they "
           "differ in {t16:.1%}.").format(t1=d.transpose["1x16"], t16=d.transpose["16x16"]),
@@ -591,48 +623,43 @@ def print_why(d: WhyDemo) -> None:
 
 # ------------------------------------------------------------------- demo 6: one table
 def _spec_name(s) -> str:
-    fmt = s.fmt.upper()
+    """A short label: element format, block, scale rule (floor/RCEIL: E8M0 scales; none: FP32
+    scales, or NVFP4's E4M3 ones for E2M1 in 1x16/16x16 blocks), SR, RHT, delayed."""
     if s.scale == "none":
-        return fmt
-    block = s.block if isinstance(s.block, str) else "x".join(str(b) for b in s.block)
-    scale = {"fp32": "FP32", "e8m0_floor": "E8M0", "e8m0_rceil": "E8M0",
-             "e4m3": "E4M3"}.get(s.scale, s.scale)
-    return f"{fmt} {block} {scale}" + (" SR" if s.rounding == "stochastic" else "") + (
-        " RHT" if s.rht else "")
+        return s.fmt.upper()
+    parts = [s.fmt.upper(), s.block if isinstance(s.block, str) else "x".join(map(str, s.block))]
+    parts += {"e8m0_floor": ["floor"], "e8m0_rceil": ["RCEIL"]}.get(s.scale, [])
+    parts += ["delayed"] * (s.scaling == "delayed") + ["SR"] * (s.rounding == "stochastic")
+    return " ".join(parts + ["RHT"] * s.rht)
 
 
-def bits_per_gemm(recipe) -> tuple:
-    """Operand bits per element of each GEMM, averaged over this model's linears weighted by
-    element count (tokens per step = BATCH x context); layers matching the recipe's
-    high_precision_layers count as BF16."""
-    from fnmatch import fnmatch
-    n = BATCH * MODEL.context
+def layer_shapes() -> dict:
+    """(in_features, out_features) of every linear of the model, by name."""
     d, h, v = MODEL.d_model, MODEL.d_ff, MODEL.vocab_size
     shapes = {}
     for i in range(MODEL.n_layers):
-        for p in "qkvo":
-            shapes[f"layers.{i}.attn.{p}"] = (d, d)
-        shapes[f"layers.{i}.mlp.gate"] = (d, h)
-        shapes[f"layers.{i}.mlp.up"] = (d, h)
-        shapes[f"layers.{i}.mlp.down"] = (h, d)
+        shapes.update({f"layers.{i}.attn.{p}": (d, d) for p in "qkvo"})
+        shapes.update({f"layers.{i}.mlp.gate": (d, h), f"layers.{i}.mlp.up": (d, h),
+                       f"layers.{i}.mlp.down": (h, d)})
     shapes["lm_head"] = (d, v)
-    bf16 = ntt.OperandSpec("bf16")
-    out = []
-    for gemm in ("fprop", "dgrad", "wgrad"):
-        bits = elems = 0.0
-        for name, (din, dout) in shapes.items():
-            hp = any(fnmatch(name, pat) for pat in recipe.high_precision_layers)
-            a, b = (bf16, bf16) if hp else getattr(recipe, gemm)
-            if gemm == "fprop":     # x (N, in), W (out, in): inner in
-                sizes, inner = ((n * din), (dout * din)), din
-            elif gemm == "dgrad":   # dy (N, out), W (out, in): inner out
-                sizes, inner = ((n * dout), (dout * din)), dout
-            else:                   # dy (N, out), x (N, in): inner N
-                sizes, inner = ((n * dout), (n * din)), n
-            bits += a.bits_per_element(inner) * sizes[0] + b.bits_per_element(inner) * sizes[1]
-            elems += sizes[0] + sizes[1]
-        out.append(bits / elems)
-    return tuple(out)
+    return shapes
+
+
+def bits_per_gemm(recipe) -> tuple:
+    """Operand bits per element of fprop, dgrad and wgrad: Recipe.bits_moved summed over this
+    model's linears (tokens per step = BATCH x context), divided by the operands' elements.
+    Layers matching the recipe's high_precision_layers count as BF16."""
+    n = BATCH * MODEL.context
+    bits = {g: 0 for g in ("fprop", "dgrad", "wgrad")}
+    elems = {g: 0 for g in bits}
+    for name, (din, dout) in layer_shapes().items():
+        r = ntt.RECIPES["bf16"] if recipe.is_high_precision(name) else recipe
+        for g, b in r.bits_moved(n, din, dout).items():
+            bits[g] += b
+        elems["fprop"] += n * din + dout * din
+        elems["dgrad"] += n * dout + dout * din
+        elems["wgrad"] += n * dout + n * din
+    return tuple(bits[g] / elems[g] for g in ("fprop", "dgrad", "wgrad"))
 
 
 SUMMARY = ["FP32", "BF16", "FP16 + loss scaling", "FP8 delayed", "FP8 current",
@@ -663,6 +690,9 @@ def print_summary(runs: Runs) -> None:
     formats, losses = summary_rows(runs)
     print_table([_("recipe"), _("x (fprop, wgrad)"), _("W (fprop, dgrad)"),
                  _("dy (dgrad, wgrad)")], formats)
+    print_paragraph(_("Scales are float32 per tensor or block, except: floor and RCEIL are E8M0 "
+                      "power-of-two block scales (OCP MX); E2M1 in 1x16 or 16x16 blocks has "
+                      "NVFP4's E4M3 block scales under a float32 tensor scale."))
     print_table([_("recipe"), _("bits: fprop / dgrad / wgrad"), _("bits/byte"),
                  _("seed range"), _("gap to BF16")], losses)
     noise = [label for label in SUMMARY[2:] if not compare(runs, label, "BF16")["finding"]]

@@ -31,7 +31,7 @@ class TinyLMConfig:
     d_model: int = 128
     n_layers: int = 2
     n_heads: int = 4
-    d_ff: int = 384                # SwiGLU hidden width
+    d_ff: int = 256                # SwiGLU hidden width
     rope_base: float = 10000.0
     norm_eps: float = 1e-5
 
