@@ -106,6 +106,23 @@ def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0",
     amax = absmax_rows(x.detach().reshape(-1, block)).to(torch.float64).reshape(xb.shape[:-1])
     if grad:
         amax = xb.abs().amax(dim=-1).to(torch.float64)  # the graph of the exact scales
+    scales, tensor_scale = block_scales(amax, elem, scale_format, scale_rule)
+    full = scales * tensor_scale                                    # (..., n_blocks)
+    elements, values, clipped = _scaled_round(x.reshape(-1, block), full.reshape(-1), elem,
+                                              pow2=scale_format == "e8m0")
+    return BlockQuantized(values.reshape(shape), elements.reshape(shape), scales,
+                          tensor_scale, clipped, elem.bits + SCALE_BITS[scale_format] / block)
+
+
+def block_scales(amax: torch.Tensor, elem: FloatFormat, scale_format: str,
+                 scale_rule: str = "floor") -> tuple[torch.Tensor, float]:
+    """The stored block scales and the tensor scale :func:`block_quantize` chooses.
+
+    ``amax`` holds the block maxima (float64, any shape, finite); returns the scales (float64,
+    the shape of ``amax``) and the second-level FP32 tensor scale (1.0 except for "e4m3").
+    No input checks: :func:`block_quantize` makes them (a caller that rounds the elements
+    itself, e.g. stochastically, uses these scales).
+    """
     tensor_scale = 1.0
     if scale_format == "e8m0" and scale_rule == "rceil":
         exponent = _rceil_exponent(torch.where(amax > 0, amax, 1.0), elem)
@@ -120,12 +137,7 @@ def block_quantize(x, elem: FloatFormat, block: int, scale_format: str = "e8m0",
         scales = round_to(amax / elem.max_value / tensor_scale, FP8_E4M3)
     else:
         scales = torch.where(amax > 0, _exact_scales(amax, elem.max_value), 1.0)
-
-    full = scales * tensor_scale                                    # (..., n_blocks)
-    elements, values, clipped = _scaled_round(x.reshape(-1, block), full.reshape(-1), elem,
-                                              pow2=scale_format == "e8m0")
-    return BlockQuantized(values.reshape(shape), elements.reshape(shape), scales,
-                          tensor_scale, clipped, elem.bits + SCALE_BITS[scale_format] / block)
+    return scales, tensor_scale
 
 
 def _scaled_round(xb: torch.Tensor, full: torch.Tensor, elem: FloatFormat, pow2: bool):

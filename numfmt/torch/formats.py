@@ -104,6 +104,8 @@ def round(x, fmt: FloatFormat, saturate: bool = True, mode: str = "nearest",  # 
     x = as_real_tensor(x, device=device)
     shape = x.shape
     x = x.reshape(-1)
+    if _stochastic_fast_ok(fmt) and x.numel() and bool(torch.isfinite(x.sum())):
+        return _stochastic_chunks(x, fmt, _draws(u, x, generator), saturate).reshape(shape)
     a = x.abs()
     r = _stochastic_magnitude(a, fmt, _draws(u, a, generator))
     return _finish(r, x, fmt, saturate).reshape(shape)
@@ -438,6 +440,53 @@ def _stochastic_magnitude(a: torch.Tensor, fmt: FloatFormat, u: torch.Tensor) ->
     low = torch.floor(steps)
     up = (u < (steps - low)).to(F64)
     return torch.where(finite, (low + up) * quantum, a)
+
+
+def _stochastic_fast_ok(fmt: FloatFormat) -> bool:
+    """Whether :func:`_stochastic_chunks` applies: a signed format with subnormals whose
+    quanta 2^(e - man_bits) are float64 normal numbers."""
+    return (fmt.signed and fmt.subnormals and fmt.emin - fmt.man_bits >= -1022
+            and fmt.emax <= 1023)
+
+
+def _stochastic_chunks(x: torch.Tensor, fmt: FloatFormat, u: torch.Tensor,
+                       saturate: bool) -> torch.Tensor:
+    """Stochastic rounding of finite 1-D float64 ``x`` with draws ``u``: the values of
+    :func:`_stochastic_magnitude` and :func:`_finish`, in place through cache-sized buffers.
+
+    The quantum ``2^(max(e, emin) - man_bits)`` is built from the exponent field of ``|x|``
+    (clamped at emin's pattern, so 0 and subnormals take emin's quantum), the same power of
+    two ``pow2(e) * 2^-man_bits`` gives; the division, floor, comparison and product are the
+    same float64 operations in the same order.
+    """
+    n = x.numel()
+    out = new_result(n, F64, x.device)
+    s = Scratch(x.device)
+    lo = (fmt.emin + 1023) << 52
+    shift = fmt.man_bits << 52
+    special = np.inf if fmt.has_inf else np.nan
+    for i, j in spans(n, x.device):
+        xc, o = x[i:j], out[i:j]
+        a = s("a", F64, j - i)
+        q = s("q", F64, j - i)
+        up = s("u", torch.bool, j - i)
+        qi = q.view(_I64)
+        torch.abs(xc, out=a)
+        torch.bitwise_and(a.view(_I64), s.const(0x7FF << 52, _I64), out=qi)
+        qi.clamp_(min=lo).sub_(shift)              # 2^(e - man_bits), e >= emin
+        a.div_(q)                                  # steps: exact (q is a power of two)
+        torch.floor(a, out=o)                      # low
+        a.sub_(o)                                  # the fractional step
+        torch.lt(u[i:j], a, out=up)
+        o.add_(up).mul_(q)
+        if saturate or fmt.specials == "none":
+            o.clamp_(max=fmt.max_value)
+        else:
+            o.masked_fill_(o > fmt.max_value, special)
+        torch.copysign(o, xc, out=o)
+        if fmt.specials == "fnuz":
+            o.add_(0.0)                            # no -0 in FNUZ formats
+    return out
 
 
 def _float32_input(x: torch.Tensor, device) -> torch.Tensor:

@@ -43,13 +43,15 @@ import fnmatch
 import math
 from dataclasses import dataclass, field, replace
 
+import numpy as np
 import torch
 from torch import nn
 
 from numfmt.blocks import exact_scales
 from numfmt.formats import (BF16, FORMATS, FP4_E2M1, FP8_E4M3, FP8_E5M2, FP16, FP32,
                             FloatFormat)
-from numfmt.torch.blocks import _scaled_round, block_quantize
+from numfmt.torch._core import absmax_rows
+from numfmt.torch.blocks import _scaled_round, block_quantize, block_scales
 from numfmt.torch.formats import round as round_to
 
 __all__ = ["OperandSpec", "Recipe", "RECIPES", "HIGH_PRECISION_LAYERS", "nvfp4_recipe",
@@ -465,7 +467,7 @@ def _apply_rht(t: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
     if inner % n:
         raise ValueError(f"OperandSpec.rht needs the inner dimension ({inner}) to be a multiple "
                          f"of {n}")
-    return (t.reshape(rows, inner // n, n) @ h.to(t.device, t.dtype)).reshape(rows, inner)
+    return torch.mm(t.reshape(-1, n), h.to(t.device, t.dtype)).reshape(rows, inner)
 
 
 # ------------------------------------------------------------------------------ quantization
@@ -544,18 +546,20 @@ def quantize_operand(t: torch.Tensor, spec: OperandSpec, *, generator=None, amax
                 if not math.isfinite(amax):
                     return torch.full_like(t, float("nan"))
                 # tensor_scaled's scale: exact amax / max, 1 for an all-zero tensor
-                scale = float(exact_scales(torch.tensor(float(amax), dtype=torch.float64),
-                                           fmt.max_value)) if amax > 0 else 1.0
+                scale = float(exact_scales(np.array(float(amax)), fmt.max_value)) if amax > 0 else 1.0
             full = torch.full((rows,), scale * 2.0**margin, dtype=torch.float64,
                               device=t.device)
             return _round_scaled(t, full, fmt, sr, generator)
         blocks, a, b = _as_blocks(t, spec.block)
         scale_format, rule = _BLOCK_SCALES[spec.scale]
-        q = block_quantize(blocks, fmt, blocks.shape[-1], scale_format, scale_rule=rule)
-        if sr:
-            full = (q.scales.reshape(-1) * q.tensor_scale)
-            values = _round_scaled(blocks, full, fmt, True, generator)
+        if sr:  # block_quantize's scales; the elements rounded stochastically
+            amax = absmax_rows(blocks)
+            if not bool(torch.isfinite(amax).all()):
+                return torch.full_like(t, float("nan"))
+            scales, tensor_scale = block_scales(amax.to(torch.float64), fmt, scale_format, rule)
+            values = _round_scaled(blocks, scales * tensor_scale, fmt, True, generator)
         else:
+            q = block_quantize(blocks, fmt, blocks.shape[-1], scale_format, scale_rule=rule)
             values = q.values.to(torch.float32)
         return _from_blocks(values, rows, inner, a, b)
     except ValueError:
@@ -645,7 +649,7 @@ class AmaxHistory:
         if top > 0 and math.isfinite(top):
             for fmt in formats:
                 self._scales[fmt.name] = float(exact_scales(
-                    torch.tensor(top, dtype=torch.float64), fmt.max_value)) * 2.0**self.margin
+                    np.array(top), fmt.max_value)) * 2.0**self.margin
 
 
 # ------------------------------------------------------------------------------ the layer
@@ -696,6 +700,23 @@ class _QuantLinearFunction(torch.autograd.Function):
             db = dy.sum(0)
         layer._end_backward(dy)
         return dx, dw, db, None
+
+
+def _check_shapes(recipe: Recipe, n: int, d_in: int, d_out: int, name: str) -> None:
+    """Refuse, before any GEMM runs, a layer whose operands some block or the RHT does not
+    divide (in the backward pass the error would come far from its cause)."""
+    shapes = {"fprop": ((n, d_in), (d_out, d_in)), "dgrad": ((n, d_out), (d_in, d_out)),
+              "wgrad": ((d_out, n), (d_in, n))}
+    for gemm in GEMMS:
+        for op, spec, (rows, inner) in zip(OPERANDS[gemm], getattr(recipe, gemm), shapes[gemm]):
+            try:
+                _check_divides(spec, rows, inner)
+                if spec.rht and inner % RHT_SIZE:
+                    raise ValueError(f"OperandSpec.rht needs the inner dimension ({inner}) to "
+                                     f"be a multiple of {RHT_SIZE}")
+            except ValueError as err:
+                raise ValueError(f"layer {name!r} under recipe {recipe.name!r}, {gemm} operand "
+                                 f"{op} of shape ({rows}, {inner}): {err}") from None
 
 
 def _transposes(spec: OperandSpec) -> bool:
@@ -829,6 +850,8 @@ class QuantLinear(nn.Module):
         if x2.dtype != torch.float32:
             x2 = x2.to(torch.float32)
         training = self.training and torch.is_grad_enabled()
+        _check_shapes(self.effective_recipe, x2.shape[0], self.in_features, self.out_features,
+                      self.name)
         if self.capture:
             self.last_operands = {"x": x2.detach().clone(), "w": self.weight.detach().clone()}
         self._pending = {}
