@@ -481,11 +481,14 @@ def print_fp4(runs: Runs) -> None:
     prev = None
     for label in LADDER:
         f = finals(runs, label)
-        step = "" if prev is None else verdict(compare(runs, label, prev))
+        c = None if prev is None else compare(runs, label, prev)
+        step = "" if c is None else f"{c['gap']:+.3f}" + ("" if c["finding"] else " ~")
         rows.append([_(label), f"{f.mean():.3f}", f"{spread(f):.3f}", step])
         prev = label
-    print_table([_("recipe"), _("final bits/byte"), _("seed range"), _("change from the row "
-                                                                          "above")], rows)
+    print_table([_("recipe"), _("final bits/byte"), _("seed range"),
+                 _("change from the row above")], rows)
+    print_paragraph(_("A change marked ~ is within noise: no larger than the seed range of "
+                      "either row."))
     print_observations([
         _("NVFP4 (arXiv 2509.25149, section 4): E2M1 elements in blocks of 16 with E4M3 scales "
           "under a float32 tensor scale; stochastic rounding on gradients, a 16x16 random "
