@@ -44,7 +44,6 @@ import argparse
 import math
 import os
 import sys
-import time
 from dataclasses import dataclass, replace
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -149,7 +148,6 @@ class Runs:
     """Every training run of the lecture: results[label] is a list, one RunResult per seed."""
     workload: Workload
     results: dict
-    cpu_seconds: float
 
 
 def device_name() -> str:
@@ -183,7 +181,6 @@ def run_all(w: Workload, workers: int = 2, device: str | None = None) -> Runs:
         for seed in (w.seeds[:1] if label in w.single_seed else w.seeds):
             jobs.append((recipe, w.train_config(seed, spike), MODEL))
             keys.append(label)
-    start = time.process_time()
     update, close = _progress(len(jobs))
     try:
         out = train_many(jobs, workers=workers, device=device, progress=update)
@@ -192,7 +189,7 @@ def run_all(w: Workload, workers: int = 2, device: str | None = None) -> Runs:
     results = {label: [] for label in rec}
     for label, r in zip(keys, out):
         results[label].append(r)
-    return Runs(w, results, time.process_time() - start)
+    return Runs(w, results)
 
 
 def finals(runs: Runs, label: str) -> np.ndarray:

@@ -9,7 +9,6 @@ multiplication, numpy for the statistics.
 import contextlib
 import importlib
 import io
-import math
 import os
 import subprocess
 import sys
@@ -22,7 +21,7 @@ from torch import nn
 
 from console.i18n import language
 from lectures.tinylm.data import Batches, corpus_bytes, split, val_windows
-from lectures.tinylm.loop import TrainConfig, train
+from lectures.tinylm.loop import train
 from lectures.tinylm.model import TinyLM, TinyLMConfig, apply_rope, rope_tables
 from tests.text_checks import english_runs, layout_problems, number_differences
 

@@ -14,8 +14,7 @@ quantizer's random draws come from the run's seed.
 from __future__ import annotations
 
 import math
-import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch

@@ -160,8 +160,8 @@ class TinyLM(nn.Module):
             for name, p in self.named_parameters():
                 if name.endswith("norm.weight"):
                     continue
-                s = std / math.sqrt(2 * self.cfg.n_layers) if name.endswith(("o.weight",
-                                                                              "down.weight")) else std
+                residual = name.endswith((".attn.o.weight", ".mlp.down.weight"))
+                s = std / math.sqrt(2 * self.cfg.n_layers) if residual else std
                 p.copy_(torch.randn(p.shape, generator=g) * s)
 
     def linears(self) -> dict[str, nn.Module]:
