@@ -31,8 +31,10 @@ How to read the output
     grid, products accumulated in float32), so no timing here says anything about hardware.
 
 Run
-    python lectures/10_low_precision_training.py            (full: about 10 min on 2 cores)
-    python lectures/10_low_precision_training.py --quick    (fewer steps and seeds; the tests')
+    python lectures/10_low_precision_training.py            (full: 120 steps, 3 seeds, about
+                                                             8 min on 2 cores)
+    python lectures/10_low_precision_training.py --quick    (20 steps, 2 seeds, about 75 s:
+                                                             the tests' workload)
     Runs train on 2 worker processes with one torch thread each (the printed numbers do not
     depend on the number of threads); on CUDA they run one after another on the GPU. Progress
     goes to stderr: a tqdm bar on a terminal, one line per finished run otherwise.
