@@ -302,3 +302,33 @@ def test_help_and_bad_flags():
     assert r.returncode == 2 and "--no-such-flag" in r.stderr
     r = _run("--workers", "0")
     assert r.returncode == 2 and "--workers" in r.stderr
+
+
+def test_progress_is_one_line_per_run_off_a_terminal(capsys):
+    class R:
+        recipe, seed, final_val = "BF16", 1, 4.25
+    update, close = L._progress(2)            # pytest's stderr is not a terminal
+    update(R())
+    close()
+    assert capsys.readouterr().err == "run 1/2: BF16, seed 1: validation 4.250 bits/byte\n"
+
+
+def test_progress_is_a_tqdm_bar_on_a_terminal(monkeypatch):
+    import tqdm.auto
+    calls = []
+
+    class Bar:
+        def __init__(self, total, **kw):
+            calls.append(("new", total))
+
+        def update(self, n):
+            calls.append(("update", n))
+
+        def close(self):
+            calls.append(("close",))
+    monkeypatch.setattr(tqdm.auto, "tqdm", Bar)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    update, close = L._progress(3)
+    update(None)
+    close()
+    assert calls == [("new", 3), ("update", 1), ("close",)]
