@@ -614,9 +614,8 @@ def print_why(d: WhyDemo) -> None:
           "{e1:.2%}.").format(
             kx0=r["kurtosis_x"][0], kx1=r["kurtosis_x"][1], k0=r["kurtosis_dy"][0],
             k1=r["kurtosis_dy"][1], e0=r["error"][0], e1=r["error"][1],
-            x_dir=_("outliers spread over their block") if x_down else _("no outliers to spread"),
-            dy_dir=_("outliers spread over their block") if dy_down
-            else _("no outliers to spread")),
+            x_dir=_("lower") if x_down else _("higher"),
+            dy_dir=_("lower") if dy_down else _("higher")),
         _("Weights in NVFP4: with 1x16 blocks, Q(W)ᵀ and Q(Wᵀ) differ in {t1:.1%} of the "
           "weights, so fprop and dgrad would use two different weights; with 16x16 blocks they "
           "differ in {t16:.1%}.").format(t1=d.transpose["1x16"], t16=d.transpose["16x16"]),
