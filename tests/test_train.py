@@ -182,7 +182,9 @@ def test_stochastic_rounding_equals_numpy_rounding_with_the_same_draws():
     x = data(64, 64, seed=5)
     spec = ntt.OperandSpec("e2m1", (1, 16), "e4m3", rounding="stochastic")
     g = torch.Generator().manual_seed(7)
-    u = torch.rand(x.size, dtype=torch.float64, generator=torch.Generator().manual_seed(7))
+    # the draws: float32 uniforms from the generator, in order (quantize_operand's docstring)
+    u = torch.rand(x.size, dtype=torch.float32, generator=torch.Generator().manual_seed(7))
+    u = u.double()
     got = ntt.quantize_operand(torch.from_numpy(x), spec, generator=g).numpy()
     ref = nf.nvfp4_quantize(x)
     full = np.repeat(ref.scales * ref.tensor_scale, 16, axis=1)
@@ -217,6 +219,16 @@ def test_random_hadamard_is_orthonormal_and_cancels_in_wgrad():
     torch.testing.assert_close(got.double(), rht(dy.T), rtol=0, atol=1e-5)
 
 
+def test_rht_operand_is_numfmts_quantizer_on_the_rotated_operand():
+    x = data(32, 64, seed=2)
+    h = ntt.random_hadamard(16, generator=torch.Generator().manual_seed(4))
+    rotated = (torch.from_numpy(x).reshape(-1, 16) @ h).reshape(32, 64).numpy()
+    spec = ntt.OperandSpec("e2m1", (1, 16), "e4m3", rht=True)
+    got = ntt.quantize_operand(torch.from_numpy(x), spec, hadamard_matrix=h)
+    np.testing.assert_array_equal(got.numpy(), nf.nvfp4_quantize(rotated).values.astype(
+        np.float32))
+
+
 def test_layer_with_rht_on_fp32_wgrad_gives_the_plain_weight_gradient():
     f32, rot = ntt.OperandSpec(), ntt.OperandSpec("fp32", rht=True)
     recipe = ntt.Recipe("rht_only", (f32, f32), (f32, f32), (rot, rot))
@@ -247,6 +259,17 @@ def test_fp32_layer_is_torch_linear_bit_for_bit(bias, shape):
     assert torch.equal(xa.grad, xb.grad) and torch.equal(layer.weight.grad, w.grad)
     if bias:
         assert torch.equal(layer.bias.grad, b.grad)
+
+
+def test_fp32_first_layer_weight_gradient_is_torchs():
+    # No gradient for the input: wgrad quantizes dy on its own (no dgrad to share it with).
+    layer = ntt.QuantLinear(32, 24, "fp32", seed=4)
+    w = layer.weight.detach().clone().requires_grad_()
+    x = torch.from_numpy(data(48, 32))
+    g = torch.from_numpy(data(48, 24, seed=2))
+    layer(x).backward(g)
+    torch.nn.functional.linear(x, w).backward(g)
+    assert torch.equal(layer.weight.grad, w.grad)
 
 
 @pytest.mark.parametrize("name", ["fp8_current", "fp8_blockwise", "mxfp8_floor", "mxfp8_rceil",
@@ -306,6 +329,27 @@ def test_delayed_scaling_follows_the_amax_history_rule():
     assert layer._histories["x"].scale(nf.FP8_E4M3) == max(history[-L:]) / 448
 
 
+def test_amax_history_keeps_its_scale_without_a_usable_amax():
+    # TE: a zero or non-finite window maximum leaves the scale as it was (1 at the start).
+    h = ntt.AmaxHistory(length=2)
+    e4m3 = nf.FP8_E4M3
+    assert h.scale(e4m3) == 1.0
+    h.record(0.0, {e4m3})
+    assert h.scale(e4m3) == 1.0
+    h.record(896.0, {e4m3})
+    assert h.scale(e4m3) == 2.0
+    h.record(0.0, {e4m3})            # window (896, 0): the spike still rules
+    assert h.scale(e4m3) == 2.0
+    h.record(0.0, {e4m3})            # window (0, 0): nothing to scale from, keep 2
+    assert h.scale(e4m3) == 2.0
+    h.record(math.inf, {e4m3})
+    assert h.scale(e4m3) == 2.0
+    h.record(56.0, {e4m3})           # window (inf, 56): still not finite
+    assert h.scale(e4m3) == 2.0
+    h.record(28.0, {e4m3})           # window (56, 28): 56 / 448
+    assert h.scale(e4m3) == 0.125 and ntt.AmaxHistory(4, margin=1).margin == 1
+
+
 def test_same_seed_same_bytes_and_other_seeds_other_draws():
     def grads(seed):
         layer = ntt.QuantLinear(64, 32, "nvfp4", seed=seed)
@@ -359,6 +403,17 @@ def test_recipe_is_settable_and_nvfp4_switches():
             ["e4m3", "e4m3", "e5m2", "e4m3", "e5m2", "e4m3"]
 
 
+def test_fp8_recipe_builds_tes_formats():
+    assert ntt.fp8_recipe(scaling="delayed").fprop == ntt.RECIPES["fp8_delayed"].fprop
+    assert ntt.fp8_recipe(scaling="delayed").dgrad == ntt.RECIPES["fp8_delayed"].dgrad
+    e4 = ntt.fp8_recipe(backward="e4m3")
+    assert {s.fmt for g in ntt.GEMMS for s in getattr(e4, g)} == {"e4m3"}
+    with pytest.raises(ValueError, match=r"OperandSpec\.scaling"):
+        ntt.fp8_recipe(scaling="soon")
+    with pytest.raises(ValueError, match=r"OperandSpec\.fmt"):
+        ntt.fp8_recipe(backward="e6m1")
+
+
 def test_bits_per_element():
     assert ntt.OperandSpec("e2m1", (1, 16), "e4m3").bits_per_element(64) == 4.5
     assert ntt.OperandSpec("e2m1", (16, 16), "e4m3").bits_per_element(64) == 4 + 8 / 256
@@ -366,6 +421,17 @@ def test_bits_per_element():
     assert ntt.OperandSpec("e4m3", (1, 128), "fp32").bits_per_element(128) == 8.25
     assert ntt.OperandSpec("bf16").bits_per_element(64) == 16
     assert ntt.OperandSpec("e4m3", "tensor", "fp32").bits_per_element(64, rows=2) == 8.25
+
+
+def test_bits_moved_per_gemm_by_hand():
+    # 32 tokens, 32 x 32 weight: every operand has 1024 elements.
+    r = ntt.RECIPES["fp8_current"]   # 8 bits each, one 32-bit scale per tensor
+    assert r.bits_moved(32, 32, 32) == {g: 2 * (1024 * 8 + 32) for g in ntt.GEMMS}
+    r = ntt.RECIPES["nvfp4"]         # 4.5 bits per 1x16 element, 4 + 8/256 per 16x16 one
+    assert r.bits_moved(32, 32, 32) == {"fprop": 1024 * 4.5 + 1024 * (4 + 8 / 256),
+                                        "dgrad": 1024 * 4.5 + 1024 * (4 + 8 / 256),
+                                        "wgrad": 2 * 1024 * 4.5}
+    assert ntt.RECIPES["bf16"].bits_moved(32, 32, 32)["wgrad"] == 2 * 1024 * 16
 
 
 # ------------------------------------------------------------------ loss scaling
@@ -460,11 +526,16 @@ def test_a_block_that_does_not_divide_names_block():
 
 
 def test_non_finite_operands_give_nan_not_an_exception():
-    x = torch.ones(4, 32)
+    x = torch.ones(16, 32)
     x[1, 3] = math.inf
     for spec in (ntt.OperandSpec("e4m3", "tensor", "fp32"),
                  ntt.OperandSpec("e4m3", (1, 32), "e8m0_floor")):
         assert torch.isnan(ntt.quantize_operand(x, spec)).all()
+    for name in ("fp8_delayed", "nvfp4", "fp8_current"):
+        layer = ntt.QuantLinear(32, 32, name)
+        assert torch.isnan(layer(x)).all()
+    fp16 = ntt.QuantLinear(32, 32, "fp16")(x)   # a cast: Inf stays Inf, for the loss scaler
+    assert not torch.isfinite(fp16).all()
 
 
 # ------------------------------------------------------------------ devices

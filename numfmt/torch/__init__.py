@@ -8,7 +8,9 @@ implementation; the two metrics are reductions and agree to float64 summation-or
 
 Low-precision matrix multiplication (int8 with int32 accumulation, FP8 with tensor or row
 scales, block-scaled MX/NVFP4 emulation) is in :mod:`numfmt.torch.gemm`; quantization-aware
-training on torch (the STE autograd Functions, ``QATLinear``) in :mod:`numfmt.torch.qat`.
+training on torch (the STE autograd Functions, ``QATLinear``) in :mod:`numfmt.torch.qat`;
+training in low precision (recipes for each GEMM operand, ``QuantLinear``, loss scaling) in
+:mod:`numfmt.torch.train` (``import numfmt.torch.train as ntt``).
 GPU timing lives outside the library, in ``benchmarks/gpu_timing.py``.
 """
 

@@ -15,10 +15,13 @@ consecutive elements along the inner dimension, so W is blocked along in_feature
 along out_features for dgrad, and x and dy are blocked along the tokens for wgrad. A ``(k, k)``
 tile is square, so ``Q(W)ᵀ == Q(Wᵀ)``: one quantized weight serves fprop and dgrad.
 
-The quantizers are numfmt.torch's own (:func:`~numfmt.torch.block_quantize`,
-:func:`~numfmt.torch.tensor_scaled`, :func:`~numfmt.torch.round` with
-``mode="stochastic"``); this module only lays operands out and chooses scales' history. The
-operands are fake-quantized: dequantized values on the grid, rounded once to float32 (exact
+The quantizers are numfmt.torch's own: :func:`~numfmt.torch.block_quantize` for 1 x k
+blocks, and its two halves (``block_scales`` for the scales, the scaled round for the
+elements) where the elements of one scale are not one row: 2-D tiles, per-tensor scales
+(:func:`~numfmt.torch.tensor_scaled`'s exact scale, or delayed scaling's) and stochastic
+rounding (numfmt.torch's stochastic rounding kernel). This module lays operands out, keeps
+delayed scaling's history and checks the results against numfmt's numpy quantizers in its
+tests. The operands are fake-quantized: dequantized values on the grid, rounded once to float32 (exact
 for power-of-two scales and plain casts; within half a float32 ulp where the scale is an
 arbitrary FP32 number), then multiplied in float32 as tensor cores accumulate. Master weights,
 their gradients and the optimizer state stay float32.
@@ -41,21 +44,20 @@ from __future__ import annotations
 
 import fnmatch
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 from torch import nn
 
 from numfmt.blocks import exact_scales
-from numfmt.formats import (BF16, FORMATS, FP4_E2M1, FP8_E4M3, FP8_E5M2, FP16, FP32,
-                            FloatFormat)
-from numfmt.torch._core import absmax_rows
+from numfmt.formats import FORMATS, FP32, FloatFormat
 from numfmt.torch.blocks import _scaled_round, block_quantize, block_scales
-from numfmt.torch.formats import round as round_to
+from numfmt.torch.formats import _stochastic_chunks, _stochastic_fast_ok
 
 __all__ = ["OperandSpec", "Recipe", "RECIPES", "HIGH_PRECISION_LAYERS", "nvfp4_recipe",
-           "get_recipe", "quantize_operand", "random_hadamard", "hadamard", "AmaxHistory",
+           "fp8_recipe", "get_recipe", "quantize_operand", "random_hadamard", "hadamard",
+           "apply_rht", "AmaxHistory",
            "QuantLinear", "DynamicLossScaler", "GEMMS", "OPERANDS"]
 
 #: The three GEMMs of a linear layer and the names of their two operands, in recipe order.
@@ -69,7 +71,7 @@ ROUNDINGS = ("nearest", "stochastic")
 SCALE_BITS = {"none": 0, "fp32": 32, "e8m0_floor": 8, "e8m0_rceil": 8, "e4m3": 8}
 #: Element formats a plain cast (scale "none") applies to: torch casts them natively.
 _CASTS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-#: Size of the random Hadamard transform (NVFP4 paper, section 4.2; TE's RHT is 16 x 16).
+#: Size of the random Hadamard transform (the NVFP4 paper, section 4; TE: 16 x 16).
 RHT_SIZE = 16
 
 
@@ -157,10 +159,10 @@ class OperandSpec:
             raise ValueError("OperandSpec.scaling='delayed' keeps an amax history of a whole "
                              f"tensor: it needs block='tensor' and scale='fp32', got "
                              f"block={self.block!r}, scale={self.scale!r}")
-        if self.rounding == "stochastic" and cast:
-            raise ValueError(f"OperandSpec.rounding='stochastic' is not available for the plain "
-                             f"cast to {self.fmt!r}; it applies to scaled formats (e4m3, e5m2, "
-                             "e2m1, ...)")
+        if self.rounding == "stochastic" and (cast or not _stochastic_fast_ok(self.format)):
+            raise ValueError(f"OperandSpec.rounding='stochastic' is not available for "
+                             f"fmt={self.fmt!r}; it applies to scaled signed formats with "
+                             "subnormals (e4m3, e5m2, e2m1, ...), not to the plain casts")
 
     @property
     def format(self) -> FloatFormat:
@@ -330,7 +332,7 @@ def _hybrid(name: str, fwd: OperandSpec, bwd: OperandSpec, **kw) -> Recipe:
 
 
 #: Layers the NVFP4 recipe keeps in BF16 by default: the output projection. The paper keeps
-#: about 15% of the linear layers, mostly the last blocks, in BF16 (section 4.1); which blocks
+#: about 15% of the linear layers, mostly the last blocks, in BF16 (section 4); which blocks
 #: those are depends on the model, so pass them to :func:`nvfp4_recipe`.
 HIGH_PRECISION_LAYERS = ("lm_head",)
 
@@ -341,13 +343,15 @@ def nvfp4_recipe(*, stochastic_rounding: bool = True, rht: bool = True, weight_2
 
     Every operand is E2M1 with E4M3 scales per 16 elements along the GEMM's inner dimension
     under an FP32 tensor scale (1x16). With ``weight_2d`` the weight uses 16x16 tiles (the
-    same tile for fprop and dgrad, so both GEMMs see the same quantized W; section 4.3); with
+    same tile for fprop and dgrad, so both GEMMs see the same quantized W); with
     ``stochastic_rounding`` the gradient dy is rounded stochastically in dgrad and wgrad
-    (section 4.4; weights and activations round to nearest); with ``rht`` both wgrad operands
-    pass through a 16x16 random Hadamard transform along the tokens (section 4.2); layers
-    matching ``high_precision_layers`` run in BF16 (section 4.1). TransformerEngine's
-    ``NVFP4BlockScaling`` (``disable_rht``, ``disable_stochastic_rounding``,
-    ``disable_2d_quantization``) has the same switches.
+    (weights and activations round to nearest); with ``rht`` both wgrad operands pass
+    through a 16x16 random Hadamard transform along the tokens; layers matching
+    ``high_precision_layers`` run in BF16. The paper describes the four techniques in its
+    section 4. TransformerEngine's ``NVFP4BlockScaling`` (``disable_rht``,
+    ``disable_stochastic_rounding``, ``disable_2d_quantization``) has the same switches;
+    TE draws the RHT's signs once (a fixed sign vector), and so does :class:`QuantLinear`,
+    once per layer from its seed.
 
     Raises
     ------
@@ -368,6 +372,26 @@ def nvfp4_recipe(*, stochastic_rounding: bool = True, rht: bool = True, weight_2
     return Recipe(name, fprop=(act, w), dgrad=(dy, w),
                   wgrad=(replace(dy, rht=rht), replace(act, rht=rht)),
                   high_precision_layers=high_precision_layers)
+
+
+def fp8_recipe(*, forward: str = "e4m3", backward: str = "e5m2", scaling: str = "current",
+               amax_history: int = 16, margin: int = 0, name: str | None = None) -> Recipe:
+    """Per-tensor FP8 with FP32 scales: x and W in ``forward``, the gradient dy in ``backward``.
+
+    The defaults are TransformerEngine's HYBRID format (E4M3 forward, E5M2 gradients);
+    ``backward="e4m3"`` is TE's ``Format.E4M3`` (E4M3 everywhere). ``scaling="delayed"`` is
+    ``DelayedScaling`` (``amax_history``, ``margin``), ``"current"`` ``Float8CurrentScaling``.
+
+    Raises
+    ------
+    ValueError
+        Naming the field, as :class:`OperandSpec` and :class:`Recipe` do.
+    """
+    fwd = OperandSpec(forward, "tensor", "fp32", scaling)
+    bwd = OperandSpec(backward, "tensor", "fp32", scaling)
+    if name is None:
+        name = f"fp8_{scaling}_{fwd.fmt}_{bwd.fmt}"
+    return _hybrid(name, fwd, bwd, amax_history=amax_history, margin=margin)
 
 
 _F32 = OperandSpec()
@@ -459,9 +483,15 @@ def random_hadamard(n: int = RHT_SIZE, *, generator: torch.Generator | None = No
     return (h * signs.to(torch.float64) / math.sqrt(n)).to(dtype)
 
 
-def _apply_rht(t: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+def apply_rht(t: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
     """Each run of 16 consecutive elements along the last axis of (rows, inner) ``t`` times
-    ``h``: ``t`` times the block-diagonal orthonormal matrix diag(h, h, ...)."""
+    ``h`` (16, 16): ``t`` times the block-diagonal orthonormal matrix diag(h, h, ...).
+
+    Raises
+    ------
+    ValueError
+        If the inner dimension is not a multiple of ``h``'s size (naming ``rht``).
+    """
     rows, inner = t.shape
     n = h.shape[0]
     if inner % n:
@@ -503,13 +533,15 @@ def quantize_operand(t: torch.Tensor, spec: OperandSpec, *, generator=None, amax
     -------
     torch.Tensor, float32, shape (rows, inner), on ``t``'s device
         fp32 returns ``t`` itself; bf16 and fp16 are torch's casts (``t.to(torch.bfloat16)``,
-        IEEE overflow to Inf); scaled formats are numfmt.torch's quantizers: ``tensor_scaled``
-        (per tensor, current scaling), ``block_quantize`` (rows, 1 x k blocks, and a x b tiles
-        gathered into blocks of a*b elements), their scales with ``round(mode="stochastic")``
-        for stochastic rounding. With ``spec.rht`` the values are those of the transformed
-        operand (the GEMM consumes them; the transform cancels between the two wgrad operands).
-        A non-finite operand under a scaled format gives NaN everywhere (a diverged run stays
-        visibly diverged).
+        IEEE overflow to Inf); scaled formats are numfmt.torch's quantizers: per tensor,
+        ``tensor_scaled``'s exact scale ``amax / fmt.max`` (or the given one) and its scaled
+        round; ``block_quantize`` for rows, 1 x k blocks and a x b tiles (gathered into
+        blocks of a*b elements); for stochastic rounding, the same scales (``block_scales``)
+        and numfmt.torch's stochastic rounding of ``x / scale`` with one float32 uniform
+        draw per element from ``generator``, in row-major order. With ``spec.rht`` the values
+        are those of the transformed operand (the GEMM consumes them; the transform cancels
+        between the two wgrad operands). A non-finite operand under a scaled format gives NaN
+        everywhere (a diverged run stays visibly diverged).
 
     Raises
     ------
@@ -530,10 +562,11 @@ def quantize_operand(t: torch.Tensor, spec: OperandSpec, *, generator=None, amax
     if spec.rht:
         if hadamard_matrix is None:
             hadamard_matrix = random_hadamard(RHT_SIZE, generator=_cpu(generator))
-        t = _apply_rht(t, hadamard_matrix)
+        t = apply_rht(t, hadamard_matrix)
     if spec.scale == "none":
         dtype = _CASTS[spec.fmt]
         return t if dtype is None else t.to(dtype).to(torch.float32)
+    t = t.contiguous()  # a transposed operand is laid out once (a no-op otherwise)
     rows, inner = t.shape
     _check_divides(spec, rows, inner)
     fmt = spec.format
@@ -546,22 +579,26 @@ def quantize_operand(t: torch.Tensor, spec: OperandSpec, *, generator=None, amax
                 if not math.isfinite(amax):
                     return torch.full_like(t, float("nan"))
                 # tensor_scaled's scale: exact amax / max, 1 for an all-zero tensor
-                scale = float(exact_scales(np.array(float(amax)), fmt.max_value)) if amax > 0 else 1.0
+                scale = (float(exact_scales(np.array(float(amax)), fmt.max_value))
+                         if amax > 0 else 1.0)
             full = torch.full((rows,), scale * 2.0**margin, dtype=torch.float64,
                               device=t.device)
             return _round_scaled(t, full, fmt, sr, generator)
-        blocks, a, b = _as_blocks(t, spec.block)
+        a, b = (1, inner) if spec.block == "row" else spec.block
         scale_format, rule = _BLOCK_SCALES[spec.scale]
-        if sr:  # block_quantize's scales; the elements rounded stochastically
-            amax = absmax_rows(blocks)
-            if not bool(torch.isfinite(amax).all()):
-                return torch.full_like(t, float("nan"))
-            scales, tensor_scale = block_scales(amax.to(torch.float64), fmt, scale_format, rule)
-            values = _round_scaled(blocks, scales * tensor_scale, fmt, True, generator)
-        else:
-            q = block_quantize(blocks, fmt, blocks.shape[-1], scale_format, scale_rule=rule)
-            values = q.values.to(torch.float32)
-        return _from_blocks(values, rows, inner, a, b)
+        pow2 = scale_format == "e8m0"
+        if a == 1 and not sr:
+            q = block_quantize(t.reshape(-1, b), fmt, b, scale_format, scale_rule=rule)
+            return q.values.to(torch.float32).reshape(rows, inner)
+        # a x b tiles, or stochastic rounding: the block maxima, block_quantize's scales for
+        # them, and each 1 x b segment rounded under the scale of the tile it lies in.
+        amax = t.reshape(rows // a, a, inner // b, b).abs().amax(dim=(1, 3))  # (R/a, C/b)
+        if not bool(torch.isfinite(amax).all()):
+            return torch.full_like(t, float("nan"))
+        scales, tensor_scale = block_scales(amax.to(torch.float64), fmt, scale_format, rule)
+        full = (scales * tensor_scale)[:, None, :].expand(rows // a, a, inner // b).reshape(-1)
+        return _round_scaled(t.reshape(-1, b), full, fmt, sr, generator,
+                             pow2).reshape(rows, inner)
     except ValueError:
         if bool(torch.isfinite(t).all()):
             raise
@@ -582,34 +619,25 @@ def _check_divides(spec: OperandSpec, rows: int, inner: int) -> None:
                          f"{b} the inner dimension")
 
 
-def _as_blocks(t: torch.Tensor, block) -> tuple[torch.Tensor, int, int]:
-    """(rows, inner) -> (n_blocks, a*b): each row one block of ``block`` elements."""
-    rows, inner = t.shape
-    a, b = (1, inner) if block == "row" else block
-    if a == 1:
-        return t.reshape(-1, b), a, b
-    tiles = t.reshape(rows // a, a, inner // b, b).permute(0, 2, 1, 3)  # (R/a, C/b, a, b)
-    return tiles.reshape(-1, a * b), a, b
-
-
-def _from_blocks(v: torch.Tensor, rows: int, inner: int, a: int, b: int) -> torch.Tensor:
-    if a == 1:
-        return v.reshape(rows, inner)
-    return v.reshape(rows // a, inner // b, a, b).permute(0, 2, 1, 3).reshape(rows, inner)
-
-
 def _round_scaled(blocks: torch.Tensor, full: torch.Tensor, fmt: FloatFormat, sr: bool,
-                  generator) -> torch.Tensor:
+                  generator, pow2: bool = False) -> torch.Tensor:
     """``round(x / s) * s`` for blocks (n, k) of float32 and scales ``full`` (n,) float64,
-    as numfmt's scaled round (0 where the scale is 0); float32 values."""
-    if not sr:  # numfmt.torch's chunked scaled round: tensor_scaled's arithmetic
-        return _scaled_round(blocks, full, fmt, pow2=False)[1].to(torch.float32)
+    as numfmt's scaled round (0 where the scale is 0); float32 values. ``pow2``: the scales
+    are powers of two (numfmt then divides float32 input in float32, exactly)."""
+    if not sr:  # numfmt.torch's chunked scaled round, as block_quantize and tensor_scaled
+        return _scaled_round(blocks, full, fmt, pow2=pow2)[1].to(torch.float32)
     safe = torch.where(full > 0, full, 1.0)[:, None]
-    y = blocks.to(torch.float64) / safe
-    e = round_to(y, fmt, mode="stochastic" if sr else "nearest",
-                 generator=generator if sr else None)
-    e = torch.where((full > 0)[:, None], e, 0.0)
-    return (e * safe).to(torch.float32)
+    y = blocks.to(torch.float64).div_(safe)
+    # float32 uniforms (24 random bits, exact in float64) draw 2-3x faster than float64 ones;
+    # the rounding's bias from their resolution is below 2^-24 of a grid step.
+    # numfmt.torch.round(y, fmt, mode="stochastic", u=u) without its checks: y is finite (its
+    # blocks' maxima were) and the draws lie in [0, 1) by construction.
+    u = torch.rand(y.numel(), dtype=torch.float32, device=y.device, generator=generator)
+    e = _stochastic_chunks(y.reshape(-1), fmt, u, True).reshape(y.shape)
+    zero = full == 0
+    if bool(zero.any()):  # a scale that underflowed: its block decodes to zeros
+        e.masked_fill_(zero[:, None], 0.0)
+    return e.mul_(safe).to(torch.float32)
 
 
 # ------------------------------------------------------------------------- delayed scaling
@@ -659,8 +687,9 @@ class _QuantLinearFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, layer):
         recipe = layer.effective_recipe
-        xq = layer._quantize(x, "fprop", "x")
-        wq = layer._quantize(weight, "fprop", "w")
+        gen = layer._generator(x.device, 0)
+        xq = layer._quantize(x, "fprop", "x", generator=gen)
+        wq = layer._quantize(weight, "fprop", "w", generator=gen)
         y = xq @ wq.t() if bias is None else torch.addmm(bias, xq, wq.t())
         ctx.layer, ctx.recipe, ctx.has_bias = layer, recipe, bias is not None
         ctx.save_for_backward(x, weight, xq, wq)
@@ -673,7 +702,7 @@ class _QuantLinearFunction(torch.autograd.Function):
         dy = dy.contiguous()
         if layer.capture:
             layer.last_operands["dy"] = dy.detach().clone()
-        gen = layer._generator(dy.device)
+        gen = layer._generator(dy.device, 1)
         dx = dw = db = dyq = None
         if ctx.needs_input_grad[0]:
             dyq = layer._quantize(dy, "dgrad", "dy", recipe=recipe, generator=gen)
@@ -734,7 +763,8 @@ class QuantLinear(nn.Module):
     ----------
     in_features, out_features : int
     recipe : str or Recipe, default "fp32"
-        Settable (``layer.recipe = "nvfp4"``); a layer whose ``name`` matches the recipe's
+        Settable (``layer.recipe = "nvfp4"``; setting it starts delayed scaling's amax
+        histories afresh); a layer whose ``name`` matches the recipe's
         ``high_precision_layers`` runs :data:`RECIPES` ["bf16"] instead.
     name : str
         The layer's name for those patterns (e.g. ``"layers.3.mlp.down"``).
@@ -807,13 +837,14 @@ class QuantLinear(nn.Module):
         return RECIPES["bf16"] if self.name and r.is_high_precision(self.name) else r
 
     # pieces ----------------------------------------------------------------------------
-    def _generator(self, device: torch.device) -> torch.Generator:
-        """This step's generator on ``device``, seeded from (seed, step): runs repeat."""
+    def _generator(self, device: torch.device, phase: int) -> torch.Generator:
+        """The generator of this step's forward (``phase`` 0) or backward (1) pass on
+        ``device``, seeded from (seed, step, phase): runs repeat, and the passes draw apart."""
         key = str(device)
         if key not in self._gens:
             self._gens[key] = torch.Generator(device=device)
         g = self._gens[key]
-        g.manual_seed((self.seed * 1_000_003 + self.step) % (2**63 - 1))
+        g.manual_seed(((self.seed * 1_000_003 + self.step) * 2 + phase) % (2**63 - 1))
         return g
 
     def _quantize(self, t, gemm, operand, *, recipe=None, generator=None, hadamard_matrix=None):
@@ -824,7 +855,10 @@ class QuantLinear(nn.Module):
                                                                    recipe.margin))
             # This step's amax enters the history after the step (TE updates the scales
             # after the forward and after the backward): it scales the next steps.
-            self._pending.setdefault(operand, float(t.detach().abs().amax()))
+            amax = float(t.detach().abs().amax())
+            self._pending.setdefault(operand, amax)
+            if not math.isfinite(amax):  # as quantize_operand: a diverged operand is NaN
+                return torch.full_like(t, float("nan"), dtype=torch.float32)
             return quantize_operand(t, spec, scale=hist.scale(spec.format))
         return quantize_operand(t, spec, generator=generator, margin=0,
                                 hadamard_matrix=hadamard_matrix)
