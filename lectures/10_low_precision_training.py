@@ -1,0 +1,791 @@
+"""
+Lecture 10: training in low precision: FP16 loss scaling, FP8 recipes, MXFP8 and NVFP4.
+
+The question
+    A linear layer's training step is three GEMMs: forward y = x Wᵀ (fprop), the data gradient
+    dx = dy W (dgrad) and the weight gradient dW = dyᵀ x (wgrad). Which of their six operands
+    survive 16, 8 or 4 bits, and what does each published recipe do so that training still
+    converges? A tiny LLaMA-style model (RMSNorm, SwiGLU, RoPE) is trained from scratch on the
+    bytes of CPython's language reference under each recipe of numfmt.torch.train:
+
+      Demo 1  The three GEMMs and real gradients: the decades they span; FP16 without loss
+              scaling (what flushes to zero, and the loss curve), with the scaler, and BF16.
+      Demo 2  FP8 per tensor: delayed against current scaling, E5M2 against E4M3 gradients,
+              and what one activation spike does to delayed scaling.
+      Demo 3  Fine-grained FP8: DeepSeek-V3's 1x128 / 128x128 tiles and MXFP8 (E8M0 scales,
+              the OCP floor rule against RCEIL).
+      Demo 4  FP4: the NVFP4 recipe built up technique by technique, against MXFP4 and BF16.
+      Demo 5  Why each technique works, measured on this run's tensors: round-to-nearest's
+              bias against stochastic rounding, the random Hadamard transform's effect on
+              block amax and kurtosis, and Q(W)ᵀ against Q(Wᵀ) with 1x16 and 16x16 blocks.
+      Demo 6  One table: recipe -> operand formats, bits moved per GEMM, validation loss and
+              its gap to BF16, with the spread across seeds.
+
+How to read the output
+    Losses are cross-entropies in bits per byte (8 is a uniform guess over 256 byte values;
+    lower is better), on fixed validation windows that share no byte with training. Every
+    recipe is trained with the same seeds: a seed fixes the initial weights, the batches and
+    every stochastic-rounding and Hadamard draw. A difference between recipes is a finding only
+    when it exceeds the spread across seeds, which is printed; otherwise the text says "within
+    noise". Operand formats are emulated (fake quantization: values rounded onto the format's
+    grid, products accumulated in float32), so no timing here says anything about hardware.
+
+Run
+    python lectures/10_low_precision_training.py            (full: 120 steps, 3 seeds, about
+                                                             8 min on 2 cores)
+    python lectures/10_low_precision_training.py --quick    (20 steps, 2 seeds, about 75 s:
+                                                             the tests' workload)
+    Runs train on 2 worker processes with one torch thread each (the printed numbers do not
+    depend on the number of threads); on CUDA they run one after another on the GPU. Progress
+    goes to stderr: a tqdm bar on a terminal, one line per finished run otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from dataclasses import dataclass, replace
+
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import numfmt.torch.train as ntt  # noqa: E402
+from console import (lecture_parser, print_header, print_observations,  # noqa: E402
+                     print_paragraph, print_table, print_title, run_lecture)
+from console.i18n import N_  # noqa: E402
+from lectures.i18n import domain  # noqa: E402
+from lectures.tinylm.loop import TrainConfig, train, train_many  # noqa: E402
+from lectures.tinylm.model import TinyLMConfig  # noqa: E402
+
+_ = domain("lecture10").gettext
+
+MODEL = TinyLMConfig()                      # d 128, 2 layers, SwiGLU 256, context 64
+BATCH = 8                                   # 8 x 64 = 512 tokens a step
+HIGH_PRECISION = ("layers.1.mlp.*", "lm_head")   # NVFP4's "last layers in BF16" for this model
+
+
+@dataclass(frozen=True)
+class Workload:
+    steps: int
+    seeds: tuple
+    eval_every: int
+    val_windows: int
+    probe_steps: int           # steps of the in-process run whose tensors demos 1, 2 and 5 read
+    spike_step: int
+    single_seed: tuple = ()    # labels trained with the first seed only
+
+    def train_config(self, seed: int, spike=None) -> TrainConfig:
+        evals = tuple(range(self.eval_every, self.steps + 1, self.eval_every))
+        return TrainConfig(steps=self.steps, batch=BATCH, warmup=max(1, self.steps // 10),
+                           eval_steps=evals, val_windows=self.val_windows, seed=seed,
+                           spike=spike)
+
+
+FULL = Workload(steps=120, seeds=(0, 1, 2), eval_every=30, val_windows=64, probe_steps=60,
+                spike_step=80, single_seed=("FP8 delayed + spike", "FP8 current + spike"))
+QUICK = Workload(steps=20, seeds=(0, 1), eval_every=10, val_windows=16, probe_steps=10,
+                 spike_step=12, single_seed=("FP8 delayed + spike", "FP8 current + spike"))
+SPIKE = ("layers.1.mlp.down", 2.0 ** 10)    # the layer whose input spikes, and by how much
+
+
+# ------------------------------------------------------------------------------- the recipes
+def with_gradients(recipe, fmt: str, name: str):
+    """``recipe`` with the gradient operand dy of dgrad and wgrad in element format ``fmt``."""
+    dgrad = (replace(recipe.dgrad[0], fmt=fmt), recipe.dgrad[1])
+    wgrad = (replace(recipe.wgrad[0], fmt=fmt), recipe.wgrad[1])
+    return replace(recipe, name=name, dgrad=dgrad, wgrad=wgrad)
+
+
+def recipes() -> dict:
+    """Every recipe the lecture trains, by its label (labels are data; printed translated)."""
+    R = ntt.RECIPES
+    ladder = [
+        ("NVFP4, round-to-nearest", dict(stochastic_rounding=False, rht=False, weight_2d=False,
+                                         high_precision_layers=())),
+        ("NVFP4 + SR", dict(stochastic_rounding=True, rht=False, weight_2d=False,
+                            high_precision_layers=())),
+        ("NVFP4 + SR + RHT", dict(stochastic_rounding=True, rht=True, weight_2d=False,
+                                  high_precision_layers=())),
+        ("NVFP4 + SR + RHT + 2D", dict(stochastic_rounding=True, rht=True, weight_2d=True,
+                                       high_precision_layers=())),
+        ("NVFP4 (full recipe)", dict(high_precision_layers=HIGH_PRECISION)),
+    ]
+    out = {
+        "FP32": R["fp32"],
+        "BF16": R["bf16"],
+        "FP16, no loss scaling": replace(R["fp16"], name="fp16_unscaled", loss_scaling=False),
+        "FP16 + loss scaling": R["fp16"],
+        "FP8 delayed": R["fp8_delayed"],
+        "FP8 current": R["fp8_current"],
+        "FP8 current, E4M3 gradients": with_gradients(R["fp8_current"], "e4m3",
+                                                      "fp8_current_e4m3_grads"),
+        "FP8 delayed + spike": R["fp8_delayed"],
+        "FP8 current + spike": R["fp8_current"],
+        "FP8 blockwise (DeepSeek-V3)": R["fp8_blockwise"],
+        "MXFP8, floor scales": R["mxfp8_floor"],
+        "MXFP8, RCEIL scales": R["mxfp8_rceil"],
+    }
+    for label, kw in ladder:
+        out[label] = ntt.nvfp4_recipe(**kw)
+    out["MXFP4"] = R["mxfp4"]
+    # each recipe named by its label, so a finished run says which one it was
+    return {label: replace(r, name=label) for label, r in out.items()}
+
+
+N_("FP32"), N_("BF16"), N_("FP16, no loss scaling"), N_("FP16 + loss scaling")
+N_("FP8 delayed"), N_("FP8 current"), N_("FP8 current, E4M3 gradients")
+N_("FP8 delayed + spike"), N_("FP8 current + spike"), N_("FP8 blockwise (DeepSeek-V3)")
+N_("MXFP8, floor scales"), N_("MXFP8, RCEIL scales"), N_("NVFP4, round-to-nearest")
+N_("NVFP4 + SR"), N_("NVFP4 + SR + RHT"), N_("NVFP4 + SR + RHT + 2D"), N_("NVFP4 (full recipe)")
+N_("MXFP4")
+
+
+# ---------------------------------------------------------------------------- all the runs
+@dataclass
+class Runs:
+    """Every training run of the lecture: results[label] is a list, one RunResult per seed."""
+    workload: Workload
+    results: dict
+
+
+def device_name() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _progress(total: int):
+    """A callback per finished run: tqdm on a terminal, one log line per run otherwise."""
+    if sys.stderr.isatty():
+        from tqdm.auto import tqdm
+        bar = tqdm(total=total, desc=_("training runs"), unit=_("run"), file=sys.stderr)
+        return (lambda r: bar.update(1)), bar.close
+    count = [0]
+
+    def log(r):
+        count[0] += 1
+        print(_("run {i}/{n}: {recipe}, seed {seed}: validation {loss:.3f} bits/byte").format(
+            i=count[0], n=total, recipe=_(r.recipe), seed=r.seed, loss=r.final_val),
+            file=sys.stderr, flush=True)
+    return log, (lambda: None)
+
+
+def run_all(w: Workload, workers: int = 2, device: str | None = None) -> Runs:
+    """Train every recipe of :func:`recipes` for the workload's seeds (the spike runs and any
+    ``single_seed`` labels for the first seed only)."""
+    device = device or device_name()
+    rec = recipes()
+    jobs, keys = [], []
+    for label, recipe in rec.items():
+        spike = (w.spike_step, *SPIKE) if label.endswith("+ spike") else None
+        for seed in (w.seeds[:1] if label in w.single_seed else w.seeds):
+            jobs.append((recipe, w.train_config(seed, spike), MODEL))
+            keys.append(label)
+    update, close = _progress(len(jobs))
+    try:
+        out = train_many(jobs, workers=workers, device=device, progress=update)
+    finally:
+        close()
+    results = {label: [] for label in rec}
+    for label, r in zip(keys, out):
+        results[label].append(r)
+    return Runs(w, results)
+
+
+def finals(runs: Runs, label: str) -> np.ndarray:
+    """Final validation loss of each seed's run, bits per byte."""
+    return np.array([r.final_val for r in runs.results[label]])
+
+
+def spread(values) -> float:
+    """The range (max - min) across seeds."""
+    return float(np.max(values) - np.min(values)) if len(values) > 1 else 0.0
+
+
+def compare(runs: Runs, a: str, b: str) -> dict:
+    """Mean final loss of a minus b, and whether it exceeds the noise: the larger of the two
+    seed ranges (a difference within it is called within noise)."""
+    fa, fb = finals(runs, a), finals(runs, b)
+    gap = float(fa.mean() - fb.mean())
+    noise = max(spread(fa), spread(fb))
+    return {"gap": gap, "noise": noise, "finding": abs(gap) > noise and len(fa) > 1
+            and len(fb) > 1}
+
+
+def verdict(c: dict) -> str:
+    if c["finding"]:
+        return _("{gap:+.3f} bits/byte, beyond the seed range of {noise:.3f}").format(**c)
+    return _("{gap:+.3f} bits/byte, within noise (seed range {noise:.3f})").format(**c)
+
+
+def curve_rows(runs: Runs, labels) -> list:
+    """Validation loss at each evaluation step, mean over seeds, one row per label."""
+    steps = runs.results[labels[0]][0].val_steps
+    rows = []
+    for label in labels:
+        vals = np.mean([r.val_loss for r in runs.results[label]], axis=0)
+        rows.append([_(label)] + [f"{v:.3f}" if np.isfinite(v) else "nan" for v in vals])
+    return [[_("step")] + [str(s) for s in steps]], rows
+
+
+def print_curves(runs: Runs, labels) -> None:
+    header, rows = curve_rows(runs, labels)
+    print_table([_("recipe, validation bits/byte")] + header[0][1:], rows)
+
+
+# --------------------------------------------------------------- the probe run's tensors
+@dataclass
+class Probe:
+    """The raw GEMM operands of every linear after ``step`` steps of FP32 training."""
+    step: int
+    operands: dict      # layer name -> {"x": (N, in), "w": (out, in), "dy": (N, out)} float32
+
+
+def probe_run(w: Workload, device: str | None = None) -> Probe:
+    """Train FP32 for ``probe_steps`` steps with capture on and keep the last step's operands.
+
+    dy is the gradient of the mean loss in nats (no loss scale), as an FP16 run without
+    loss scaling would see it.
+    """
+    device = device or device_name()
+    keep = {}
+
+    def probe(step, model, loss):
+        if step == w.probe_steps - 1:
+            for name, m in model.linears().items():
+                keep[name] = {k: v.detach().cpu().clone() for k, v in m.last_operands.items()}
+
+    train("fp32", replace(w.train_config(0), steps=w.probe_steps, eval_steps=()), MODEL,
+          probe=probe, device=device, capture=True)
+    return Probe(w.probe_steps, keep)
+
+
+# ------------------------------------------------------------- demo 1: the three GEMMs, FP16
+FP16_MIN_SUBNORMAL = 2.0 ** -24
+FP16_MIN_NORMAL = 2.0 ** -14
+
+
+@dataclass
+class GemmDemo:
+    shapes: list            # rows: GEMM, product, operand shapes, inner dim
+    decades: list           # rows: operand, amax, smallest nonzero |v|, decades
+    dy_decades: float       # decades spanned by the nonzero |dy| of all layers
+    flush: float            # fraction of nonzero dy values that round to 0 in FP16
+    subnormal: float        # fraction that land among FP16's subnormals (precision lost)
+    flush_scaled: float     # the same with the loss scaled by 2^16
+    scale: float
+
+
+def _operand_stats(values: torch.Tensor) -> tuple:
+    a = values.abs().flatten().double()
+    nz = a[a > 0]
+    return float(a.max()), float(nz.min()), math.log10(float(a.max()) / float(nz.min()))
+
+
+def gemm_demo(p: Probe, layer: str = "layers.1.mlp.down", scale: float = 2.0 ** 16) -> GemmDemo:
+    """The three GEMMs of one linear with this model's shapes, and what the operands span.
+
+    Notice: weights and activations span a few decades; the gradient dy spans many more, and
+    most of its values are tiny: in FP16 a part of them lands among the subnormals or flushes
+    to zero. A loss scale of 2^16 moves them back into FP16's normal range.
+    """
+    op = p.operands[layer]
+    n, d_in = op["x"].shape
+    d_out = op["w"].shape[0]
+    shapes = [
+        ["fprop", "y = x Wᵀ", f"({n}, {d_in}) x ({d_out}, {d_in})ᵀ", d_in],
+        ["dgrad", "dx = dy W", f"({n}, {d_out}) x ({d_out}, {d_in})", d_out],
+        ["wgrad", "dW = dyᵀ x", f"({n}, {d_out})ᵀ x ({n}, {d_in})", n],
+    ]
+    decades = []
+    for key in ("x", "w", "dy"):
+        amax, amin, dec = _operand_stats(op[key])
+        decades.append([key, f"{amax:.2e}", f"{amin:.2e}", f"{dec:.1f}"])
+    dy = torch.cat([o["dy"].flatten() for o in p.operands.values()])
+    dy = dy[dy != 0]
+    fp16 = ntt.OperandSpec("fp16")
+    q = ntt.quantize_operand(dy.view(1, -1), fp16).flatten()
+    qs = ntt.quantize_operand((dy * scale).view(1, -1), fp16).flatten()
+    a = dy.abs()
+    return GemmDemo(shapes, decades, _operand_stats(dy)[2],
+                    float((q == 0).double().mean()),
+                    float(((a < FP16_MIN_NORMAL) & (q != 0)).double().mean()),
+                    float((qs == 0).double().mean()), scale)
+
+
+def print_gemm_demo(d: GemmDemo, runs: Runs) -> None:
+    print_header(_("Demo 1: the three GEMMs of a linear layer, and FP16 against BF16"))
+    print_table([_("GEMM"), _("product"), _("operand shapes"), _("inner dim")], d.shapes)
+    print_table([_("operand"), "amax", _("smallest nonzero |v|"), _("decades")], d.decades)
+    labels = ["FP32", "BF16", "FP16, no loss scaling", "FP16 + loss scaling"]
+    print_curves(runs, labels)
+    scaled = runs.results["FP16 + loss scaling"]
+    c_unscaled = compare(runs, "FP16, no loss scaling", "BF16")
+    c_scaled = compare(runs, "FP16 + loss scaling", "BF16")
+    print_observations([
+        _("The gradient dy of all linears spans {dec:.1f} decades; FP16 covers about 9 decades "
+          "with normal numbers (6.1e-05 to 65504) and 12 with its subnormals (IEEE 754-2019, "
+          "binary16).").format(dec=d.dy_decades),
+        _("In FP16 without a loss scale, {flush:.1%} of the nonzero dy values flush to zero and "
+          "{sub:.1%} land among the subnormals, with fewer than 10 significant bits. Scaled by "
+          "2^{log:.0f}, {flush_scaled:.2%} flush.").format(
+            flush=d.flush, sub=d.subnormal, log=math.log2(d.scale), flush_scaled=d.flush_scaled),
+        _("Final validation loss, FP16 without loss scaling minus BF16: {v}.").format(
+            v=verdict(c_unscaled)),
+        _("FP16 with the dynamic loss scaler minus BF16: {v}; the scaler skipped {skipped} of "
+          "{steps} steps (seed 0) and ended at a scale of 2^{log:.0f}.").format(
+            v=verdict(c_scaled), skipped=scaled[0].skipped, steps=len(scaled[0].train_loss),
+            log=math.log2(scaled[0].loss_scale[-1])),
+        _("BF16 keeps FP32's 8 exponent bits, so the gradients keep their range and no loss "
+          "scale is needed; it gives up mantissa bits instead (7 against FP16's 10)."),
+    ])
+
+
+# ------------------------------------------------------------------ demo 2: FP8 per tensor
+@dataclass
+class FP8Demo:
+    underflow: dict         # "E4M3" / "E5M2" -> fraction of nonzero dy that rounds to zero
+    grad_error: dict        # the same -> relative error of the dW GEMM with dy in that format
+    spike: dict             # the spiked layer's input x under E4M3 per-tensor scaling:
+                            # "saturated": fraction of the spike step's values above the delayed
+                            # scale's reach; "error_delayed"/"error_current": that step's relative
+                            # error; "zero_after": fraction of the next step's nonzero values
+                            # that flush to zero while the spike's amax sets the scale
+
+
+def fp8_demo(p: Probe, layer: str = "layers.0.mlp.down") -> FP8Demo:
+    """E4M3 against E5M2 for the gradient dy, per-tensor current scaling, on this run's dy.
+
+    Notice: with one scale per tensor, amax / 448 sets E4M3's smallest step; the smallest
+    gradients of the tensor then fall below E4M3's subnormals and vanish, while E5M2 reaches
+    2^-16 · scale. E4M3 is the finer grid for the values that survive.
+    """
+    underflow, grad_error = {}, {}
+    op = p.operands[layer]
+    dw = (op["dy"].double().T @ op["x"].double())
+    for fmt in ("e4m3", "e5m2"):
+        spec = ntt.OperandSpec(fmt, scale="fp32")
+        nz = zero = 0
+        for o in p.operands.values():
+            dy = o["dy"]
+            q = ntt.quantize_operand(dy, spec)
+            zero += int(((q == 0) & (dy != 0)).sum())
+            nz += int((dy != 0).sum())
+        underflow[fmt.upper()] = zero / nz
+        qdy = ntt.quantize_operand(op["dy"].T.contiguous(), spec).T.double()
+        qdw = qdy.T @ op["x"].double()
+        grad_error[fmt.upper()] = float((qdw - dw).norm() / dw.norm())
+    x = p.operands[SPIKE[0]]["x"]
+    xs = x * SPIKE[1]
+    spec = ntt.OperandSpec("e4m3", scale="fp32")
+    amax, amax_spike = x.abs().max(), xs.abs().max()
+
+    def rel(q, t):
+        return float((q - t).norm() / t.norm())
+    q_after = ntt.quantize_operand(x, spec, amax=amax_spike)
+    q_plain = ntt.quantize_operand(x, spec)
+    spike = {"saturated": float((xs.abs() > amax).double().mean()),
+             "error_delayed": rel(ntt.quantize_operand(xs, spec, amax=amax), xs),
+             "error_current": rel(ntt.quantize_operand(xs, spec), xs),
+             "zero_after": float(((q_after == 0) & (x != 0)).double().sum() / (x != 0).sum()),
+             "error_after": rel(q_after, x),
+             "zero_plain": float(((q_plain == 0) & (x != 0)).double().sum() / (x != 0).sum()),
+             "error_plain": rel(q_plain, x)}
+    return FP8Demo(underflow, grad_error, spike)
+
+
+def spike_compare(runs: Runs) -> dict:
+    """Delayed minus current scaling after the spike (one seed), against the seed range of the
+    unspiked FP8 delayed and current runs."""
+    gap = (runs.results["FP8 delayed + spike"][0].final_val
+           - runs.results["FP8 current + spike"][0].final_val)
+    noise = max(spread(finals(runs, "FP8 delayed")), spread(finals(runs, "FP8 current")))
+    return {"gap": gap, "noise": noise, "finding": abs(gap) > noise}
+
+
+def print_fp8_demo(d: FP8Demo, runs: Runs) -> None:
+    print_header(_("Demo 2: FP8 per tensor: delayed and current scaling, E4M3 and E5M2"))
+    print_curves(runs, ["BF16", "FP8 delayed", "FP8 current", "FP8 current, E4M3 gradients",
+                        "FP8 delayed + spike", "FP8 current + spike"])
+    w = runs.workload
+    spike_d = runs.results["FP8 delayed + spike"][0]
+    spike_c = runs.results["FP8 current + spike"][0]
+    plain_d = runs.results["FP8 delayed"][0]
+    s = w.spike_step
+    print_observations([
+        _("FP8 delayed minus current scaling: {v}.").format(
+            v=verdict(compare(runs, "FP8 delayed", "FP8 current"))),
+        _("Gradients in E4M3 instead of E5M2 (current scaling): {v}. On this run's dy, one "
+          "scale per tensor: {e4:.2%} of the nonzero values underflow to zero in E4M3, {e5:.2%} "
+          "in E5M2; the dW GEMM's relative error is {g4:.2%} with E4M3 and {g5:.2%} with "
+          "E5M2: {which}").format(
+            v=verdict(compare(runs, "FP8 current, E4M3 gradients", "FP8 current")),
+            e4=d.underflow["E4M3"], e5=d.underflow["E5M2"], g4=d.grad_error["E4M3"],
+            g5=d.grad_error["E5M2"],
+            which=_("E4M3's finer steps outweigh what it loses at the bottom of the range.")
+            if d.grad_error["E4M3"] < d.grad_error["E5M2"] else
+            _("E5M2's range outweighs E4M3's finer steps.")),
+        _("A spike: the input x of {layer} multiplied by {factor:.0f} for one step. Delayed "
+          "scaling takes the scale from the amax of earlier steps: measured on this run's x, "
+          "{sat:.1%} of the spiked values exceed it and saturate at 448, and that step's x has a "
+          "relative error of {ed:.1%} (current scaling: {ec:.1%}). While the spike's amax stays "
+          "in the history ({hist} steps), the ordinary x of the next steps gets a scale "
+          "{factor:.0f} times too small: {zero:.1%} of its values flush to zero ({zero0:.1%} "
+          "with its own amax), a relative error of {ea:.2%} ({ea0:.2%}): the large values, which "
+          "dominate that error, keep their 3 mantissa bits.").format(
+            layer=SPIKE[0], factor=SPIKE[1], sat=d.spike["saturated"],
+            ed=d.spike["error_delayed"], ec=d.spike["error_current"],
+            hist=ntt.RECIPES["fp8_delayed"].amax_history, zero=d.spike["zero_after"],
+            zero0=d.spike["zero_plain"], ea=d.spike["error_after"],
+            ea0=d.spike["error_plain"]),
+        _("In training, the spike at step {step}: training loss on the next step {d:.3f} bits/"
+          "byte with delayed scaling, {c:.3f} with current scaling ({p:.3f} without the "
+          "spike).").format(step=s, d=spike_d.train_loss[s + 1], c=spike_c.train_loss[s + 1],
+                            p=plain_d.train_loss[s + 1]),
+        _("Final validation loss after the spike, delayed minus current (seed {seed}): {v}."
+          ).format(seed=w.seeds[0], v=verdict(spike_compare(runs))),
+    ])
+
+
+# ------------------------------------------------------------- demo 3: fine-grained FP8
+def print_fine_fp8(runs: Runs) -> None:
+    print_header(_("Demo 3: fine-grained FP8: DeepSeek-V3's tiles and MXFP8"))
+    print_curves(runs, ["BF16", "FP8 current", "FP8 blockwise (DeepSeek-V3)",
+                        "MXFP8, floor scales", "MXFP8, RCEIL scales"])
+    print_observations([
+        _("DeepSeek-V3 (arXiv 2412.19437, section 3.3) scales activations and gradients per 1x128 "
+          "tile and weights per 128x128 block, all E4M3 with float32 scales; minus BF16: "
+          "{v}.").format(v=verdict(compare(runs, "FP8 blockwise (DeepSeek-V3)", "BF16"))),
+        _("MXFP8 (OCP MX v1.0): E4M3 in blocks of 32 with a power-of-two E8M0 scale. The OCP "
+          "rule floors the scale's exponent, so a block's amax can land above 448 and saturate; "
+          "Mishra et al. (arXiv 2506.08027) round it up (RCEIL) and report that the floor rule "
+          "can diverge. Floor minus RCEIL here: {v}.").format(
+            v=verdict(compare(runs, "MXFP8, floor scales", "MXFP8, RCEIL scales"))),
+        _("MXFP8 (RCEIL) minus BF16: {v}.").format(
+            v=verdict(compare(runs, "MXFP8, RCEIL scales", "BF16"))),
+    ])
+
+
+# ---------------------------------------------------------------------------- demo 4: FP4
+LADDER = ["NVFP4, round-to-nearest", "NVFP4 + SR", "NVFP4 + SR + RHT", "NVFP4 + SR + RHT + 2D",
+          "NVFP4 (full recipe)"]
+
+
+def print_fp4(runs: Runs) -> None:
+    print_header(_("Demo 4: FP4: the NVFP4 recipe, one technique at a time, against MXFP4"))
+    print_curves(runs, ["BF16"] + LADDER + ["MXFP4"])
+    rows = []
+    prev = None
+    for label in LADDER:
+        f = finals(runs, label)
+        c = None if prev is None else compare(runs, label, prev)
+        step = "" if c is None else f"{c['gap']:+.3f}" + ("" if c["finding"] else " ~")
+        rows.append([_(label), f"{f.mean():.3f}", f"{spread(f):.3f}", step])
+        prev = label
+    print_table([_("recipe"), _("final bits/byte"), _("seed range"),
+                 _("change from the row above")], rows)
+    print_paragraph(_("A change marked ~ is within noise: no larger than the seed range of "
+                      "either row."))
+    print_observations([
+        _("NVFP4 (arXiv 2509.25149, section 4): E2M1 elements in blocks of 16 with E4M3 scales "
+          "under a float32 tensor scale; stochastic rounding on gradients, a 16x16 random "
+          "Hadamard transform on the wgrad operands, 16x16 weight blocks, and the last layers "
+          "({layers}) in BF16."
+          ).format(layers=", ".join(HIGH_PRECISION)),
+        _("Full NVFP4 recipe minus BF16: {v}.").format(
+            v=verdict(compare(runs, "NVFP4 (full recipe)", "BF16"))),
+        _("Full NVFP4 minus plain NVFP4 with round-to-nearest: {v}.").format(
+            v=verdict(compare(runs, "NVFP4 (full recipe)", "NVFP4, round-to-nearest"))),
+        _("MXFP4 (E2M1, blocks of 32, E8M0 scales) minus the full NVFP4 recipe: {v}.").format(
+            v=verdict(compare(runs, "MXFP4", "NVFP4 (full recipe)"))),
+    ])
+
+
+# -------------------------------------------------------- demo 5: why each technique works
+@dataclass
+class WhyDemo:
+    layer: str
+    bias_rows: list        # draws, RNE error, SR error of the mean dW
+    rne_error: float       # relative error of dW with round-to-nearest dy (any number of draws)
+    sr_errors: dict        # draws -> relative error of the mean of that many SR dW
+    rht: dict              # before/after: kurtosis, mean block amax / rms, dW GEMM error
+    transpose: dict        # "1x16" / "16x16" -> fraction of weights where Q(W)ᵀ != Q(Wᵀ)
+
+
+def kurtosis(t: torch.Tensor) -> float:
+    """E[(x - mean)^4] / var^2 of all entries (3 for a Gaussian)."""
+    x = t.double().flatten()
+    x = x - x.mean()
+    return float((x ** 4).mean() / (x ** 2).mean() ** 2)
+
+
+def why_demo(p: Probe, layer: str = "layers.0.mlp.down", draws=(1, 4, 16),
+             seed: int = 0) -> WhyDemo:
+    """Stochastic rounding, the RHT and 2-D weight blocks, measured on this run's operands.
+
+    Notice: the error of round-to-nearest is the same on every draw, so averaging never
+    removes it (a bias); stochastic rounding is unbiased, and its error shrinks like
+    1/sqrt(draws). The RHT spreads a block's outliers over its 16 values: the kurtosis drops
+    toward a Gaussian's 3 and so does the block amax relative to the rms. With 1x16 blocks a
+    weight quantized along its rows (fprop) and along its columns (dgrad) gets two different
+    values; 16x16 blocks give the same value both ways.
+    """
+    op = p.operands[layer]
+    dyt = op["dy"].T.contiguous()                                   # (out, N): wgrad's dyᵀ
+    xt = op["x"].T.contiguous()                                     # (in, N)
+    exact = dyt.double() @ xt.double().T                            # (out, in)
+
+    def rel(a):
+        return float((a - exact).norm() / exact.norm())
+    spec_x = ntt.OperandSpec("e2m1", (1, 16), "e4m3")
+    qx = ntt.quantize_operand(xt, spec_x).double()
+    rne = ntt.quantize_operand(dyt, spec_x).double() @ qx.T
+    sr_spec = replace(spec_x, rounding="stochastic")
+    g = torch.Generator().manual_seed(seed)
+    acc = torch.zeros_like(exact)
+    sr_errors = {}
+    for k in range(1, max(draws) + 1):
+        acc += ntt.quantize_operand(dyt, sr_spec, generator=g).double() @ qx.T
+        if k in draws:
+            sr_errors[k] = rel(acc / k)
+    rows = [[k, f"{rel(rne):.2%}", f"{sr_errors[k]:.2%}"] for k in draws]
+
+    h = ntt.random_hadamard(16, generator=torch.Generator().manual_seed(seed))
+    rows_out, n = dyt.shape
+    dyh = (dyt.view(rows_out, n // 16, 16) @ h).view(rows_out, n)
+    xh = (xt.view(xt.shape[0], n // 16, 16) @ h).view(xt.shape[0], n)
+
+    def amax_ratio(t):
+        b = t.view(t.shape[0], -1, 16).double()
+        return float((b.abs().amax(-1) / b.pow(2).mean(-1).sqrt().clamp_min(1e-300)).mean())
+    q_plain = rne
+    q_rht = ntt.quantize_operand(dyh, spec_x).double() @ ntt.quantize_operand(xh, spec_x).double().T
+    rht = {"kurtosis_dy": (kurtosis(dyt), kurtosis(dyh)),
+           "kurtosis_x": (kurtosis(xt), kurtosis(xh)),
+           "amax_rms_dy": (amax_ratio(dyt), amax_ratio(dyh)),
+           "amax_rms_x": (amax_ratio(xt), amax_ratio(xh)),
+           "error": (rel(q_plain), rel(q_rht))}
+
+    w = op["w"]
+    transpose = {}
+    for name, block in (("1x16", (1, 16)), ("16x16", (16, 16))):
+        spec = ntt.OperandSpec("e2m1", block, "e4m3")
+        a = ntt.quantize_operand(w, spec)                           # along rows: Q(W)
+        b = ntt.quantize_operand(w.T.contiguous(), spec).T          # along columns: Q(Wᵀ)ᵀ
+        transpose[name] = float((a != b).double().mean())
+    return WhyDemo(layer, rows, rel(rne), sr_errors, rht, transpose)
+
+
+def print_why(d: WhyDemo) -> None:
+    print_header(_("Demo 5: why each technique works, on this run's tensors ({layer})").format(
+        layer=d.layer))
+    print_paragraph(_("The wgrad GEMM dW = dyᵀ x with both operands in NVFP4 (1x16 blocks along "
+                      "the tokens): relative error of the mean of several quantized dW against "
+                      "the exact one."))
+    print_table([_("draws averaged"), _("round-to-nearest"), _("stochastic rounding")],
+                d.bias_rows)
+    k = max(d.sr_errors)
+    r = d.rht
+    print_table([_("wgrad operand, 1x16 blocks along the tokens"), _("before the RHT"),
+                 _("after")], [
+        [_("dy: kurtosis (Gaussian: 3)"), f"{r['kurtosis_dy'][0]:.1f}",
+         f"{r['kurtosis_dy'][1]:.1f}"],
+        [_("x: kurtosis (Gaussian: 3)"), f"{r['kurtosis_x'][0]:.1f}",
+         f"{r['kurtosis_x'][1]:.1f}"],
+        [_("dy: mean block amax / block rms"), f"{r['amax_rms_dy'][0]:.2f}",
+         f"{r['amax_rms_dy'][1]:.2f}"],
+        [_("x: mean block amax / block rms"), f"{r['amax_rms_x'][0]:.2f}",
+         f"{r['amax_rms_x'][1]:.2f}"],
+        [_("dW error, NVFP4 round-to-nearest"), f"{r['error'][0]:.2%}", f"{r['error'][1]:.2%}"],
+    ])
+    x_down = r["kurtosis_x"][1] < r["kurtosis_x"][0]
+    dy_down = r["kurtosis_dy"][1] < r["kurtosis_dy"][0]
+    print_observations([
+        _("Round-to-nearest: {rne:.2%} error whatever the number of draws: a bias, the same "
+          "error on every step. Stochastic rounding: {one:.2%} for one draw, {many:.2%} for the "
+          "mean of {k}: its errors average out over draws, as they do over the optimizer's many "
+          "small updates.").format(rne=d.rne_error, one=d.sr_errors[1], many=d.sr_errors[k],
+                                   k=k),
+        _("The 16x16 random Hadamard transform (Hᵀ H = I, so dyᵀ x is unchanged in exact "
+          "arithmetic) takes the kurtosis of x from {kx0:.1f} to {kx1:.1f} ({x_dir}) and of dy "
+          "from {k0:.1f} to {k1:.1f} ({dy_dir}); the dW error goes from {e0:.2%} to "
+          "{e1:.2%}.").format(
+            kx0=r["kurtosis_x"][0], kx1=r["kurtosis_x"][1], k0=r["kurtosis_dy"][0],
+            k1=r["kurtosis_dy"][1], e0=r["error"][0], e1=r["error"][1],
+            x_dir=_("lower") if x_down else _("higher"),
+            dy_dir=_("lower") if dy_down else _("higher")),
+        _("Weights in NVFP4: with 1x16 blocks, Q(W)ᵀ and Q(Wᵀ) differ in {t1:.1%} of the "
+          "weights, so fprop and dgrad would use two different weights; with 16x16 blocks they "
+          "differ in {t16:.1%}.").format(t1=d.transpose["1x16"], t16=d.transpose["16x16"]),
+    ])
+
+
+# ------------------------------------------------------------------- demo 6: one table
+def _spec_name(s) -> str:
+    """A short label: element format, block, scale rule (floor/RCEIL: E8M0 scales; none: FP32
+    scales, or NVFP4's E4M3 ones for E2M1 in 1x16/16x16 blocks), SR, RHT, delayed."""
+    if s.scale == "none":
+        return s.fmt.upper()
+    parts = [s.fmt.upper(), s.block if isinstance(s.block, str) else "x".join(map(str, s.block))]
+    parts += {"e8m0_floor": ["floor"], "e8m0_rceil": ["RCEIL"]}.get(s.scale, [])
+    parts += ["delayed"] * (s.scaling == "delayed") + ["SR"] * (s.rounding == "stochastic")
+    return " ".join(parts + ["RHT"] * s.rht)
+
+
+def layer_shapes() -> dict:
+    """(in_features, out_features) of every linear of the model, by name."""
+    d, h, v = MODEL.d_model, MODEL.d_ff, MODEL.vocab_size
+    shapes = {}
+    for i in range(MODEL.n_layers):
+        shapes.update({f"layers.{i}.attn.{p}": (d, d) for p in "qkvo"})
+        shapes.update({f"layers.{i}.mlp.gate": (d, h), f"layers.{i}.mlp.up": (d, h),
+                       f"layers.{i}.mlp.down": (h, d)})
+    shapes["lm_head"] = (d, v)
+    return shapes
+
+
+def bits_per_gemm(recipe) -> tuple:
+    """Operand bits per element of fprop, dgrad and wgrad: Recipe.bits_moved summed over this
+    model's linears (tokens per step = BATCH x context), divided by the operands' elements.
+    Layers matching the recipe's high_precision_layers count as BF16."""
+    n = BATCH * MODEL.context
+    bits = {g: 0 for g in ("fprop", "dgrad", "wgrad")}
+    elems = {g: 0 for g in bits}
+    for name, (din, dout) in layer_shapes().items():
+        r = ntt.RECIPES["bf16"] if recipe.is_high_precision(name) else recipe
+        for g, b in r.bits_moved(n, din, dout).items():
+            bits[g] += b
+        elems["fprop"] += n * din + dout * din
+        elems["dgrad"] += n * dout + dout * din
+        elems["wgrad"] += n * dout + n * din
+    return tuple(bits[g] / elems[g] for g in ("fprop", "dgrad", "wgrad"))
+
+
+SUMMARY = ["FP32", "BF16", "FP16 + loss scaling", "FP8 delayed", "FP8 current",
+           "FP8 blockwise (DeepSeek-V3)", "MXFP8, RCEIL scales", "NVFP4 (full recipe)", "MXFP4"]
+
+
+def summary_rows(runs: Runs) -> tuple[list, list]:
+    """Two tables' rows: recipe -> operand formats; recipe -> bits, loss, spread, gap."""
+    rec = recipes()
+    base = finals(runs, "BF16").mean()
+    formats, losses = [], []
+    for label in SUMMARY:
+        r = rec[label]
+        f = finals(runs, label)
+        c = compare(runs, label, "BF16")
+        formats.append([_(label), _spec_name(r.fprop[0]), _spec_name(r.fprop[1]),
+                        _spec_name(r.wgrad[0])])
+        losses.append([_(label), " / ".join(f"{b:.2f}" for b in bits_per_gemm(r)),
+                       f"{f.mean():.3f}", f"{spread(f):.3f}",
+                       "" if label == "BF16" else f"{f.mean() - base:+.3f}"
+                       + ("" if c["finding"] else " ~")])
+    return formats, losses
+
+
+def print_summary(runs: Runs) -> None:
+    print_header(_("Demo 6: recipe -> operand formats, bits moved, validation loss"))
+    w = runs.workload
+    formats, losses = summary_rows(runs)
+    print_table([_("recipe"), _("x (fprop, wgrad)"), _("W (fprop, dgrad)"),
+                 _("dy (dgrad, wgrad)")], formats)
+    print_paragraph(_("Scales are float32 per tensor or block, except: floor and RCEIL are E8M0 "
+                      "power-of-two block scales (OCP MX); E2M1 in 1x16 or 16x16 blocks has "
+                      "NVFP4's E4M3 block scales under a float32 tensor scale."))
+    print_table([_("recipe"), _("bits: fprop / dgrad / wgrad"), _("bits/byte"),
+                 _("seed range"), _("gap to BF16")], losses)
+    noise = [label for label in SUMMARY[2:] if not compare(runs, label, "BF16")["finding"]]
+    print_observations([
+        _("Each loss is the mean over {n} seeds ({seeds}) after {steps} steps of {tokens} bytes; "
+          "the seed range is max - min. A gap marked ~ is within noise: no larger than the seed "
+          "range of the recipe or of BF16.").format(
+            n=len(w.seeds), seeds=", ".join(map(str, w.seeds)), steps=w.steps,
+            tokens=BATCH * MODEL.context),
+        _("Within noise of BF16 here: {labels}.").format(
+            labels="; ".join(_(label) for label in noise) or _("none")),
+        _("Bits moved count each operand's element bits plus its scales' bits amortised over "
+          "the block, averaged over the model's linears (layers kept in BF16 count 16). Native "
+          "hardware: FP8 GEMMs on NVIDIA Hopper (H100 datasheet: 1,979 dense FP8 TFLOPS, twice "
+          "BF16), MXFP8, MXFP4 and NVFP4 on Blackwell (NVIDIA Blackwell architecture technical "
+          "brief); these runs emulate all of them in float32."),
+    ])
+
+
+# ------------------------------------------------------------------------------- the lecture
+def title() -> str:
+    return _("Lecture 10: training in low precision")
+
+
+def intro(w: Workload) -> list[str]:
+    return [
+        _("A training step of a linear layer is three GEMMs, and a recipe says how each of their "
+          "six operands is quantized. Here a LLaMA-style model ({params} parameters: d {d}, "
+          "{layers} layers, SwiGLU {ff}, context {ctx}) learns the bytes of CPython's language "
+          "reference from scratch under each recipe.").format(
+            params=f"{params():,}", d=MODEL.d_model, layers=MODEL.n_layers, ff=MODEL.d_ff,
+            ctx=MODEL.context),
+        _("Losses are in bits per byte on validation text the model never trains on (8 = a "
+          "uniform guess). Each recipe trains {steps} steps with seeds {seeds}; a difference "
+          "smaller than the spread across seeds is called within noise.").format(
+            steps=w.steps, seeds=", ".join(map(str, w.seeds))),
+    ]
+
+
+def params() -> int:
+    from lectures.tinylm.model import TinyLM
+    return sum(p.numel() for p in TinyLM(MODEL, "fp32").parameters())
+
+
+def build_parser():
+    """The lecture's command line: --quick and --workers, plus console.lecture_parser's --help
+    and --lang; any other option is an error."""
+    parser = lecture_parser(_("Lecture 10: training in low precision (FP16, FP8, MXFP8, NVFP4)."))
+    parser.add_argument("--quick", action="store_true",
+                        help=_("fewer steps and seeds (the tests' workload)"))
+    parser.add_argument("--workers", type=int, default=2,
+                        help=_("CPU worker processes, one torch thread each (default 2)"))
+    return parser
+
+
+def parse_args(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.workers < 1:
+        parser.error(_("--workers must be at least 1"))
+    return args
+
+
+@dataclass
+class Lecture:
+    """Everything the lecture prints, computed."""
+    runs: Runs
+    probe: Probe
+    gemm: GemmDemo
+    fp8: FP8Demo
+    why: WhyDemo
+
+
+def compute(w: Workload, workers: int = 2) -> Lecture:
+    runs = run_all(w, workers=workers)
+    probe = probe_run(w)
+    return Lecture(runs, probe, gemm_demo(probe), fp8_demo(probe), why_demo(probe))
+
+
+def show(lec: Lecture) -> None:
+    print_title(title(), intro(lec.runs.workload))
+    print_gemm_demo(lec.gemm, lec.runs)
+    print_fp8_demo(lec.fp8, lec.runs)
+    print_fine_fp8(lec.runs)
+    print_fp4(lec.runs)
+    print_why(lec.why)
+    print_summary(lec.runs)
+
+
+def main(argv=None) -> None:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    show(compute(QUICK if args.quick else FULL, workers=args.workers))
+
+
+if __name__ == "__main__":
+    run_lecture(main, build_parser)

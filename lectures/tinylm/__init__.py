@@ -1,0 +1,7 @@
+"""A tiny LLaMA-style byte-level language model for lecture 10: trained from scratch, in low
+precision, on the bytes of CPython's language reference.
+
+model.py   the decoder (RMSNorm, SwiGLU, RoPE), every linear a numfmt.torch.train.QuantLinear
+data.py    the bytes, a disjoint validation split, seeded batches
+loop.py    a short seeded training loop (AdamW, float32 master weights, loss scaling), bits/byte
+"""

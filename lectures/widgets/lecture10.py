@@ -1,0 +1,211 @@
+"""Plots and widgets for notebook 10 (training in low precision).
+
+``plot_*(...)`` draws what lecture 10 computed (its :class:`Runs` and :class:`Probe`) and
+returns a ``matplotlib.figure.Figure``; nothing is recomputed. :func:`recipe_explorer` returns an
+:class:`Explorer` whose callback trains a short run under a recipe built from its controls
+(:func:`custom_recipe`, a pure function) and draws the loss curve against a stored BF16 run.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import replace
+from functools import lru_cache
+
+import ipywidgets as widgets
+import numpy as np
+from matplotlib.figure import Figure
+
+import numfmt
+import numfmt.torch.train as ntt
+from lectures.tinylm.loop import TrainConfig, train
+from lectures.widgets.explorer import Explorer, check_result, explorer_figure
+
+L = importlib.import_module("lectures.10_low_precision_training")
+
+EXPLORER_STEPS = 12          # a short run: a few seconds per recipe on one core
+
+
+# ------------------------------------------------------------------------------ pure helpers
+def custom_recipe(base: str = "fp8_current", x: str | None = None, w: str | None = None,
+                  dy: str | None = None, sr: bool | None = None, rht: bool | None = None):
+    """A recipe of :data:`numfmt.torch.train.RECIPES` with some operands changed.
+
+    Parameters
+    ----------
+    base : a key of RECIPES
+    x, w, dy : str or None
+        Element format of that operand in every GEMM it enters ("bf16", "e4m3", "e5m2",
+        "e2m1"; None keeps the base's). A plain cast ("bf16", "fp16", "fp32") drops the scale
+        and block; a scaled format keeps the base's block and scale when it has one, else
+        takes a per-tensor FP32 scale (E2M1 then 1x16 blocks with E4M3 scales, as NVFP4).
+    sr : bool or None
+        Stochastic rounding of dy (in dgrad and wgrad); scaled formats only.
+    rht : bool or None
+        The 16x16 random Hadamard transform on the wgrad operands; scaled formats only.
+
+    Returns
+    -------
+    numfmt.torch.train.Recipe
+
+    Raises
+    ------
+    ValueError
+        From OperandSpec, naming the field, when the combination does not exist (e.g. SR on a
+        plain cast).
+    """
+    r = ntt.get_recipe(base)
+
+    def change(spec, fmt):
+        if fmt is None or fmt == spec.fmt:
+            return spec
+        if fmt in ("fp32", "bf16", "fp16"):
+            return ntt.OperandSpec(fmt)
+        if spec.scale != "none" and not (fmt == "e2m1") == (spec.format.bits > 6):
+            return replace(spec, fmt=fmt)
+        if fmt == "e2m1":
+            return ntt.OperandSpec("e2m1", (1, 16), "e4m3")
+        return ntt.OperandSpec(fmt, "tensor", "fp32")
+    new = {"fprop": [change(r.fprop[0], x), change(r.fprop[1], w)],
+           "dgrad": [change(r.dgrad[0], dy), change(r.dgrad[1], w)],
+           "wgrad": [change(r.wgrad[0], dy), change(r.wgrad[1], x)]}
+    if sr is not None:
+        for g in ("dgrad", "wgrad"):
+            new[g][0] = replace(new[g][0], rounding="stochastic" if sr else "nearest")
+    if rht is not None:
+        new["wgrad"] = [replace(s, rht=rht) for s in new["wgrad"]]
+    return replace(r, name="custom", **{g: tuple(v) for g, v in new.items()})
+
+
+def format_range(fmt: str) -> tuple[float, float, float]:
+    """(smallest subnormal, smallest normal, largest finite) of a numfmt format, as floats."""
+    f = numfmt.FORMATS[fmt]
+    return f.min_subnormal, f.min_normal, f.max_value
+
+
+# ------------------------------------------------------------------------------ plots
+def plot_loss_curves(runs, labels=("FP32", "BF16", "FP16, no loss scaling",
+                                   "FP16 + loss scaling"), fig=None) -> Figure:
+    """Training loss (mean over seeds, smoothed over 10 steps) and validation loss per step."""
+    check_result(runs, L.Runs, "run_all")
+    fig, (ax1, ax2) = explorer_figure(fig, (11, 4), 1, 2)
+    for label in labels:
+        rs = runs.results[label]
+        tr = np.mean([r.train_loss for r in rs], axis=0)
+        k = min(10, len(tr))
+        ax1.plot(np.arange(k, len(tr) + 1), np.convolve(tr, np.ones(k) / k, "valid"),
+                 label=label)
+        ax2.plot(rs[0].val_steps, np.mean([r.val_loss for r in rs], axis=0), "o-", label=label)
+    ax1.set(title="Training loss (10-step mean)", xlabel="step", ylabel="bits per byte")
+    ax2.set(title=f"Validation loss, mean of {len(runs.workload.seeds)} seeds", xlabel="step",
+            ylabel="bits per byte")
+    ax1.legend(fontsize=8)
+    ax2.legend(fontsize=8)
+    return fig
+
+
+def plot_gradient_histogram(probe, fig=None) -> Figure:
+    """Histogram of log2 |dy| over every linear, with each format's range drawn across it:
+    FP16 and BF16 as cast (no scale), E4M3 and E5M2 under a per-tensor scale at the amax."""
+    check_result(probe, L.Probe, "probe_run")
+    dy = np.concatenate([o["dy"].numpy().ravel() for o in probe.operands.values()])
+    a = np.abs(dy[dy != 0]).astype(np.float64)
+    fig, ax = explorer_figure(fig, (10, 4.5))
+    ax.hist(np.log2(a), bins=120, color="0.6", label="|dy|, all linears")
+    top = np.log2(a.max())
+    spans = [("FP16", *format_range("FP16"), 0.0), ("BF16", *format_range("BF16"), 0.0)]
+    for name in ("E4M3", "E5M2"):
+        sub, low, high = format_range(name)
+        shift = top - np.log2(high)          # per-tensor scale: amax lands on the format's max
+        spans.append((name + " (scaled)", sub, low, high, shift))
+    ymax = ax.get_ylim()[1]
+    for k, (name, sub, low, high, shift) in enumerate(spans):
+        y = ymax * (0.95 - 0.08 * k)
+        ax.plot([np.log2(sub) + shift, np.log2(low) + shift], [y, y], ":", color=f"C{k}", lw=2)
+        ax.plot([np.log2(low) + shift, min(np.log2(high) + shift, top + 8)], [y, y], "-",
+                color=f"C{k}", lw=3, label=f"{name}: subnormal (dotted), normal (solid)")
+    ax.set(title=f"Gradients dy after {probe.step} steps against each format's range",
+           xlabel="log2 |dy|", ylabel="count", xlim=(np.log2(a.min()) - 2, top + 4))
+    ax.legend(fontsize=7, loc="upper left")
+    return fig
+
+
+def plot_ablation(runs, fig=None) -> Figure:
+    """Final validation loss of BF16, the NVFP4 ladder and MXFP4: mean bar, seed range."""
+    check_result(runs, L.Runs, "run_all")
+    labels = ["BF16"] + L.LADDER + ["MXFP4"]
+    f = [L.finals(runs, label) for label in labels]
+    mean = np.array([v.mean() for v in f])
+    err = np.array([[v.mean() - v.min() for v in f], [v.max() - v.mean() for v in f]])
+    fig, ax = explorer_figure(fig, (10, 4.5))
+    pos = np.arange(len(labels))
+    ax.bar(pos, mean, yerr=err, capsize=4, color=["0.5"] + ["C0"] * len(L.LADDER) + ["C3"],
+           label="mean over seeds (bar), seed range (whiskers)")
+    ax.set_xticks(pos, [label.replace(" + ", "\n+ ") for label in labels], fontsize=7)
+    lo = float(min(v.min() for v in f))
+    ax.set(title="NVFP4 one technique at a time, against BF16 and MXFP4",
+           xlabel="recipe", ylabel="final validation bits per byte",
+           ylim=(lo - 0.05, float(max(v.max() for v in f)) + 0.05))
+    ax.legend(fontsize=8, loc="upper left")
+    return fig
+
+
+# ------------------------------------------------------------------------------ widgets
+@lru_cache(maxsize=1)
+def _bf16_reference(steps: int):
+    return train("bf16", TrainConfig(steps=steps, batch=L.BATCH, warmup=2, val_windows=8,
+                                     eval_steps=()), L.MODEL)
+
+
+def explore(base: str = "fp8_current", x: str = "base", w: str = "base", dy: str = "base",
+            sr: str = "base", rht: str = "base", steps: int | None = None) -> dict:
+    """Train ``steps`` steps under :func:`custom_recipe` (``"base"`` keeps the base's choice)
+    and return the recipe, the run and the BF16 run of the same seed and length."""
+    def pick(v):
+        return None if v == "base" else v
+    flag = {"base": None, "on": True, "off": False}
+    steps = EXPLORER_STEPS if steps is None else steps
+    try:
+        recipe = custom_recipe(base, pick(x), pick(w), pick(dy), flag[sr], flag[rht])
+    except ValueError as err:
+        return {"error": str(err), "recipe": None}
+    cfg = TrainConfig(steps=steps, batch=L.BATCH, warmup=2, val_windows=8, eval_steps=())
+    return {"error": None, "recipe": recipe, "run": train(recipe, cfg, L.MODEL),
+            "bf16": _bf16_reference(steps)}
+
+
+def _draw_explore(s, fig=None):
+    fig, ax = explorer_figure(fig, (9, 4))
+    if s["error"]:
+        ax.text(0.5, 0.5, s["error"], ha="center", va="center", wrap=True, fontsize=8)
+        ax.set(title="This combination is not a valid recipe", xlabel="step",
+               ylabel="bits per byte")
+        return fig
+    for label, r in (("BF16", s["bf16"]), ("your recipe", s["run"])):
+        ax.plot(np.arange(1, len(r.train_loss) + 1), r.train_loss,
+                label=f"{label}: validation {r.final_val:.3f}")
+    d = s["recipe"].describe()
+    ax.set(title=f"x/W: {d['fprop']}\ndy: {s['recipe'].wgrad[0].describe()}", xlabel="step",
+           ylabel="training loss, bits per byte")
+    ax.title.set_fontsize(8)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def recipe_explorer() -> Explorer:
+    """Base recipe, element format of x, W and dy, SR and RHT on or off -> a short run's
+    training loss against BF16 (each change trains one short run: a few seconds)."""
+    fmts = ["base", "bf16", "e4m3", "e5m2", "e2m1"]
+    controls = {
+        "base": widgets.Dropdown(options=list(ntt.RECIPES), value="fp8_current",
+                                 description="recipe"),
+        "x": widgets.Dropdown(options=fmts, value="base", description="x"),
+        "w": widgets.Dropdown(options=fmts, value="base", description="W"),
+        "dy": widgets.Dropdown(options=fmts, value="base", description="dy"),
+        "sr": widgets.ToggleButtons(options=["base", "on", "off"], value="base",
+                                    description="SR on dy"),
+        "rht": widgets.ToggleButtons(options=["base", "on", "off"], value="base",
+                                     description="RHT"),
+    }
+    return Explorer("Build a recipe and train it for a few steps", controls, explore,
+                    _draw_explore)

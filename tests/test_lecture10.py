@@ -1,0 +1,334 @@
+"""Lecture 10 and its model: every claim the lecture prints, asserted on the --quick workload
+(computed once for the module), the model against plain references, and the command line.
+
+Expected values come from elsewhere than the code under test: torch's own float16 and float8
+casts for what flushes to zero, nn.Linear for the FP32 model, RoPE written as complex
+multiplication, numpy for the statistics.
+"""
+
+import contextlib
+import importlib
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from console.i18n import language
+from lectures.tinylm.data import Batches, corpus_bytes, split, val_windows
+from lectures.tinylm.loop import train
+from lectures.tinylm.model import TinyLM, TinyLMConfig, apply_rope, rope_tables
+from tests.text_checks import english_runs, layout_problems, number_differences
+
+L = importlib.import_module("lectures.10_low_precision_training")
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = TinyLMConfig(context=16, d_model=32, n_layers=2, n_heads=2, d_ff=64)
+
+
+# ----------------------------------------------------------------------------- the model
+def test_rope_matches_complex_multiplication():
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 16, 8, dtype=torch.float64)                # (B, H, T, D)
+    cos, sin = rope_tables(16, 8, 10000.0)
+    got = apply_rope(x.float(), cos, sin).double()
+    # reference: the pairs as complex numbers times e^{i t theta_k}, theta_k = base^(-2k/D)
+    theta = 10000.0 ** (-np.arange(0, 8, 2) / 8)
+    rot = np.exp(1j * np.outer(np.arange(16), theta))                # (T, D/2)
+    z = x[..., 0::2].numpy() + 1j * x[..., 1::2].numpy()
+    w = z * rot
+    ref = np.stack([w.real, w.imag], axis=-1).reshape(x.shape)
+    np.testing.assert_allclose(got.numpy(), ref, atol=1e-5)
+
+
+def test_model_is_causal():
+    model = TinyLM(SMALL, "fp32", seed=0)
+    idx = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(1))
+    changed = idx.clone()
+    changed[:, 9:] = (changed[:, 9:] + 7) % 256
+    with torch.no_grad():
+        a, b = model(idx), model(changed)
+    torch.testing.assert_close(a[:, :9], b[:, :9], rtol=0, atol=1e-6)
+    assert (a[:, 9:] - b[:, 9:]).abs().max() > 1e-3
+
+
+def _as_nn_linear(model: TinyLM) -> TinyLM:
+    import copy
+    ref = copy.deepcopy(model)
+    for name, m in list(ref.named_modules()):
+        for child_name, child in list(m.named_children()):
+            if child.__class__.__name__ == "QuantLinear":
+                lin = nn.Linear(child.weight.shape[1], child.weight.shape[0], bias=False)
+                lin.weight = nn.Parameter(child.weight.detach().clone())
+                setattr(m, child_name, lin)
+    return ref
+
+
+def test_fp32_recipe_equals_nn_linear_bit_for_bit():
+    model = TinyLM(SMALL, "fp32", seed=3)
+    ref = _as_nn_linear(model)
+    assert not any(m.__class__.__name__ == "QuantLinear" for m in ref.modules())
+    idx = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(2))
+    out, out_ref = model(idx), ref(idx)
+    assert torch.equal(out, out_ref)
+    out.square().mean().backward()
+    out_ref.square().mean().backward()
+    grads = dict(model.named_parameters())
+    for name, p in ref.named_parameters():
+        assert torch.equal(grads[name].grad, p.grad), name
+
+
+def test_linears_are_named_by_path():
+    names = list(TinyLM(SMALL, "fp32").linears())
+    assert names[:7] == ["layers.0.attn.q", "layers.0.attn.k", "layers.0.attn.v",
+                         "layers.0.attn.o", "layers.0.mlp.gate", "layers.0.mlp.up",
+                         "layers.0.mlp.down"]
+    assert names[-1] == "lm_head" and len(names) == 7 * SMALL.n_layers + 1
+
+
+def test_config_rejects_bad_shapes():
+    with pytest.raises(ValueError, match="d_model"):
+        TinyLMConfig(d_model=30, n_heads=4)
+    with pytest.raises(ValueError, match="n_layers"):
+        TinyLMConfig(n_layers=0)
+
+
+# ------------------------------------------------------------------------------ the data
+def test_data_is_the_language_reference_split_disjointly():
+    from pydoc_data.topics import topics
+    raw = corpus_bytes()
+    assert raw == "\n\n".join(topics[k].strip() for k in sorted(topics)).encode("utf-8")
+    s = split()
+    n = len(raw) // 1024
+    assert len(s.train) + len(s.val) == n and len(s.val) == n // 10
+    chunks = np.frombuffer(raw[: n * 1024], dtype=np.uint8).reshape(n, 1024)
+    np.testing.assert_array_equal(s.val, chunks[9::10])
+    x, y = val_windows(s, 64, 16)
+    assert x.shape == (16, 64)
+    torch.testing.assert_close(x[:, 1:], y[:, :-1])
+    b = Batches(s, 4, 64, seed=0)
+    bx, by = b.next()
+    assert bx.shape == (4, 64) and torch.equal(bx[:, 1:], by[:, :-1])
+
+
+def test_batches_repeat_with_the_seed():
+    s = split()
+    a, b = Batches(s, 4, 32, seed=5), Batches(s, 4, 32, seed=5)
+    for _ in range(3):
+        assert torch.equal(a.next()[0], b.next()[0])
+
+
+# ----------------------------------------------------------------------- the lecture
+@pytest.fixture(scope="module")
+def lec():
+    return L.compute(L.QUICK, workers=2)
+
+
+@pytest.fixture(scope="module")
+def text(lec):
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        L.show(lec)
+    return buf.getvalue()
+
+
+def test_every_recipe_ran_for_its_seeds(lec):
+    w = lec.runs.workload
+    for label, results in lec.runs.results.items():
+        seeds = w.seeds[:1] if label in w.single_seed else w.seeds
+        assert [r.seed for r in results] == list(seeds), label
+        for r in results:
+            assert len(r.train_loss) == w.steps
+            assert r.val_steps[-1] == w.steps
+
+
+def test_a_sub_run_repeats_bit_for_bit_in_this_process(lec):
+    # the workers ran with one thread each; the same run here, also one thread, gives the
+    # same bytes (the printed numbers do not depend on the process or the thread count)
+    w = lec.runs.workload
+    for label in ("BF16", "NVFP4 (full recipe)"):
+        again = train(L.recipes()[label], w.train_config(w.seeds[-1]), L.MODEL)
+        first = lec.runs.results[label][-1]
+        np.testing.assert_array_equal(again.train_loss, first.train_loss)
+        assert again.val_loss == first.val_loss
+
+
+def test_learning_happens(lec):
+    for label in ("FP32", "BF16"):
+        for r in lec.runs.results[label]:
+            assert r.val_loss[-1] < 6.0 < 8.0 < r.train_loss[0] + 0.5
+
+
+def test_gemm_shapes_and_decades(lec):
+    op = lec.probe.operands["layers.1.mlp.down"]
+    n, d_in = op["x"].shape
+    assert (n, d_in) == (L.BATCH * L.MODEL.context, L.MODEL.d_ff)
+    assert [r[3] for r in lec.gemm.shapes] == [d_in, L.MODEL.d_model, n]
+    for row, key in zip(lec.gemm.decades, ("x", "w", "dy")):
+        a = op[key].abs().double().numpy().ravel()
+        nz = a[a > 0]
+        assert row[3] == f"{np.log10(a.max() / nz.min()):.1f}"
+    dy = np.concatenate([o["dy"].numpy().ravel() for o in lec.probe.operands.values()])
+    dy = np.abs(dy[dy != 0]).astype(np.float64)
+    assert lec.gemm.dy_decades == pytest.approx(np.log10(dy.max() / dy.min()), rel=1e-9)
+    assert lec.gemm.dy_decades > 9.03          # printed: more than FP16's normal range
+
+
+def test_fp16_flush_fractions_against_torch_half(lec):
+    dy = torch.cat([o["dy"].flatten() for o in lec.probe.operands.values()])
+    dy = dy[dy != 0]
+    half = dy.half()
+    assert lec.gemm.flush == pytest.approx(float((half == 0).double().mean()), abs=0)
+    sub = (dy.abs() < 2.0 ** -14) & (half != 0)
+    assert lec.gemm.subnormal == pytest.approx(float(sub.double().mean()), abs=0)
+    scaled = (dy * 2.0 ** 16).half()
+    assert lec.gemm.flush_scaled == pytest.approx(float((scaled == 0).double().mean()), abs=0)
+    assert lec.gemm.flush > 0.01 > lec.gemm.flush_scaled      # printed: scaling rescues them
+
+
+def _noise(lec, a, b):
+    fa = np.array([r.val_loss[-1] for r in lec.runs.results[a]])
+    fb = np.array([r.val_loss[-1] for r in lec.runs.results[b]])
+    gap = fa.mean() - fb.mean()
+    noise = max(np.ptp(fa), np.ptp(fb))
+    return gap, noise, abs(gap) > noise and len(fa) > 1 and len(fb) > 1
+
+
+@pytest.mark.parametrize("a,b", [("FP16, no loss scaling", "BF16"), ("FP16 + loss scaling", "BF16"),
+                                 ("FP8 delayed", "FP8 current"),
+                                 ("FP8 blockwise (DeepSeek-V3)", "BF16"),
+                                 ("MXFP8, floor scales", "MXFP8, RCEIL scales"),
+                                 ("NVFP4 (full recipe)", "BF16"), ("MXFP4", "NVFP4 (full recipe)")])
+def test_each_verdict_follows_the_seed_spread(lec, text, a, b):
+    gap, noise, finding = _noise(lec, a, b)
+    c = L.compare(lec.runs, a, b)
+    assert c["gap"] == pytest.approx(gap, abs=1e-12) and c["finding"] == finding
+    assert L.verdict(c) in " ".join(text.split())        # the text wraps lines
+    assert ("within noise" in L.verdict(c)) == (not finding)
+
+
+def test_fp8_underflow_against_torch_float8(lec):
+    # per-tensor current scaling: scale = max / amax, values cast to torch's float8 dtypes
+    nz = zero4 = zero5 = 0
+    for o in lec.probe.operands.values():
+        dy = o["dy"]
+        amax = dy.abs().max()
+        for fmt, dt, top in (("E4M3", torch.float8_e4m3fn, 448.0),
+                             ("E5M2", torch.float8_e5m2, 57344.0)):
+            q = (dy * (top / amax)).to(dt).float()
+            z = int(((q == 0) & (dy != 0)).sum())
+            if fmt == "E4M3":
+                zero4 += z
+            else:
+                zero5 += z
+        nz += int((dy != 0).sum())
+    assert lec.fp8.underflow["E4M3"] == pytest.approx(zero4 / nz, abs=2e-4)
+    assert lec.fp8.underflow["E5M2"] == pytest.approx(zero5 / nz, abs=2e-4)
+    assert lec.fp8.underflow["E4M3"] > lec.fp8.underflow["E5M2"]
+
+
+def test_spike_claims(lec):
+    s = lec.fp8.spike
+    x = lec.probe.operands[L.SPIKE[0]]["x"]
+    assert s["saturated"] == pytest.approx(
+        float(((x * L.SPIKE[1]).abs() > x.abs().max()).double().mean()), abs=0)
+    assert s["saturated"] > 0
+    assert s["error_delayed"] > s["error_current"]
+    assert s["zero_after"] > s["zero_plain"]
+    c = L.spike_compare(lec.runs)
+    d, cur = lec.runs.results["FP8 delayed + spike"][0], lec.runs.results["FP8 current + spike"][0]
+    assert c["gap"] == d.val_loss[-1] - cur.val_loss[-1]
+
+
+def test_why_claims(lec):
+    d = lec.why
+    # round-to-nearest gives the same dW on every draw; the mean of SR draws improves
+    assert all(r[1] == d.bias_rows[0][1] for r in d.bias_rows)
+    ks = sorted(d.sr_errors)
+    assert all(d.sr_errors[a] > d.sr_errors[b] for a, b in zip(ks, ks[1:]))
+    assert d.rne_error > d.sr_errors[ks[-1]]      # printed: averaging removes SR's error
+    assert d.transpose["16x16"] == 0.0 < d.transpose["1x16"]
+    op = lec.probe.operands[d.layer]
+    for key in ("dy", "x"):
+        v = op[key].double().numpy().ravel()
+        v = v - v.mean()
+        assert d.rht[f"kurtosis_{key}"][0] == pytest.approx(
+            (v ** 4).mean() / (v ** 2).mean() ** 2, rel=1e-9)
+    # the transform is orthonormal: dW from the transformed operands, unquantized, is dW
+    h = L.ntt.random_hadamard(16, generator=torch.Generator().manual_seed(0)).double()
+    torch.testing.assert_close(h @ h.T, torch.eye(16, dtype=torch.float64), rtol=0, atol=1e-12)
+
+
+def test_summary_bits_are_the_formats_bits(lec):
+    bf16 = L.bits_per_gemm(L.recipes()["BF16"])
+    assert bf16 == (16.0, 16.0, 16.0)
+    assert L.bits_per_gemm(L.recipes()["FP32"]) == (32.0, 32.0, 32.0)
+    mx = L.bits_per_gemm(L.recipes()["MXFP8, RCEIL scales"])
+    assert all(b == pytest.approx(8 + 8 / 32) for b in mx)       # OCP MX: an 8-bit scale per 32
+
+
+def test_text_fits_and_is_complete(text):
+    assert layout_problems(text) == []
+    for n in range(1, 7):
+        assert f"Demo {n}:" in text
+    assert "nan" not in text.replace("nan ", "")
+
+
+def test_chinese_text_has_the_same_numbers_and_no_english(lec, text):
+    buf = io.StringIO()
+    with language("zh"), contextlib.redirect_stdout(buf):
+        L.show(lec)
+    zh = buf.getvalue()
+    assert number_differences(text, zh) == []
+    assert english_runs(zh) == []
+    assert layout_problems(zh) == []
+
+
+# --------------------------------------------------------------------- the command line
+def _run(*args):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, str(ROOT / "lectures/10_low_precision_training.py"),
+                           *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_help_and_bad_flags():
+    r = _run("--help")
+    assert r.returncode == 0 and "--quick" in r.stdout and "--workers" in r.stdout
+    r = _run("--no-such-flag")
+    assert r.returncode == 2 and "--no-such-flag" in r.stderr
+    r = _run("--workers", "0")
+    assert r.returncode == 2 and "--workers" in r.stderr
+
+
+def test_progress_is_one_line_per_run_off_a_terminal(capsys):
+    class R:
+        recipe, seed, final_val = "BF16", 1, 4.25
+    update, close = L._progress(2)            # pytest's stderr is not a terminal
+    update(R())
+    close()
+    assert capsys.readouterr().err == "run 1/2: BF16, seed 1: validation 4.250 bits/byte\n"
+
+
+def test_progress_is_a_tqdm_bar_on_a_terminal(monkeypatch):
+    import tqdm.auto
+    calls = []
+
+    class Bar:
+        def __init__(self, total, **kw):
+            calls.append(("new", total))
+
+        def update(self, n):
+            calls.append(("update", n))
+
+        def close(self):
+            calls.append(("close",))
+    monkeypatch.setattr(tqdm.auto, "tqdm", Bar)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    update, close = L._progress(3)
+    update(None)
+    close()
+    assert calls == [("new", 3), ("update", 1), ("close",)]

@@ -1,0 +1,74 @@
+"""Notebook 10's plots and widgets: the recipe builder by hand, the plots on a tiny workload,
+and the explorer's callback driven by setting widget values (no browser)."""
+
+import importlib
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest  # noqa: E402
+
+import numfmt.torch.train as ntt  # noqa: E402
+from lectures.widgets import lecture10 as W  # noqa: E402
+
+L = importlib.import_module("lectures.10_low_precision_training")
+TINY = L.Workload(steps=4, seeds=(0, 1), eval_every=2, val_windows=4, probe_steps=2,
+                  spike_step=2)
+
+
+def assert_labelled(fig):
+    for ax in fig.get_axes():
+        assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel()
+        assert ax.get_legend() is not None
+
+
+def test_custom_recipe_changes_only_what_was_asked():
+    base = ntt.RECIPES["fp8_current"]
+    assert W.custom_recipe("fp8_current").fprop == base.fprop
+    r = W.custom_recipe("fp8_current", dy="e4m3")
+    assert r.dgrad[0] == ntt.OperandSpec("e4m3", "tensor", "fp32") == r.wgrad[0]
+    assert r.fprop == base.fprop and r.dgrad[1] == base.dgrad[1]
+    r = W.custom_recipe("fp8_current", w="bf16")
+    assert r.fprop[1] == ntt.OperandSpec("bf16") == r.dgrad[1]
+    r = W.custom_recipe("nvfp4", sr=False, rht=False)
+    assert r.dgrad[0].rounding == r.wgrad[0].rounding == "nearest"
+    assert not r.wgrad[0].rht and not r.wgrad[1].rht
+    r = W.custom_recipe("fp8_current", x="e2m1")
+    assert r.fprop[0] == ntt.OperandSpec("e2m1", (1, 16), "e4m3")
+    with pytest.raises(ValueError, match="rounding"):
+        W.custom_recipe("bf16", sr=True)
+
+
+def test_format_ranges_from_the_standards():
+    assert W.format_range("FP16") == (2.0 ** -24, 2.0 ** -14, 65504.0)
+    assert W.format_range("E4M3") == (2.0 ** -9, 2.0 ** -6, 448.0)
+    assert W.format_range("E5M2") == (2.0 ** -16, 2.0 ** -14, 57344.0)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return L.run_all(TINY, workers=1), L.probe_run(TINY)
+
+
+def test_plots_are_labelled(tiny):
+    runs, probe = tiny
+    for fig in (W.plot_loss_curves(runs), W.plot_gradient_histogram(probe),
+                W.plot_ablation(runs)):
+        assert_labelled(fig)
+    with pytest.raises(TypeError, match="run_all"):
+        W.plot_ablation(probe)
+
+
+def test_explorer_trains_what_the_controls_say(monkeypatch):
+    monkeypatch.setattr(W, "EXPLORER_STEPS", 2)
+    e = W.recipe_explorer()
+    assert e.state["error"] is None and e.state["recipe"].fprop == \
+        ntt.RECIPES["fp8_current"].fprop
+    e.controls["dy"].value = "e4m3"
+    assert e.state["recipe"].wgrad[0].fmt == "e4m3"
+    assert len(e.state["run"].train_loss) == W.EXPLORER_STEPS
+    e.controls["base"].value = "bf16"
+    e.controls["dy"].value = "base"
+    e.controls["sr"].value = "on"
+    assert e.state["error"] is not None and "rounding" in e.state["error"]
