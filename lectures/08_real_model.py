@@ -785,8 +785,8 @@ def show_demo6(r: ClaimResult) -> None:
         _("Within {close:.0f}% of FP8 (the whole interval): {within}; beyond it (the whole "
           "interval): {beyond}; undecided on these windows: {undecided}. NVIDIA's 'within about "
           "1%' is downstream accuracy of a calibrated large model (NVIDIA, 2025), a different "
-          "quantity from this round-to-nearest perplexity of a small model. Lecture 09 adds the "
-          "post-training methods.").format(
+          "quantity from the round-to-nearest perplexity of a small model here. Lecture 09 adds "
+          "the post-training methods.").format(
             close=CLOSE * 100, within=_join(_(w) for w in close) or _("none"),
             beyond=_join(_(w) for w in far) or _("none"),
             undecided=_join(_(w) for w in open_) or _("none")),

@@ -368,15 +368,17 @@ def test_every_perplexity_batches_the_windows_and_equals_one_at_a_time(lab, monk
     across all windows (W4A4 NVFP4 24.20 -> 24.46 in the full lecture). The hooks now
     quantize each window alone, so every perplexity batches its windows, and with activation
     or KV quantizers it equals the perplexity scored one window at a time."""
+    import lectures.llm.lab as lab_module
+
     seen = []
-    real = L.llm.perplexity
-    monkeypatch.setattr(L.llm, "perplexity",
-                        lambda model, windows, batch_size=1: seen.append(batch_size) or 1.0)
+    monkeypatch.setattr(lab_module, "window_nll", lambda model, windows, batch_size=1:
+                        seen.append(batch_size) or np.zeros(len(windows)))
     lab.ppl()
     lab.ppl(acts=L.llm.ActFormat("NVFP4", "nvfp4"))
     lab.ppl(kv=(L.llm.kv_quantizer(L.llm.ActFormat("INT8", "int8")), None))
     assert seen == [len(lab.eval)] * 3
-    monkeypatch.setattr(L.llm, "perplexity", real)
+    monkeypatch.undo()
+    real = L.llm.perplexity
     act = L.llm.ActFormat("NVFP4", "nvfp4")
     kv = L.llm.kv_quantizer(act)
     with L.llm.quantized_inputs(lab.model, act):
