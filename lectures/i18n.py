@@ -40,6 +40,7 @@ DOMAINS = {
                                         f"lectures/widgets/lecture{n:02d}.py"])
        for n in range(1, 10)},
     "llm": (LOCALE_DIR, ["lectures/llm/*.py"]),
+    "lecture11": (LOCALE_DIR, ["lectures/11_*.py", "lectures/widgets/lecture11.py"]),
 }
 TRANSLATED = [lang for lang in LANGUAGES if lang != "en"]
 _domains: dict[str, Domain] = {}
