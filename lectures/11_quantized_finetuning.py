@@ -43,17 +43,35 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
-import os
 import platform
+import re
 import sys
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from console import print_header, print_observations, print_table, print_title, run_lecture
+from console.i18n import N_
 from lectures.i18n import domain
 
 _ = domain("lecture11").gettext
+
+# Method names are data (the tests compare them); they are translated where they are printed.
+N_("full fine-tuning (float)"), N_("LoRA (float base)"), N_("QLoRA (NF4 base)")
+N_("float32 (reference)")
+_NUMBERED_LABELS = (
+    (re.compile(r"(?P<kind>QAT|LSQ) (?P<setting>INT\d g\d+) from (?P<start>RTN|GPTQ)"),
+     N_("{kind} {setting} from {start}")),
+)
+
+
+def label(text: str) -> str:
+    """A method's name in the current language (itself where none is known)."""
+    for pattern, message in _NUMBERED_LABELS:
+        m = pattern.fullmatch(text)
+        if m:
+            return _(message).format(**m.groupdict())
+    return _(text)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -232,14 +250,21 @@ def unpack(gw) -> np.ndarray:
 
 
 def rtn_stored(lab: Lab, bits: int, group: int) -> dict:
-    """Every decoder linear rounded to nearest (numfmt.ptq.rtn, asymmetric, partial last
-    group), stored with float16 scales: name -> StoredInt."""
+    """Every decoder linear rounded to nearest on numfmt.ptq.rtn's grid (asymmetric, min-max
+    scale and zero point per row and group, partial last group), the scales stored in float16
+    and the codes rounded against them (``rint(w / s)`` in float32, as the QAT forward pass
+    computes them): name -> StoredInt."""
     from numfmt.ptq import rtn
 
-    def one(name, mod):
-        w = mod.weight.detach().double().cpu().numpy()
-        return stored_from(rtn(w, bits, group, symmetric=False, partial_last_group=True), group)
-    return {n: one(n, m) for n, m in harness().decoder_linears(lab.ck.model).items()}
+    def one(mod):
+        w = mod.weight.detach().cpu().numpy()                            # float32 (out, in)
+        r = rtn(w.astype(np.float64), bits, group, symmetric=False, partial_last_group=True)
+        s16 = r.scales.astype(np.float16)
+        g = np.arange(w.shape[1]) // group
+        codes = np.clip(np.rint(w / s16.astype(np.float32)[:, g]) + r.zeros[:, g], 0,
+                        2**bits - 1)
+        return StoredInt(codes.astype(np.uint8), s16, r.zeros, group)
+    return {n: one(m) for n, m in harness().decoder_linears(lab.ck.model).items()}
 
 
 def gptq_stored(lab: Lab, bits: int, group: int) -> dict:
@@ -452,3 +477,416 @@ def full_run(lab: Lab, states: States) -> Run:
     r, nll, nll0 = _fit(lab, states, modules, params, lab.w.lr_full)
     return Run("full fine-tuning (float)", r.curve, nll, nll0, sum(p.numel() for p in params),
                r.cpu_s, r.tokens, 32.0, {"train": r, "modules": modules})
+
+
+# ---------------------------------------------------------------------------------------------
+# Noise: paired per-window differences
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Comparison:
+    """Method a against method b on the same evaluation windows."""
+
+    ppl_a: float
+    ppl_b: float
+    mean_diff: float        # mean over windows of nll_a - nll_b, nats/token
+    two_se: float           # twice the standard error of that mean
+    windows: int
+
+    @property
+    def finding(self) -> bool:
+        """True when the difference exceeds twice its standard error (else: noise)."""
+        return abs(self.mean_diff) > self.two_se
+
+    @property
+    def noise_ppl(self) -> float:
+        """The noise band in perplexity at b's level: ppl_b · (exp(2 SE) - 1)."""
+        return self.ppl_b * float(np.expm1(self.two_se))
+
+
+def compare(nll_a: np.ndarray, nll_b: np.ndarray) -> Comparison:
+    """Paired comparison of two per-window NLL vectors of the same windows."""
+    d = np.asarray(nll_a) - np.asarray(nll_b)
+    se = float(np.std(d, ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("inf")
+    return Comparison(ppl_of(nll_a), ppl_of(nll_b), float(d.mean()), 2 * se, len(d))
+
+
+# ---------------------------------------------------------------------------------------------
+# The memory bill
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Bill:
+    """Bytes held while training: computed from counts, and measured from the tensors."""
+
+    method: str
+    frozen: int             # the frozen weights as stored (computed)
+    frozen_measured: int    # the same, summed over the stored arrays and tensors
+    trained: int            # trainable parameters, float32
+    grads: int
+    adam: int               # Adam's exp_avg, exp_avg_sq and step per parameter tensor
+    measured: dict          # trained, grads, adam: from torch's tensors after training
+
+    @property
+    def total(self) -> int:
+        return self.frozen + self.trained + self.grads + self.adam
+
+
+def bill(method: str, frozen: int, frozen_measured: int, run: Run) -> Bill:
+    from lectures.llm.finetune import optimizer_state_bytes, tensor_bytes
+    opt = run.info["train"].extra["optimizer"]
+    params = [p for g in opt.param_groups for p in g["params"]]
+    n = sum(p.numel() for p in params)
+    measured = {"trained": tensor_bytes(params), "grads": tensor_bytes(p.grad for p in params),
+                "adam": optimizer_state_bytes(opt)}
+    return Bill(method, frozen, frozen_measured, 4 * n, 4 * n, 8 * n + 4 * len(params), measured)
+
+
+# ---------------------------------------------------------------------------------------------
+# Everything, once
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Results:
+    workload: Workload
+    float_nll: np.ndarray          # the float32 model
+    full: Run
+    lora: Run
+    qlora: Run
+    qat: dict                      # method -> Run (QAT and LSQ), in the order they ran
+    ptq: dict                      # (label, setting) -> (per-window NLL, bits/weight, CPU-s)
+    bills: list                    # [Bill]
+    nf4_bytes: dict                # {"double_quant": bytes, "fp32_absmax": bytes, "params": n}
+    machine: str
+    tail_layers: int
+    cuda_peak: dict = field(default_factory=dict)
+
+    @property
+    def float_ppl(self) -> float:
+        return ppl_of(self.float_nll)
+
+    def runs(self) -> list:
+        return [self.full, self.lora, self.qlora, *self.qat.values()]
+
+
+def planned_evaluations(w: Workload) -> int:
+    points = len(set(range(w.eval_every, w.steps + 1, w.eval_every)) | {w.steps}) + 1
+    quantized = len(w.settings) + len(w.gptq) + len(w.lsq)
+    return 1 + (3 + quantized) * points + quantized
+
+
+def machine_name() -> str:
+    import torch
+    cpu = platform.processor() or platform.machine()
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name(0)
+    return f"{cpu}, {torch.get_num_threads()} threads"
+
+
+def run_all(lab: Lab) -> Results:
+    """Every method of the lecture on ``lab``'s workload: the float reference, full
+    fine-tuning, LoRA, QLoRA, and QAT / LSQ from each PTQ start."""
+    import time
+    import torch
+    w = lab.w
+    fs = float_states(lab)
+    float_nll = tail_nll(lab, fs)
+    full = full_run(lab, fs)
+    lora = lora_run(lab, fs)
+    n_lin = sum(m.weight.numel() for m in harness().decoder_linears(lab.ck.model).values())
+    n_tail = sum(m.weight.numel() for m in lab.tail.values())
+    from lectures.llm.finetune import tensor_bytes
+    prefix_mods = [lab.ck.model.get_submodule(n) for n in lab.prefix]
+    bills = [bill(full.method, 4 * (n_lin - n_tail),
+                  tensor_bytes(m.weight for m in prefix_mods), full),
+             bill(lora.method, 4 * n_lin,
+                  tensor_bytes(m.weight for m in [*prefix_mods, *lab.tail.values()]), lora)]
+    del fs
+    nf4 = nf4_base(lab)
+    ns = frozen_states(lab, {n: nf4[n].dequantize() for n in lab.prefix})
+    qlora = lora_run(lab, ns, nf4)
+    del ns
+    bills.append(bill(qlora.method, sum(t.nbytes for t in nf4.values()),
+                      tensor_bytes(b for t in nf4.values() for b in t.buffers()), qlora))
+    n_blocks = sum(-(-t.size // t.block) for t in nf4.values())
+    nf4_bytes = {"double_quant": sum(t.nbytes for t in nf4.values()),
+                 "fp32_absmax": sum(t.data.numel() for t in nf4.values()) + 4 * n_blocks,
+                 "params": n_lin}
+    del nf4
+    qat, ptq = {}, {}
+    plan = [(b, g, "RTN") for b, g in w.settings] + [(b, g, "GPTQ") for b, g in w.gptq]
+    for bits, group, label in plan:
+        t0 = time.process_time()
+        st = make_start(lab, label, bits, group)
+        cpu = time.process_time() - t0
+        r = qat_run(lab, st)
+        qat[r.method] = r
+        ptq[(label, st.setting)] = (r.start_nll, st.bits_per_weight, cpu)
+        if label == "RTN" and (bits, group) in w.lsq:
+            r2 = qat_run(lab, st, learn_scale=True)
+            qat[r2.method] = r2
+        if len(bills) == 3:
+            packed = sum(gw.nbytes for gw in st.packed.values())
+            tail_meta = sum(s.scales.nbytes + s.zeros.size * bits / 8 for s in st.tail.values())
+            bills.append(bill(r.method, packed, packed, r))
+            bills[-1].measured["scales"] = tail_meta
+        del st
+    return Results(w, float_nll, full, lora, qlora, qat, ptq, bills, nf4_bytes, machine_name(),
+                   len(lab.ck.model.model.layers) - w.first,
+                   {} if not torch.cuda.is_available() else
+                   {"peak": torch.cuda.max_memory_allocated()})
+
+
+# ---------------------------------------------------------------------------------------------
+# Demos: what each prints (the numbers come from run_all)
+# ---------------------------------------------------------------------------------------------
+def verdict(c: Comparison) -> str:
+    return _("a finding") if c.finding else _("within noise")
+
+
+def demo1_gap(r: Results) -> list:
+    """Rows [setting, method, bits/weight, perplexity, gap to float, 2 SE band, verdict]."""
+    rows = []
+    for (label, setting), (nll, bpw, _cpu) in r.ptq.items():
+        c = compare(nll, r.float_nll)
+        rows.append([setting, label, bpw, c.ppl_a, c.ppl_a - c.ppl_b, c.noise_ppl, c.finding])
+    return rows
+
+
+def show_demo1(r: Results, rows: list) -> None:
+    print_header(_("Demo 1: the gap post-training quantization leaves"))
+    print(_("Float32 model: perplexity {ppl:.2f} on {n} windows of {t} tokens. Every decoder "
+            "linear quantized (asymmetric, float16 scales, as stored in GPTQ's layout):").format(
+        ppl=r.float_ppl, n=r.workload.n_eval, t=r.workload.eval_len))
+    print_table([_("setting"), _("method"), _("bits/weight"), _("perplexity"), _("gap"),
+                 _("noise (2 SE)")],
+                [[s, m, f"{b:.3f}", f"{p:.2f}", f"{g:+.2f}", f"{n:.2f}"]
+                 for s, m, b, p, g, n, _f in rows])
+    worst = max(rows, key=lambda row: row[4])
+    lines = [_("Every gap exceeds twice the standard error of the paired per-window "
+               "differences: the loss is real, not window-to-window noise.")
+             if all(row[6] for row in rows) else
+             _("Some gaps are within the window-to-window noise (2 SE of the paired "
+               "differences).")]
+    lines.append(_("The largest gap is {setting} {method}: {gap:+.2f} perplexity at {bits:.3f} "
+                   "bits per weight.").format(setting=worst[0], method=worst[1], gap=worst[4],
+                                              bits=worst[2]))
+    print_observations(lines)
+
+
+def demo2_rows(r: Results) -> list:
+    """[method, start ppl, final ppl, float-FT ppl, share of gap recovered, codes changed %,
+    packed ppl, packed == fake-quantized]."""
+    rows = []
+    for m, run in r.qat.items():
+        if not m.startswith("QAT"):
+            continue
+        gap = run.start_ppl - r.float_ppl
+        share = (run.start_ppl - run.ppl) / gap if gap > 0 else float("nan")
+        packed = ppl_of(run.info["packed_nll"])
+        rows.append([m, run.start_ppl, run.ppl, share,
+                     100 * run.info["codes_changed"] / run.info["codes"], packed,
+                     bool(np.array_equal(run.info["packed_nll"], run.nll))])
+    return rows
+
+
+def show_demo2(r: Results, rows: list) -> None:
+    print_header(_("Demo 2: quantization-aware training, from RTN and from GPTQ"))
+    w = r.workload
+    print(_("The linears of the last {k} decoder layers train as float32 master weights "
+            "through their fake-quantized values (STE, the PTQ's scales fixed), {steps} steps "
+            "of one {t}-token window, Adam lr {lr:g}; the other layers stay as the PTQ stored "
+            "them.").format(k=r.tail_layers, steps=w.steps, t=w.train_len, lr=w.lr_full))
+    steps = [s for s, _p in r.full.curve]
+    curves = [(m, run.curve) for m, run in r.qat.items() if m.startswith("QAT")]
+    curves.append((r.full.method, r.full.curve))
+    print_table([_("perplexity at step")] + [str(s) for s in steps],
+                [[label(m)] + [f"{p:.2f}" for _s, p in c] for m, c in curves])
+    print_table([_("method"), _("PTQ"), _("QAT"), _("gap recovered"), _("codes changed"),
+                 _("packed model")],
+                [[label(m), f"{a:.2f}", f"{b:.2f}", f"{100 * s:.0f} %", f"{c:.2f} %", f"{p:.2f}"]
+                 for m, a, b, s, c, p, _e in rows])
+    lines = []
+    for m, a, b, s, c, p, exact in rows:
+        run = r.qat[m]
+        cmp = compare(run.nll, run.start_nll)
+        lines.append(_("{method}: {start:.2f} -> {end:.2f} ({share:.0f} % of the gap to float; "
+                       "{verdict}); {codes:.2f} % of its trained codes moved.").format(
+            method=label(m), start=a, end=b, share=100 * s, verdict=verdict(cmp), codes=c))
+    lines.append(_("Exported for real: the trained weights' codes packed in GPTQ's layout "
+                   "(qweight, float16 scales, qzeros), unpacked and scored by a plain forward "
+                   "pass give the fake-quantized model's perplexity exactly ({n} of {n} "
+                   "models).").format(n=sum(row[6] for row in rows)))
+    full = compare(r.full.nll, r.float_nll)
+    lines.append(_("The float model itself gains from the same steps ({ref:.2f} -> {ft:.2f}, "
+                   "{verdict}): part of what QAT recovers is adaptation to this text, which "
+                   "the float model also takes.").format(ref=r.float_ppl, ft=r.full.ppl,
+                                                          verdict=verdict(full)))
+    print_observations(lines)
+
+
+def demo3_rows(r: Results) -> list:
+    """[setting, fixed-scale ppl, LSQ ppl, comparison, max relative scale change]."""
+    rows = []
+    for m, run in r.qat.items():
+        if m.startswith("LSQ"):
+            fixed = r.qat["QAT" + m[3:]]
+            rows.append([m[4:], fixed.ppl, run.ppl, compare(run.nll, fixed.nll),
+                         run.info["scale_change"], run.trainable - fixed.trainable])
+    return rows
+
+
+def show_demo3(r: Results, rows: list) -> None:
+    print_header(_("Demo 3: learned step sizes (LSQ) against fixed scales"))
+    print(_("LSQ trains each group's scale with the weights (Esser et al. 2020: the gradient "
+            "of the rounding with respect to the step, scaled by 1/sqrt(N·Q_P)); Adam lr {lr:g} "
+            "for the scales; the same steps and windows.").format(lr=r.workload.lr_scale))
+    print_table([_("setting"), _("fixed scales"), "LSQ", _("difference"), _("noise (2 SE)"),
+                 _("scales trained"), _("largest scale change")],
+                [[s, f"{a:.2f}", f"{b:.2f}", f"{b - a:+.2f}", f"{c.noise_ppl:.2f}", f"{n:,}",
+                  f"{100 * d:.2f} %"] for s, a, b, c, d, n in rows])
+    print_observations([
+        _("{setting}: LSQ {lsq:.2f} against fixed scales {fixed:.2f}: {verdict} at this "
+          "budget; the scales moved by at most {change:.2f} %.").format(
+            setting=s, lsq=b, fixed=a, verdict=verdict(c), change=100 * d)
+        for s, a, b, c, d, _n in rows])
+
+
+def show_demo4(r: Results) -> None:
+    print_header(_("Demo 4: QLoRA against LoRA on a float base and full fine-tuning"))
+    w = r.workload
+    print(_("Adapters of rank {rank}, alpha {alpha:g}, on every linear of the last {k} layers, "
+            "float32, Adam lr {lr:g}; the same {tokens} training tokens for every method.")
+          .format(rank=w.rank, alpha=w.alpha, k=r.tail_layers, lr=w.lr_lora,
+                  tokens=r.full.tokens))
+    runs = [r.full, r.lora, r.qlora]
+    print_table([_("method"), _("base bits/weight"), _("trainable"), _("perplexity"),
+                 _("vs float (2 SE)")],
+                [[label(x.method), f"{x.bits:.3f}", f"{x.trainable:,}", f"{x.ppl:.2f}",
+                  f"{x.ppl - r.float_ppl:+.2f} ({compare(x.nll, r.float_nll).noise_ppl:.2f})"]
+                 for x in runs])
+    mb = 2.0 ** 20
+    print(_("The memory bill while training (MiB; decoder linears; computed from the counts, "
+            "and measured from the tensors torch holds):"))
+    print_table([_("method"), _("frozen weights"), _("trained weights"), _("gradients"),
+                 _("Adam state"), _("total"), _("measured = computed")],
+                [[label(b.method), f"{b.frozen / mb:.1f}", f"{b.trained / mb:.2f}",
+                  f"{b.grads / mb:.2f}", f"{b.adam / mb:.2f}", f"{b.total / mb:.1f}",
+                  _("yes") if bill_matches(b) else _("no")] for b in r.bills])
+    q = compare(r.qlora.nll, r.lora.nll)
+    f = compare(r.lora.nll, r.full.nll)
+    d = r.nf4_bytes
+    lines = [
+        _("QLoRA against LoRA on the float base: {q:.2f} against {l:.2f}, {verdict}: the NF4 "
+          "base costs {bits:.3f} bits per weight instead of 32.").format(
+            q=q.ppl_a, l=q.ppl_b, verdict=verdict(q), bits=8 * d["double_quant"] / d["params"]),
+        _("LoRA against full fine-tuning: {l:.2f} against {f:.2f}, {verdict}, with {ratio:.1f} "
+          "% of the trainable parameters.").format(
+            l=f.ppl_a, f=f.ppl_b, verdict=verdict(f),
+            ratio=100 * r.lora.trainable / r.full.trainable),
+        _("Double quantization stores the NF4 base in {dq:.1f} MiB instead of {fp:.1f} MiB with "
+          "FP32 absmax values ({bdq:.3f} against {bfp:.3f} bits per weight).").format(
+            dq=d["double_quant"] / mb, fp=d["fp32_absmax"] / mb,
+            bdq=8 * d["double_quant"] / d["params"], bfp=8 * d["fp32_absmax"] / d["params"]),
+    ]
+    if r.cuda_peak:
+        lines.append(_("CUDA's peak allocation over the run: {mib:.0f} MiB.").format(
+            mib=r.cuda_peak["peak"] / mb))
+    print_observations(lines)
+
+
+def bill_matches(b: Bill) -> bool:
+    m = b.measured
+    return (b.frozen == b.frozen_measured and m["trained"] == b.trained
+            and m["grads"] == b.grads and m["adam"] == b.adam)
+
+
+def demo5_rows(r: Results) -> list:
+    """[method, bits/weight, trainable, CPU-s, perplexity, per-window NLL]."""
+    rows = [["float32 (reference)", 32.0, 0, 0.0, r.float_ppl, r.float_nll]]
+    for (label, setting), (nll, bpw, cpu) in r.ptq.items():
+        rows.append([f"{label} {setting}", bpw, 0, cpu, ppl_of(nll), nll])
+    for run in r.runs():
+        rows.append([run.method, run.bits, run.trainable, run.cpu_s, run.ppl, run.nll])
+    return rows
+
+
+def show_demo5(r: Results, rows: list) -> None:
+    print_header(_("Demo 5: one table"))
+    print(_("CPU-seconds of the training steps (PTQ rows: quantizing and packing) measured on "
+            "this machine ({machine}); they differ from machine to machine."
+            ).format(machine=r.machine))
+    print_table([_("method"), _("bits/weight"), _("trainable"), _("CPU-s"), _("perplexity")],
+                [[label(m), f"{b:.3f}", f"{n:,}", f"{c:.0f}", f"{p:.2f}"]
+                 for m, b, n, c, p, _nll in rows])
+    spreads = [compare(run.nll, r.float_nll).noise_ppl for run in r.runs()]
+    first = r.qat[next(iter(r.qat))]
+    half = [p for s, p in first.curve if s <= r.workload.steps // 2][-1]
+    print_observations([
+        _("Noise floor: twice the standard error of paired per-window differences is "
+          "{lo:.2f} to {hi:.2f} perplexity here; smaller differences are not findings.").format(
+            lo=min(spreads), hi=max(spreads)),
+        (_("A longer run: {method} still fell from {half:.2f} to {end:.2f} over the second "
+           "half of its {steps} steps, so more steps and more tokens buy more (--steps runs a "
+           "longer one); training more layers than the last {k} does too, at more CPU time per "
+           "token.") if first.ppl < half else
+         _("A longer run: {method} did not fall over the second half of its {steps} steps "
+           "({half:.2f} -> {end:.2f}); more tokens per step or a smaller learning rate would "
+           "come first (--steps runs a longer one); training more layers than the last {k} "
+           "buys more, at more CPU time per token.")).format(
+            method=label(first.method), half=half, end=first.ppl, steps=r.workload.steps,
+            k=r.tail_layers),
+    ])
+
+
+# ---------------------------------------------------------------------------------------------
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=_("Lecture 11: fine-tuning a quantized LLM "
+                                                   "(QAT and QLoRA)."))
+    parser.add_argument("--quick", action="store_true",
+                        help=_("INT3 only, no GPTQ, 12 steps of 128 tokens (the tests' "
+                               "workload)"))
+    parser.add_argument("--steps", type=int, default=None,
+                        help=_("training steps of every method (default 40; 12 with --quick)"))
+    args = parser.parse_args(argv)
+    if args.steps is not None and args.steps < 1:
+        parser.error(_("--steps must be a positive integer"))
+    return args
+
+
+def workload_for(args) -> Workload:
+    w = QUICK if args.quick else FULL
+    if args.steps is not None:
+        w = replace(w, steps=args.steps, eval_every=max(1, args.steps // 4))
+    return check_workload(w)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    w = workload_for(args)
+    print_title(_("Lecture 11: fine-tuning a quantized LLM: QAT and QLoRA"), [
+        _("Post-training quantization leaves a perplexity gap. Quantization-aware training "
+          "fine-tunes float32 master weights through the quantized grid; QLoRA trains float "
+          "adapters beside a frozen 4-bit NF4 base. Both run here on SmolLM2-135M, and both end "
+          "in real storage."),
+        _("Perplexity is exp(mean NLL per token) on {n} windows of {t} tokens: lower is better. "
+          "Differences within twice the standard error of the paired per-window differences "
+          "are called noise.").format(n=w.n_eval, t=w.eval_len),
+    ])
+    llm = harness()
+    try:
+        lab = open_lab(w)
+    except llm.ModelUnavailableError as err:
+        sys.exit(f"\n{err}")
+    from tqdm import tqdm
+    with tqdm(total=planned_evaluations(w), desc=_("evaluations"), leave=False,
+              disable=not sys.stderr.isatty()) as bar:
+        lab.progress = bar
+        r = run_all(lab)
+    rows1 = demo1_gap(r)
+    show_demo1(r, rows1)
+    show_demo2(r, demo2_rows(r))
+    show_demo3(r, demo3_rows(r))
+    show_demo4(r)
+    show_demo5(r, demo5_rows(r))
+
+
+if __name__ == "__main__":
+    run_lecture(main)

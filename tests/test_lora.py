@@ -41,7 +41,8 @@ def test_group_ste_values_and_masked_identity(bits):
     wt = torch.tensor(w, dtype=torch.float32, requires_grad=True)
     v = group_fake_quantize(wt, torch.tensor(scale, dtype=torch.float32), torch.tensor(zero),
                             bits, 32)
-    t32 = np.rint(w.astype(np.float32).astype(np.float64) / scale[:, g]) + zero[:, g]
+    s32 = scale.astype(np.float32)                              # float16-exact scales
+    t32 = (np.rint(w.astype(np.float32) / s32[:, g]) + zero[:, g]).astype(np.float64)
     exp32 = (np.clip(t32, 0, qmax) - zero[:, g]) * scale[:, g]
     np.testing.assert_array_equal(v.detach().numpy(), exp32.astype(np.float32))
     assert np.abs(exp32 - expected).max() <= scale.max()        # float32 input, same grid
@@ -66,9 +67,9 @@ def test_export_packed_equals_fake_quantized():
 def test_int_codes_match_numpy():
     rng = np.random.default_rng(1)
     w, scale, zero, g = _grid(rng)
-    got = int_codes(torch.tensor(w), torch.tensor(scale, dtype=torch.float32),
-                    torch.tensor(zero), 0, 7, 32).numpy()
-    np.testing.assert_array_equal(got, np.clip(np.rint(w / scale[:, g]) + zero[:, g], 0, 7))
+    w32, s32 = w.astype(np.float32), scale.astype(np.float32)
+    got = int_codes(torch.tensor(w32), torch.tensor(s32), torch.tensor(zero), 0, 7, 32).numpy()
+    np.testing.assert_array_equal(got, np.clip(np.rint(w32 / s32[:, g]) + zero[:, g], 0, 7))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -108,7 +109,8 @@ def test_lsq_gradients_against_the_papers_code(bits):
     v2.backward(torch.tensor(up.astype(np.float32), dtype=torch.float64))
     np.testing.assert_array_equal(v1.detach().numpy(), v2.detach().numpy().astype(np.float32))
     np.testing.assert_array_equal(w1.grad.numpy(), w2.grad.numpy().astype(np.float32))
-    np.testing.assert_allclose(s1.grad.numpy(), s2.grad.numpy(), rtol=1e-5, atol=1e-9)
+    # a sum of up to 32 float32 terms of size ~1 against float64: 1e-6 absolute covers it
+    np.testing.assert_allclose(s1.grad.numpy(), s2.grad.numpy(), rtol=1e-5, atol=1e-6)
     assert np.abs(s2.grad.numpy()).min() > 0
 
 

@@ -193,7 +193,7 @@ def train(model, first: int, params, states: list, windows, steps: int, lr: floa
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
         tokens += batch.numel()
         cpu += time.process_time() - t0
         if evaluate is not None and step + 1 in eval_at:

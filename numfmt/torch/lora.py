@@ -149,7 +149,8 @@ class LoRALinear(nn.Module):
             self.base = base
         elif isinstance(base, torch.Tensor) and base.is_floating_point():
             shape = tuple(base.shape)
-            self.register_buffer("base_weight", base.detach().float().clone())
+            # the caller's tensor itself (no copy: a frozen float base costs nothing extra)
+            self.register_buffer("base_weight", base.detach().float())
             self.base = None
         else:
             raise TypeError(f"base must be a float tensor or an NF4Weight, got "

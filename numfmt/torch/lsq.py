@@ -15,12 +15,14 @@ to train through it:
   ``Q_P = qmax``, the grid's largest code).
 
 Scales pass through float16 in the forward pass (as a GPTQ checkpoint stores them), so the
-model that trains is the one :func:`int_codes` exports; rounding happens in float64, as
-numfmt's :func:`numfmt.quantize_int`, and every value ``(q - z) · s`` with a float16 ``s``
-and a code of at most 8 bits is exact in float32.
+model that trains is the one :func:`int_codes` exports; every value ``(q - z) · s`` with a
+float16 ``s`` and a code of at most 8 bits is exact in float32. The divisions ``w / s`` are float32's,
+in the forward pass and in :func:`int_codes` alike, so the codes exported are those trained.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import nn
@@ -51,44 +53,71 @@ def _fp16(s: torch.Tensor) -> torch.Tensor:
     return s.to(torch.float16).to(s.dtype)
 
 
+def _segments(k: int, group: int) -> list:
+    """(first column, end column, group size, first group, end group) of the full groups and,
+    if ``group`` does not divide ``k``, of the shorter last group."""
+    full = k // group * group
+    segs = [(0, full, group, 0, full // group)] if full else []
+    if full < k:
+        segs.append((full, k, k - full, full // group, full // group + 1))
+    return segs
+
+
+def _by_group(f, w, *per_group):
+    """Apply ``f(w_seg (out, n, g), *p_seg (out, n, 1))`` group-wise without expanding the
+    per-group tensors to the weight's shape; join the outputs back to (out, K)."""
+    out = None
+    for a, b, g, j0, j1 in _segments(w.shape[1], per_group[-1]):
+        res = f(w[:, a:b].reshape(w.shape[0], -1, g), *(p[:, j0:j1, None] for p in per_group[:-1]))
+        res = [r.reshape(w.shape[0], b - a) for r in (res if isinstance(res, tuple) else (res,))]
+        out = [[r] for r in res] if out is None else [o + [r] for o, r in zip(out, res)]
+    joined = [torch.cat(parts, dim=1) for parts in out]
+    return joined if len(joined) > 1 else joined[0]
+
+
 def int_codes(w: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, qmin: int, qmax: int,
               group: int) -> torch.Tensor:
-    """Integer codes ``clamp(rint(w / s) + z, qmin, qmax)``, int64 (out, K), in float64 as numfmt.
+    """Integer codes ``clamp(rint(w / s) + z, qmin, qmax)``, int64 (out, K).
 
     Parameters
     ----------
-    w : float tensor (out, K)
-    scale : float tensor (out, G), G = ceil(K / group); used as stored, after a float16 rounding
+    w : float32 tensor (out, K)
+    scale : float tensor (out, G), G = ceil(K / group); used after a float16 rounding
     zero : integer or float tensor (out, G)
     qmin, qmax : the grid (``numfmt.int_range``)
     group : int, input columns per scale
+
+    The division is float32's, as in the forward pass of :func:`group_fake_quantize` and
+    :func:`lsq_fake_quantize`: these are the codes whose values the model trained with.
     """
-    g = group_index(w.shape[-1], group).to(w.device)
-    s = _fp16(scale.detach().float()).double()[:, g]
-    z = zero.detach().double()[:, g]
-    return (torch.round(w.detach().double() / s) + z).clamp(qmin, qmax).long()
+    s = _fp16(scale.detach().float())
+    return _by_group(lambda ws, ss, zs: (torch.round(ws / ss) + zs).clamp(qmin, qmax),
+                     w.detach().float(), s, zero.detach().float(), group).long()
 
 
 class _GroupSTE(torch.autograd.Function):
     """Fixed-scale fake quantization; backward: the gradient where the code was not clamped."""
 
     @staticmethod
-    def forward(ctx, w, s, z, qmin, qmax):
-        t = torch.round(w.double() / s) + z                              # (out, K) float64
-        ctx.save_for_backward((t >= qmin) & (t <= qmax))
-        return ((t.clamp(qmin, qmax) - z) * s).to(w.dtype)
+    def forward(ctx, w, s, z, qmin, qmax, group):
+        def f(ws, ss, zs):
+            t = torch.round(ws / ss) + zs                                 # (out, n, g)
+            return (t.clamp(qmin, qmax) - zs) * ss, (t >= qmin) & (t <= qmax)
+        values, inside = _by_group(f, w, s, z, group)
+        ctx.save_for_backward(inside)
+        return values
 
     @staticmethod
     def backward(ctx, grad):
         (inside,) = ctx.saved_tensors
-        return grad * inside, None, None, None, None
+        return grad * inside, None, None, None, None, None
 
 
 def _grid_columns(w, scale, zero, group):
     if w.ndim != 2 or scale.ndim != 2 or tuple(scale.shape) != tuple(zero.shape):
         raise ValueError(f"w must be (out, K) and scale, zero (out, G), got {tuple(w.shape)}, "
                          f"{tuple(scale.shape)}, {tuple(zero.shape)}")
-    g = group_index(w.shape[-1], group).to(w.device)
+    g = group_index(w.shape[-1], group)
     if scale.shape[0] != w.shape[0] or scale.shape[1] != int(g[-1]) + 1:
         raise ValueError(f"scale must have shape ({w.shape[0]}, {int(g[-1]) + 1}) for w of "
                          f"shape {tuple(w.shape)} and group={group}, got {tuple(scale.shape)}")
@@ -109,8 +138,9 @@ def group_fake_quantize(w: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor
 
     Returns
     -------
-    tensor of w's shape and dtype: ``(clamp(rint(w/s) + z, qmin, qmax) - z) * s``; its gradient
-    is the incoming one where ``qmin <= rint(w/s) + z <= qmax``, zero elsewhere.
+    float32 tensor of w's shape: ``(clamp(rint(w/s) + z, qmin, qmax) - z) * s`` (float32
+    division; the product is exact); its gradient is the incoming one where
+    ``qmin <= rint(w/s) + z <= qmax``, zero elsewhere.
 
     Raises
     ------
@@ -118,9 +148,9 @@ def group_fake_quantize(w: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor
         If the shapes do not fit each other, or ``bits`` is out of [2, 16].
     """
     qmin, qmax = int_range(bits, symmetric=False)
-    g = _grid_columns(w, scale, zero, group)
-    s = _fp16(scale.detach().float()).double()[:, g]
-    return _GroupSTE.apply(w, s, zero.detach().double()[:, g], qmin, qmax)
+    _grid_columns(w, scale, zero, group)
+    return _GroupSTE.apply(w.float(), _fp16(scale.detach().float()), zero.detach().float(),
+                           qmin, qmax, group)
 
 
 def lsq_gradient_scale(group_sizes: torch.Tensor, qmax: int) -> torch.Tensor:
@@ -133,25 +163,32 @@ def lsq_gradient_scale(group_sizes: torch.Tensor, qmax: int) -> torch.Tensor:
 
 
 class _LSQ(torch.autograd.Function):
-    """Learned-step fake quantization (Esser et al. 2020, eq. 1-3), on expanded columns."""
+    """Learned-step fake quantization (Esser et al. 2020, eq. 1-3), group by group."""
 
     @staticmethod
-    def forward(ctx, w, s, z, qmin, qmax, gscale):
-        w64, s64 = w.double(), s.double()
-        u = w64 / s64                                                    # (out, K) float64
-        q = (torch.round(u) + z).clamp(qmin, qmax)
-        # the paper's regions, on the unrounded code u + z: inside, the STE passes the gradient
-        # to w and ∂v/∂s = rint(u) - u; clipped below or above, ∂v/∂s = qmin - z or qmax - z
-        inside = (u + z > qmin) & (u + z < qmax)
-        ds = torch.where(inside, torch.round(u) - u,
-                         torch.where(u + z <= qmin, qmin - z, qmax - z)) * gscale
+    def forward(ctx, w, s, z, qmin, qmax, group):
+        def f(ws, ss, zs):
+            u = ws / ss                                                    # (out, n, g)
+            q = (torch.round(u) + zs).clamp(qmin, qmax)
+            # the paper's regions, on the unrounded code u + z: inside, the STE passes the
+            # gradient to w and ∂v/∂s = rint(u) - u; clipped, ∂v/∂s = qmin - z or qmax - z
+            inside = (u + zs > qmin) & (u + zs < qmax)
+            ds = torch.where(inside, torch.round(u) - u,
+                             torch.where(u + zs <= qmin, qmin - zs, qmax - zs))
+            return (q - zs) * ss, inside, ds
+        values, inside, ds = _by_group(f, w, s, z, group)
         ctx.save_for_backward(inside, ds)
-        return ((q - z) * s64).to(w.dtype)
+        ctx.qmax, ctx.group, ctx.n_groups = qmax, group, s.shape[1]
+        return values
 
     @staticmethod
     def backward(ctx, grad):
         inside, ds = ctx.saved_tensors
-        return grad * inside, (grad.double() * ds).to(grad.dtype), None, None, None, None
+        grad_s = []
+        for a, b, g, _j0, _j1 in _segments(grad.shape[1], ctx.group):
+            prod = (grad[:, a:b] * ds[:, a:b]).reshape(grad.shape[0], -1, g)
+            grad_s.append(prod.sum(-1) / math.sqrt(g * ctx.qmax))       # (out, n)
+        return grad * inside, torch.cat(grad_s, 1), None, None, None, None
 
 
 def lsq_fake_quantize(w: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bits: int,
@@ -166,11 +203,9 @@ def lsq_fake_quantize(w: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, 
     Parameters, Returns and Raises as :func:`group_fake_quantize`; ``scale`` must be positive.
     """
     qmin, qmax = int_range(bits, symmetric=False)
-    g = _grid_columns(w, scale, zero, group)
+    _grid_columns(w, scale, zero, group)
     s16 = scale + (_fp16(scale.detach()) - scale.detach())      # float16 forward, identity back
-    sizes = torch.bincount(g).to(w.device)                       # (G,) columns per group
-    gscale = lsq_gradient_scale(sizes, qmax)[g]                  # (K,)
-    return _LSQ.apply(w, s16[:, g], zero.detach().double()[:, g], qmin, qmax, gscale)
+    return _LSQ.apply(w.float(), s16.float(), zero.detach().float(), qmin, qmax, group)
 
 
 class GroupQuantLinear(nn.Module):
