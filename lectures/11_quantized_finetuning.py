@@ -50,7 +50,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from console import print_header, print_observations, print_table, print_title, run_lecture
+from console import (print_header, print_observations, print_paragraph, print_table,
+                     print_title, run_lecture)
 from console.i18n import N_
 from lectures.i18n import domain
 
@@ -62,6 +63,8 @@ N_("float32 (reference)")
 _NUMBERED_LABELS = (
     (re.compile(r"(?P<kind>QAT|LSQ) (?P<setting>INT\d g\d+) from (?P<start>RTN|GPTQ)"),
      N_("{kind} {setting} from {start}")),
+    (re.compile(r"(?P<setting>INT\d g\d+) from (?P<start>RTN|GPTQ)"),
+     N_("{setting} from {start}")),
 )
 
 
@@ -603,8 +606,12 @@ def run_all(lab: Lab) -> Results:
     ns = frozen_states(lab, {n: nf4[n].dequantize() for n in lab.prefix})
     qlora = lora_run(lab, ns, nf4)
     del ns
-    bills.append(bill(qlora.method, sum(t.nbytes for t in nf4.values()),
-                      tensor_bytes(b for t in nf4.values() for b in t.buffers()), qlora))
+    # the 16 NF4 levels and the 256-entry dynamic map are one table each for the whole model
+    # (every NF4Weight holds a copy for convenience): not counted on either side
+    stored = (b for t in nf4.values() for name, b in t.named_buffers()
+              if name not in ("levels", "code_map"))
+    bills.append(bill(qlora.method, sum(t.nbytes for t in nf4.values()), tensor_bytes(stored),
+                      qlora))
     n_blocks = sum(-(-t.size // t.block) for t in nf4.values())
     nf4_bytes = {"double_quant": sum(t.nbytes for t in nf4.values()),
                  "fp32_absmax": sum(t.data.numel() for t in nf4.values()) + 4 * n_blocks,
@@ -652,7 +659,7 @@ def demo1_gap(r: Results) -> list:
 
 def show_demo1(r: Results, rows: list) -> None:
     print_header(_("Demo 1: the gap post-training quantization leaves"))
-    print(_("Float32 model: perplexity {ppl:.2f} on {n} windows of {t} tokens. Every decoder "
+    print_paragraph(_("Float32 model: perplexity {ppl:.2f} on {n} windows of {t} tokens. Every decoder "
             "linear quantized (asymmetric, float16 scales, as stored in GPTQ's layout):").format(
         ppl=r.float_ppl, n=r.workload.n_eval, t=r.workload.eval_len))
     print_table([_("setting"), _("method"), _("bits/weight"), _("perplexity"), _("gap"),
@@ -690,7 +697,7 @@ def demo2_rows(r: Results) -> list:
 def show_demo2(r: Results, rows: list) -> None:
     print_header(_("Demo 2: quantization-aware training, from RTN and from GPTQ"))
     w = r.workload
-    print(_("The linears of the last {k} decoder layers train as float32 master weights "
+    print_paragraph(_("The linears of the last {k} decoder layers train as float32 master weights "
             "through their fake-quantized values (STE, the PTQ's scales fixed), {steps} steps "
             "of one {t}-token window, Adam lr {lr:g}; the other layers stay as the PTQ stored "
             "them.").format(k=r.tail_layers, steps=w.steps, t=w.train_len, lr=w.lr_full))
@@ -735,24 +742,24 @@ def demo3_rows(r: Results) -> list:
 
 def show_demo3(r: Results, rows: list) -> None:
     print_header(_("Demo 3: learned step sizes (LSQ) against fixed scales"))
-    print(_("LSQ trains each group's scale with the weights (Esser et al. 2020: the gradient "
+    print_paragraph(_("LSQ trains each group's scale with the weights (Esser et al. 2020: the gradient "
             "of the rounding with respect to the step, scaled by 1/sqrt(N·Q_P)); Adam lr {lr:g} "
             "for the scales; the same steps and windows.").format(lr=r.workload.lr_scale))
-    print_table([_("setting"), _("fixed scales"), "LSQ", _("difference"), _("noise (2 SE)"),
-                 _("scales trained"), _("largest scale change")],
-                [[s, f"{a:.2f}", f"{b:.2f}", f"{b - a:+.2f}", f"{c.noise_ppl:.2f}", f"{n:,}",
+    print_table([_("setting"), _("fixed scales"), "LSQ", _("difference"), "2 SE",
+                 _("scales"), _("max scale change")],
+                [[label(s), f"{a:.2f}", f"{b:.2f}", f"{b - a:+.2f}", f"{c.noise_ppl:.2f}", f"{n:,}",
                   f"{100 * d:.2f} %"] for s, a, b, c, d, n in rows])
     print_observations([
         _("{setting}: LSQ {lsq:.2f} against fixed scales {fixed:.2f}: {verdict} at this "
           "budget; the scales moved by at most {change:.2f} %.").format(
-            setting=s, lsq=b, fixed=a, verdict=verdict(c), change=100 * d)
+            setting=label(s), lsq=b, fixed=a, verdict=verdict(c), change=100 * d)
         for s, a, b, c, d, _n in rows])
 
 
 def show_demo4(r: Results) -> None:
     print_header(_("Demo 4: QLoRA against LoRA on a float base and full fine-tuning"))
     w = r.workload
-    print(_("Adapters of rank {rank}, alpha {alpha:g}, on every linear of the last {k} layers, "
+    print_paragraph(_("Adapters of rank {rank}, alpha {alpha:g}, on every linear of the last {k} layers, "
             "float32, Adam lr {lr:g}; the same {tokens} training tokens for every method.")
           .format(rank=w.rank, alpha=w.alpha, k=r.tail_layers, lr=w.lr_lora,
                   tokens=r.full.tokens))
@@ -763,10 +770,12 @@ def show_demo4(r: Results) -> None:
                   f"{x.ppl - r.float_ppl:+.2f} ({compare(x.nll, r.float_nll).noise_ppl:.2f})"]
                  for x in runs])
     mb = 2.0 ** 20
-    print(_("The memory bill while training (MiB; decoder linears; computed from the counts, "
-            "and measured from the tensors torch holds):"))
-    print_table([_("method"), _("frozen weights"), _("trained weights"), _("gradients"),
-                 _("Adam state"), _("total"), _("measured = computed")],
+    print_paragraph(_("The memory bill while training, in MiB, of the decoder linears: the "
+                      "frozen weights as stored, the trained weights, their gradients and "
+                      "Adam's state, computed from the counts; \"measured\" says whether the "
+                      "tensors torch holds add up to the same bytes."))
+    print_table([_("method"), _("frozen"), _("trained"), _("gradients"), _("Adam"),
+                 _("total"), _("measured")],
                 [[label(b.method), f"{b.frozen / mb:.1f}", f"{b.trained / mb:.2f}",
                   f"{b.grads / mb:.2f}", f"{b.adam / mb:.2f}", f"{b.total / mb:.1f}",
                   _("yes") if bill_matches(b) else _("no")] for b in r.bills])
@@ -810,7 +819,7 @@ def demo5_rows(r: Results) -> list:
 
 def show_demo5(r: Results, rows: list) -> None:
     print_header(_("Demo 5: one table"))
-    print(_("CPU-seconds of the training steps (PTQ rows: quantizing and packing) measured on "
+    print_paragraph(_("CPU-seconds of the training steps (PTQ rows: quantizing and packing) measured on "
             "this machine ({machine}); they differ from machine to machine."
             ).format(machine=r.machine))
     print_table([_("method"), _("bits/weight"), _("trainable"), _("CPU-s"), _("perplexity")],

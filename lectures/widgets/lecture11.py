@@ -4,7 +4,7 @@ A thin layer over lecture 11's results:
 
 - ``summary(results)`` turns what ``L.run_all`` returned into plain data (curves, the summary
   table, the workload); ``save_summary`` / ``load_summary`` keep it as JSON, so the notebook
-  still draws a full run's figures where the model is not installed (``STORED``).
+  still draws a stored run's figures where the model is not installed (``STORED``).
 - ``plot_curves(s)``: perplexity against fine-tuning steps per method; ``plot_summary(s)``:
   the summary table as bars (perplexity, and bits per weight beside it).
 - ``method_explorer(s)``: pick a method, see its curve against the float reference and its
@@ -25,9 +25,9 @@ from lectures.widgets.explorer import Explorer, explorer_figure
 
 L = importlib.import_module("lectures.11_quantized_finetuning")
 
-#: A full run of the lecture (``python lectures/11_quantized_finetuning.py``'s workload),
-#: stored so the notebook shows it without the model.
-STORED = Path(__file__).with_name("lecture11_full.json")
+#: One run of the lecture (its workload is in the file: steps, windows), stored so the
+#: notebook shows it without the model.
+STORED = Path(__file__).with_name("lecture11_stored.json")
 
 
 def summary(r) -> dict:
