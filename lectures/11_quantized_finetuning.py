@@ -659,7 +659,8 @@ def demo1_gap(r: Results) -> list:
 
 def show_demo1(r: Results, rows: list) -> None:
     print_header(_("Demo 1: the gap post-training quantization leaves"))
-    print_paragraph(_("Float32 model: perplexity {ppl:.2f} on {n} windows of {t} tokens. Every decoder "
+    print_paragraph(_(
+        "Float32 model: perplexity {ppl:.2f} on {n} windows of {t} tokens. Every decoder "
             "linear quantized (asymmetric, float16 scales, as stored in GPTQ's layout):").format(
         ppl=r.float_ppl, n=r.workload.n_eval, t=r.workload.eval_len))
     print_table([_("setting"), _("method"), _("bits/weight"), _("perplexity"), _("gap"),
@@ -742,7 +743,8 @@ def demo3_rows(r: Results) -> list:
 
 def show_demo3(r: Results, rows: list) -> None:
     print_header(_("Demo 3: learned step sizes (LSQ) against fixed scales"))
-    print_paragraph(_("LSQ trains each group's scale with the weights (Esser et al. 2020: the gradient "
+    print_paragraph(_(
+        "LSQ trains each group's scale with the weights (Esser et al. 2020: the gradient "
             "of the rounding with respect to the step, scaled by 1/sqrt(N·Q_P)); Adam lr {lr:g} "
             "for the scales; the same steps and windows.").format(lr=r.workload.lr_scale))
     print_table([_("setting"), _("fixed scales"), "LSQ", _("difference"), "2 SE",
@@ -759,7 +761,8 @@ def show_demo3(r: Results, rows: list) -> None:
 def show_demo4(r: Results) -> None:
     print_header(_("Demo 4: QLoRA against LoRA on a float base and full fine-tuning"))
     w = r.workload
-    print_paragraph(_("Adapters of rank {rank}, alpha {alpha:g}, on every linear of the last {k} layers, "
+    print_paragraph(_(
+        "Adapters of rank {rank}, alpha {alpha:g}, on every linear of the last {k} layers, "
             "float32, Adam lr {lr:g}; the same {tokens} training tokens for every method.")
           .format(rank=w.rank, alpha=w.alpha, k=r.tail_layers, lr=w.lr_lora,
                   tokens=r.full.tokens))
@@ -819,7 +822,8 @@ def demo5_rows(r: Results) -> list:
 
 def show_demo5(r: Results, rows: list) -> None:
     print_header(_("Demo 5: one table"))
-    print_paragraph(_("CPU-seconds of the training steps (PTQ rows: quantizing and packing) measured on "
+    print_paragraph(_(
+        "CPU-seconds of the training steps (PTQ rows: quantizing and packing) measured on "
             "this machine ({machine}); they differ from machine to machine."
             ).format(machine=r.machine))
     print_table([_("method"), _("bits/weight"), _("trainable"), _("CPU-s"), _("perplexity")],

@@ -11,13 +11,15 @@ to train through it:
 * :func:`lsq_fake_quantize`: the scales are learned too, with the gradient of learned step
   size quantization (Esser et al., "Learned Step Size Quantization", ICLR 2020, eq. 3 and
   section 2.2): ``∂v/∂s = round(w/s) - w/s`` inside the grid, ``qmin - z`` or ``qmax - z``
-  where clipped (the regions on the unrounded ``w/s + z``, as the paper's), times the gradient scale ``g = 1 / sqrt(N · Q_P)`` (N weights per scale,
-  ``Q_P = qmax``, the grid's largest code).
+  where clipped (the regions on the unrounded ``w/s + z``, as the paper's), times the
+  gradient scale ``g = 1 / sqrt(N · Q_P)`` (N weights per scale, ``Q_P = qmax``, the grid's
+  largest code).
 
 Scales pass through float16 in the forward pass (as a GPTQ checkpoint stores them), so the
 model that trains is the one :func:`int_codes` exports; every value ``(q - z) · s`` with a
-float16 ``s`` and a code of at most 8 bits is exact in float32. The divisions ``w / s`` are float32's,
-in the forward pass and in :func:`int_codes` alike, so the codes exported are those trained.
+float16 ``s`` and a code of at most 8 bits is exact in float32. The divisions ``w / s`` are
+float32's, in the forward pass and in :func:`int_codes` alike, so the codes exported are those
+trained.
 """
 
 from __future__ import annotations
