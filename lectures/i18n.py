@@ -41,7 +41,7 @@ DOMAINS = {
     "console": (ROOT / "console" / "locale", ["console/__init__.py"]),
     **{f"lecture{n:02d}": (LOCALE_DIR, [f"lectures/{n:02d}_*.py",
                                         f"lectures/widgets/lecture{n:02d}.py"])
-       for n in (*range(1, 11), 12)},
+       for n in range(1, 13)},
     "llm": (LOCALE_DIR, ["lectures/llm/*.py"]),
     # the markdown of the notebooks that have a Chinese edition (lectures/i18n_notebooks.py)
     **{f"notebook{nn}": (LOCALE_DIR, [f"notebooks/{nn}_*.ipynb"])

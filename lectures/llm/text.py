@@ -11,6 +11,10 @@ The windows
     windows with an odd index the *calibration* pool, so the two never share a token; each
     request takes ``n`` windows of its pool spread evenly from the first to the last, so a
     few windows already sample the whole reference.
+
+    Fine-tuning (lecture 11) takes its *training* windows from the token positions that the
+    evaluation and calibration windows it uses leave untouched (:func:`training_windows`):
+    the same stream, never a token of the text it is scored on.
 """
 
 from __future__ import annotations
@@ -68,3 +72,49 @@ def calibration_windows(tokens, n: int = 8, seq_len: int = SEQ_LEN) -> np.ndarra
     Disjoint from every :func:`eval_windows` of the same ``seq_len``. Raises as it does.
     """
     return _windows(tokens, n, seq_len, 1)
+
+
+def window_starts(n_tokens: int, n: int, seq_len: int, parity: int) -> np.ndarray:
+    """Start positions in the token stream of the windows :func:`eval_windows` (parity 0) or
+    :func:`calibration_windows` (parity 1) returns for ``n`` and ``seq_len``: int64 (n,)."""
+    pool = np.arange(n_tokens // seq_len)[parity::2] * seq_len
+    if n > len(pool):
+        raise ValueError(f"n={n} windows of {seq_len} tokens requested, the pool has {len(pool)}")
+    return pool[np.round(np.linspace(0, len(pool) - 1, n)).astype(np.int64)]
+
+
+def training_windows(tokens, n: int, seq_len: int, avoid=((4, SEQ_LEN, 0), (4, SEQ_LEN, 1))
+                     ) -> np.ndarray:
+    """``n`` training windows of ``seq_len`` tokens that share no token with the windows in
+    ``avoid``: int64, shape (n, seq_len).
+
+    Parameters
+    ----------
+    tokens : 1-D integer array, the token stream (:func:`corpus_tokens`)
+    n, seq_len : int, windows and tokens per window
+    avoid : iterable of (n, seq_len, parity): the evaluation (parity 0) and calibration
+        (parity 1) requests of the experiment; default 4 of each of 512 tokens
+
+    The stream is cut into consecutive windows of ``seq_len`` tokens; those overlapping no
+    avoided window form the pool, and ``n`` of them are taken spread evenly over it, in order.
+
+    Raises
+    ------
+    ValueError
+        As :func:`eval_windows`, or if the pool has fewer than ``n`` windows.
+    """
+    tokens = np.asarray(tokens)
+    _windows(tokens, 1, seq_len, 0)                       # the checks of the other pools
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"n must be a positive integer, got {n!r}")
+    used = np.zeros(len(tokens), bool)
+    for count, length, parity in avoid:
+        for start in window_starts(len(tokens), count, length, parity):
+            used[start:start + length] = True
+    cut = len(tokens) // seq_len * seq_len
+    free = ~used[:cut].reshape(-1, seq_len).any(axis=1)
+    pool = tokens[:cut].reshape(-1, seq_len)[free]
+    if n > len(pool):
+        raise ValueError(f"n={n} training windows of {seq_len} tokens requested, the pool has "
+                         f"{len(pool)}")
+    return pool[np.round(np.linspace(0, len(pool) - 1, n)).astype(np.int64)].copy()

@@ -1,0 +1,66 @@
+"""Notebook 11's plots and explorer, on a summary written here and on the stored one."""
+
+import json
+
+import pytest
+
+pytest.importorskip("ipywidgets")
+pytest.importorskip("matplotlib")
+
+from lectures.widgets import lecture11 as W  # noqa: E402
+
+
+def fake_summary():
+    curves = {"QAT INT3 g128 from RTN": [[0, 130.0], [6, 120.0], [12, 118.0]],
+              "LoRA (float base)": [[0, 40.0], [6, 39.0], [12, 38.5]]}
+    table = [["float32 (reference)", 32.0, 0, 0.0, 40.0],
+             ["RTN INT3 g128", 3.16, 0, 5.0, 130.0],
+             ["QAT INT3 g128 from RTN", 3.16, 14_155_776, 50.0, 118.0],
+             ["LoRA (float base)", 32.01, 325_632, 40.0, 38.5]]
+    return {"steps": 12, "train_len": 128, "n_eval": 4, "eval_len": 128, "float_ppl": 40.0,
+            "machine": "test", "curves": curves, "table": table,
+            "noise": {"QAT INT3 g128 from RTN": 1.5, "LoRA (float base)": 0.3}}
+
+
+def test_plots_draw_every_method():
+    s = fake_summary()
+    fig = W.plot_curves(s)
+    ax = fig.axes[0]
+    assert len(ax.lines) == 3                           # two methods and the float line
+    assert ax.get_ylabel().startswith("perplexity")
+    fig = W.plot_summary(s)
+    assert len(fig.axes[0].patches) == len(s["table"])
+
+
+def test_save_and_load_round_trip(tmp_path):
+    s = fake_summary()
+    path = W.save_summary(s, tmp_path / "s.json")
+    assert W.load_summary(path) == json.loads(json.dumps(s))
+
+
+def test_method_explorer_follows_its_menu():
+    s = fake_summary()
+    e = W.method_explorer(s)
+    assert e.state["method"] == "QAT INT3 g128 from RTN" and e.state["ppl"] == 118.0
+    e.controls["method"].value = "LoRA (float base)"
+    assert e.state["ppl"] == 38.5 and e.state["trainable"] == 325_632
+    assert e.state["noise"] == 0.3
+
+
+def test_bad_inputs():
+    with pytest.raises(TypeError, match="summary"):
+        W.plot_curves({"x": 1})
+    with pytest.raises(ValueError, match="method"):
+        W.method_point(fake_summary(), "nope")
+    with pytest.raises(TypeError, match="run_all"):
+        W.summary(object())
+
+
+def test_stored_run_is_complete():
+    s = W.load_summary()
+    methods = [row[0] for row in s["table"]]
+    assert methods[0] == "float32 (reference)"
+    assert {"full fine-tuning (float)", "LoRA (float base)", "QLoRA (NF4 base)"} <= set(methods)
+    assert set(s["curves"]) <= set(methods)
+    for curve in s["curves"].values():
+        assert curve[0][0] == 0 and curve[-1][0] == s["steps"]
