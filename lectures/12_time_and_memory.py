@@ -78,10 +78,12 @@ def say(text: str) -> None:
     print_paragraph(text, width=OBSERVATIONS_WIDTH)
 
 
-def span(s: machine.Spread, unit: float = 1.0, digits: int = 1) -> str:
-    """"median [low-high]" of a spread, divided by ``unit``."""
-    return (f"{s.median / unit:.{digits}f} [{s.low / unit:.{digits}f}-"
-            f"{s.high / unit:.{digits}f}]")
+def span(s: machine.Spread, unit: float = 1.0) -> str:
+    """"median [low-high]" of a spread, divided by ``unit``, each to three significant digits
+    (whole numbers from 100 on): a machine several times faster keeps the tables as wide."""
+    def num(v: float) -> str:
+        return f"{v:.0f}" if abs(v) >= 99.95 else f"{v:.3g}"
+    return f"{num(s.median / unit)} [{num(s.low / unit)}-{num(s.high / unit)}]"
 
 
 def compare(a: machine.Spread, b: machine.Spread) -> str:
@@ -499,7 +501,7 @@ def show_demo3(r: DecodeResult) -> None:
           "ceilings (the linears at their dtype's peak, the rest at float32's).").format(
             prompt=r.prompt, cpu=r.cpu, repeats=r.repeats))
     rows = [[_(t.label), f"{t.bits:.2f}", f"{t.cost.nbytes / MB:.0f}", f"{t.predicted:.1f}",
-             span(t.measured, 1, 2), f"{100 * t.of_roofline:.0f}%"] for t in r.rows]
+             span(t.measured), f"{100 * t.of_roofline:.0f}%"] for t in r.rows]
     print_table([_("path"), _("bits/w"), _("MB/tok"), _("roofline tok/s"),
                  _("measured tok/s"), _("of roofline")], rows)
     say(_("W8A8 dynamic: torch's int8 linears (fbgemm on x86) with per-row int8 weights and "

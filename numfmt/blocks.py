@@ -295,6 +295,12 @@ def _block_result(amax, rows, shape: tuple, elem: FloatFormat, scale_format: str
                           elem.bits + SCALE_BITS[scale_format] / rows.shape[1])
 
 
+def _scalar(t) -> float:
+    """A 0-d array or tensor as a Python float; a grad-requiring tensor is detached first, so
+    autograd does not warn (the scale is a constant of the quantizer, not differentiated)."""
+    return float(t.detach() if hasattr(t, "detach") else t)
+
+
 def _block_scales(amax, elem: FloatFormat, scale_format: str, scale_rule: str):
     """``(scales, tensor_scale)`` of block_quantize from the block maxima ``amax`` (float64,
     numpy or torch): stored block scales of the same shape, and the FP32 tensor scale
@@ -302,7 +308,7 @@ def _block_scales(amax, elem: FloatFormat, scale_format: str, scale_rule: str):
     xp = _xp.array_namespace(amax)
     tensor_scale = 1.0
     if scale_format == "e4m3":
-        t_amax = float(xp.max(amax))
+        t_amax = _scalar(xp.max(amax))
         if t_amax > 0:
             tensor_scale = fp32_tensor_scale(t_amax, elem)
         return _xp.round_to(xp, amax / elem.max_value / tensor_scale, FP8_E4M3), tensor_scale
@@ -442,7 +448,7 @@ def _tensor_scaled(x, shape: tuple, elem: FloatFormat) -> BlockQuantized:
     """tensor_scaled on a checked float64 array of either namespace; results shaped ``shape``."""
     xp = _xp.array_namespace(x)
     elem = _check_elem(elem)
-    amax = float(xp.max(xp.abs(x)))
+    amax = _scalar(xp.max(xp.abs(x)))
     s = float(exact_scales(xp.asarray(amax, dtype=xp.float64), elem.max_value)) \
         if amax > 0 else 1.0
     if s > 0:  # scaled_round's steps
