@@ -55,7 +55,7 @@ from console import (lecture_parser, print_header, print_observations, print_tab
 from console.i18n import N_
 from console.progress import progress
 from lectures import llm
-from lectures.i18n import domain
+from lectures.i18n import domain, numbered_label
 from lectures.llm.calibrate import INPUT_GROUPS, calibrate_layers, map_items, workers
 from numfmt import quantize_int, rel_error
 from numfmt.ptq import (awq_search, calibrate_kl, calibrate_mse, calibrate_percentile, gptq,
@@ -89,11 +89,7 @@ def verdict(change) -> str:
 
 def label(text: str) -> str:
     """A row label of a demo's result in the current language (itself where none is known)."""
-    for pattern, message in _NUMBERED_LABELS:
-        m = pattern.fullmatch(text)
-        if m:
-            return _(message).format(**m.groupdict())
-    return _(text)
+    return numbered_label(text, _NUMBERED_LABELS, _)
 
 
 GPTQ_SETTINGS = ((4, 128), (3, 128), (3, 32))   # (bits, group size), asymmetric as GPTQ's

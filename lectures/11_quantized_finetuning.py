@@ -53,7 +53,7 @@ import numpy as np
 from console import (lecture_parser, print_header, print_observations, print_paragraph,
                      print_table, print_title, run_lecture)
 from console.i18n import N_
-from lectures.i18n import domain
+from lectures.i18n import domain, numbered_label
 
 _ = domain("lecture11").gettext
 
@@ -70,11 +70,7 @@ _NUMBERED_LABELS = (
 
 def label(text: str) -> str:
     """A method's name in the current language (itself where none is known)."""
-    for pattern, message in _NUMBERED_LABELS:
-        m = pattern.fullmatch(text)
-        if m:
-            return _(message).format(**m.groupdict())
-    return _(text)
+    return numbered_label(text, _NUMBERED_LABELS, _)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -31,7 +31,8 @@ from pathlib import Path
 from console.i18n import LANGUAGES, Domain
 from lectures.i18n_notebooks import TRANSLATED as NOTEBOOKS_TRANSLATED
 
-__all__ = ["DOMAINS", "LOCALE_DIR", "check_domain", "domain", "main", "update_domain"]
+__all__ = ["DOMAINS", "LOCALE_DIR", "check_domain", "domain", "main", "numbered_label",
+           "update_domain"]
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCALE_DIR = Path(__file__).resolve().parent / "locale"
@@ -49,6 +50,21 @@ DOMAINS = {
 }
 TRANSLATED = [lang for lang in LANGUAGES if lang != "en"]
 _domains: dict[str, Domain] = {}
+
+
+def numbered_label(text: str, patterns, gettext) -> str:
+    """``text`` (a row label such as "INT3 g128, 40 steps") in the current language.
+
+    ``patterns`` is a sequence of ``(compiled regex, message)``: the first regex that matches
+    the whole text gives the message, translated by ``gettext`` and formatted with the
+    regex's named groups; without a match the text itself is translated (returned as it is
+    where the catalog has no entry).
+    """
+    for pattern, message in patterns:
+        m = pattern.fullmatch(text)
+        if m:
+            return gettext(message).format(**m.groupdict())
+    return gettext(text)
 
 
 def domain(name: str) -> Domain:
