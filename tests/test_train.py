@@ -98,6 +98,34 @@ def test_each_operand_equals_numfmts_numpy_quantizer(spec):
     np.testing.assert_array_equal(got.numpy(), numpy_reference(x, spec))
 
 
+def edge_data(rows, inner):
+    """data() with the rows a fast path could get wrong: all zeros, a zero block in a row,
+    float32 subnormals (E8M0's smallest scale 2^-127), values near float32's max (the
+    largest scales), a row whose NVFP4 block scales underflow to 0 against that tensor
+    scale (its values must come back 0), a row of one repeated value."""
+    x = data(rows, inner, seed=5)
+    tiny = np.float32(2.0**-149) * np.arange(1, inner + 1, dtype=np.float32)
+    x[0] = 0.0
+    x[1, :inner // 2] = 0.0
+    x[2] = tiny * np.where(np.arange(inner) % 2, 1, -1)
+    x[3] = np.float32(1.0e38) * np.linspace(-1, 1, inner, dtype=np.float32)
+    x[4] = np.float32(1.5)
+    x[5] *= np.float32(1e30)
+    return x
+
+
+@pytest.mark.parametrize("spec", nearest_specs(), ids=lambda s: s.describe())
+def test_each_operand_equals_numfmts_numpy_quantizer_on_edge_rows(spec):
+    # The float32 path (power-of-two scales), the float64 path and the zero-scale masks of
+    # quantize_operand's rounding, against numfmt's numpy quantizers.
+    x = edge_data(256, 256)
+    if spec.scale == "none":
+        pytest.skip("plain casts: see test_plain_casts_are_torchs_casts_with_ieee_overflow")
+    got = ntt.quantize_operand(torch.from_numpy(x), spec)
+    np.testing.assert_array_equal(got.numpy().view(np.uint32),
+                                  numpy_reference(x, spec).view(np.uint32))
+
+
 def test_plain_casts_are_torchs_casts_with_ieee_overflow():
     x = torch.from_numpy(data(64, 64))
     x[0, 0] = 1e5  # beyond FP16's 65504: Inf, as the cast gives (loss scaling sees it)

@@ -122,6 +122,64 @@ def _scaled_round(xb: torch.Tensor, full: torch.Tensor, elem: FloatFormat, pow2:
     return elements, values, int(n_clipped) / xb.numel()
 
 
+def _scaled_values32(xb: torch.Tensor, full: torch.Tensor, elem: FloatFormat,
+                     pow2: bool) -> torch.Tensor:
+    """``_scaled_round(xb, full, elem, pow2)[1].to(torch.float32)``, bit for bit, without the
+    float64 elements, the float64 values or the clipped count: the dequantized values alone,
+    for a caller that multiplies them in float32 (a training step's GEMM operands).
+
+    The same arithmetic in the same order: the quotient (float32 times a power of two's exact
+    reciprocal where :func:`_scaled_round` takes its float32 path, else float64), the same
+    round to nearest even (:func:`_nearest_into`), zero where the scale is 0. Only the last
+    product differs in where it is rounded: with a power-of-two scale ``2^k`` (|k| <= 127,
+    a float32 number) the float32 product ``e * 2^k`` is the exact product rounded once to
+    float32, and so is the float64 product (exact: ``e`` has at most 24 significant bits)
+    cast to float32. Other scales multiply in float64 and round once to float32, as before.
+    Falls back to :func:`_scaled_round` where its float64 rounding is not ``_nearest_into``'s
+    or ``xb`` requires grad.
+    """
+    n, block = xb.shape
+    f32 = pow2 and xb.dtype == torch.float32 and elem._float32_exact \
+        and elem.min_subnormal / 2 >= 2.0**-126
+    if xb.requires_grad or not (f32 or _fpu_float64(elem)):
+        return _scaled_round(xb, full, elem, pow2)[1].to(torch.float32)
+    if f32:
+        # E8M0 scales are never 0 (an all-zero block gets 1): no zero mask. 2^-127 .. 2^127
+        # and their reciprocals are float32 numbers, so both casts and the float32
+        # reciprocal are exact.
+        safe = full.to(torch.float32)[:, None]
+        factor = 1.0 / safe
+        zero, any_zero = None, not bool((full > 0).all())
+        if any_zero:
+            safe = torch.where(safe > 0, safe, 1.0)
+            factor = 1.0 / safe
+            zero = (full == 0)[:, None]
+    else:
+        safe = torch.where(full > 0, full, 1.0)[:, None]                # (n, 1)
+        zero = (full == 0)[:, None]
+        any_zero = xb.device.type != "cpu" or bool(zero.any())
+    out = torch.empty((n, block), dtype=torch.float32, device=xb.device)
+    s = Scratch(xb.device)
+    for i, j in spans(n, xb.device, per=block):
+        o = out[i:j]
+        if f32:
+            y = s("y", torch.float32, (j - i) * block).view(j - i, block)
+            torch.mul(xb[i:j], factor[i:j], out=y)
+            _nearest_into(y.view(-1), o.view(-1), elem, True, s, finite=True)
+            o.mul_(safe[i:j])
+        else:
+            y = s("y", F64, (j - i) * block).view(j - i, block)
+            e = s("e", F64, (j - i) * block).view(j - i, block)
+            y.copy_(xb[i:j])  # exact widening
+            y.div_(safe[i:j])
+            _nearest_into(y.view(-1), e.view(-1), elem, True, s, finite=True)
+            e.mul_(safe[i:j])
+            o.copy_(e)
+        if any_zero:
+            o.masked_fill_(zero[i:j], 0.0)
+    return out
+
+
 def mx_quantize(x, elem: FloatFormat, block: int = 32, device=None,
                 scale_rule: str = "floor") -> BlockQuantized:
     """:func:`numfmt.mx_quantize` on tensors: an E8M0 scale per ``block`` (OCP MX v1.0,

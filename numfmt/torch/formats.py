@@ -469,7 +469,7 @@ def _stochastic_chunks(x: torch.Tensor, fmt: FloatFormat, u: torch.Tensor,
         xc, o = x[i:j], out[i:j]
         a = s("a", F64, j - i)
         q = s("q", F64, j - i)
-        up = s("u", torch.bool, j - i)
+        w = s("u", F64, j - i)
         qi = q.view(_I64)
         torch.abs(xc, out=a)
         torch.bitwise_and(a.view(_I64), s.const(0x7FF << 52, _I64), out=qi)
@@ -477,13 +477,21 @@ def _stochastic_chunks(x: torch.Tensor, fmt: FloatFormat, u: torch.Tensor,
         a.div_(q)                                  # steps: exact (q is a power of two)
         torch.floor(a, out=o)                      # low
         a.sub_(o)                                  # the fractional step
-        torch.lt(u[i:j], a, out=up)
-        o.add_(up).mul_(q)
+        # up = (u < step) as 1.0 or 0.0: the sign of a float64 difference is that of the
+        # exact one, and |step - u| < 1, so ceil gives 1 exactly where u < step (u widens
+        # exactly; same-dtype passes run 2x faster here than a mixed-dtype compare and add).
+        w.copy_(u[i:j])
+        torch.sub(a, w, out=w)
+        w.ceil_()
+        o.add_(w).mul_(q)
         if saturate or fmt.specials == "none":
             o.clamp_(max=fmt.max_value)
         else:
             o.masked_fill_(o > fmt.max_value, special)
-        torch.copysign(o, xc, out=o)
+        # copysign(o, x) for o >= +0 (or a positive NaN): OR in x's sign bit, as
+        # _nearest_into does (a third of copysign's time on the CPU).
+        torch.bitwise_and(xc.view(_I64), s.const(-(1 << 63), _I64), out=qi)
+        o.view(_I64).bitwise_or_(qi)
         if fmt.specials == "fnuz":
             o.add_(0.0)                            # no -0 in FNUZ formats
     return out

@@ -15,11 +15,11 @@ consecutive elements along the inner dimension, so W is blocked along in_feature
 along out_features for dgrad, and x and dy are blocked along the tokens for wgrad. A ``(k, k)``
 tile is square, so ``Q(W)ᵀ == Q(Wᵀ)``: one quantized weight serves fprop and dgrad.
 
-The quantizers are numfmt.torch's own: :func:`~numfmt.torch.block_quantize` for 1 x k
-blocks, and its two halves (``block_scales`` for the scales, the scaled round for the
-elements) where the elements of one scale are not one row: 2-D tiles, per-tensor scales
-(:func:`~numfmt.torch.tensor_scaled`'s exact scale, or delayed scaling's) and stochastic
-rounding (numfmt.torch's stochastic rounding kernel). This module lays operands out, keeps
+The quantizers are numfmt.torch's own, as :func:`~numfmt.torch.block_quantize` runs them:
+its two halves (``block_scales`` for the scales, its scaled round for the elements, which
+here returns the float32 values alone) for 1 x k blocks, 2-D tiles and per-tensor scales
+(:func:`~numfmt.torch.tensor_scaled`'s exact scale, or delayed scaling's), and numfmt.torch's
+stochastic rounding kernel for stochastic rounding. This module lays operands out, keeps
 delayed scaling's history and checks the results against numfmt's numpy quantizers in its
 tests. The operands are fake-quantized: dequantized values on the grid, rounded once to float32 (exact
 for power-of-two scales and plain casts; within half a float32 ulp where the scale is an
@@ -50,9 +50,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from numfmt.blocks import _block_scales as _np_block_scales
 from numfmt.blocks import exact_scales
 from numfmt.formats import FORMATS, FP32, FloatFormat
-from numfmt.torch.blocks import _scaled_round, block_quantize, block_scales
+from numfmt.torch._core import absmax_rows
+from numfmt.torch.blocks import _scaled_values32, block_scales
 from numfmt.torch.formats import _stochastic_chunks, _stochastic_fast_ok
 
 __all__ = ["OperandSpec", "Recipe", "RECIPES", "HIGH_PRECISION_LAYERS", "nvfp4_recipe",
@@ -535,8 +537,9 @@ def quantize_operand(t: torch.Tensor, spec: OperandSpec, *, generator=None, amax
         fp32 returns ``t`` itself; bf16 and fp16 are torch's casts (``t.to(torch.bfloat16)``,
         IEEE overflow to Inf); scaled formats are numfmt.torch's quantizers: per tensor,
         ``tensor_scaled``'s exact scale ``amax / fmt.max`` (or the given one) and its scaled
-        round; ``block_quantize`` for rows, 1 x k blocks and a x b tiles (gathered into
-        blocks of a*b elements); for stochastic rounding, the same scales (``block_scales``)
+        round; ``block_quantize``'s scales and scaled round for rows, 1 x k blocks and
+        a x b tiles (each 1 x b segment under its tile's scale), bit for bit its values
+        rounded to float32; for stochastic rounding, the same scales (``block_scales``)
         and numfmt.torch's stochastic rounding of ``x / scale`` with one float32 uniform
         draw per element from ``generator``, in row-major order. With ``spec.rht`` the values
         are those of the transformed operand (the GEMM consumes them; the transform cancels
@@ -587,22 +590,39 @@ def quantize_operand(t: torch.Tensor, spec: OperandSpec, *, generator=None, amax
         a, b = (1, inner) if spec.block == "row" else spec.block
         scale_format, rule = _BLOCK_SCALES[spec.scale]
         pow2 = scale_format == "e8m0"
-        if a == 1 and not sr:
-            q = block_quantize(t.reshape(-1, b), fmt, b, scale_format, scale_rule=rule)
-            return q.values.to(torch.float32).reshape(rows, inner)
-        # a x b tiles, or stochastic rounding: the block maxima, block_quantize's scales for
-        # them, and each 1 x b segment rounded under the scale of the tile it lies in.
-        amax = t.reshape(rows // a, a, inner // b, b).abs().amax(dim=(1, 3))  # (R/a, C/b)
+        # block_quantize's steps for 1 x b blocks and a x b tiles alike: the block maxima
+        # (exact in float32), block_quantize's scales for them, and each 1 x b segment
+        # rounded under the scale of the tile it lies in (block_quantize itself would also
+        # return float64 elements and values and count the clipped elements, which a GEMM
+        # operand does not need).
+        if a == 1:
+            amax = absmax_rows(t.reshape(-1, b)).reshape(rows, inner // b)
+        else:
+            amax = t.reshape(rows // a, a, inner // b, b).abs().amax(dim=(1, 3))  # (R/a, C/b)
         if not bool(torch.isfinite(amax).all()):
             return torch.full_like(t, float("nan"))
-        scales, tensor_scale = block_scales(amax.to(torch.float64), fmt, scale_format, rule)
-        full = (scales * tensor_scale)[:, None, :].expand(rows // a, a, inner // b).reshape(-1)
+        scales, tensor_scale = _block_scales_of(amax.to(torch.float64), fmt, scale_format,
+                                                rule)
+        full = scales * tensor_scale if a == 1 else \
+            (scales * tensor_scale)[:, None, :].expand(rows // a, a, inner // b)
+        full = full.reshape(-1)
         return _round_scaled(t.reshape(-1, b), full, fmt, sr, generator,
                              pow2).reshape(rows, inner)
     except ValueError:
         if bool(torch.isfinite(t).all()):
             raise
         return torch.full_like(t, float("nan"))
+
+
+def _block_scales_of(amax: torch.Tensor, fmt: FloatFormat, scale_format: str, rule: str):
+    """:func:`~numfmt.torch.block_scales` of the float64 block maxima ``amax``; on the CPU
+    through numfmt's numpy namespace (the same body, :func:`numfmt.blocks._block_scales`,
+    whose torch and numpy results this package's tests hold equal): on a few thousand block
+    maxima numpy's per-call cost is a third of torch's."""
+    if amax.device.type != "cpu":
+        return block_scales(amax, fmt, scale_format, rule)
+    scales, tensor_scale = _np_block_scales(amax.numpy(), fmt, scale_format, rule)
+    return torch.from_numpy(np.asarray(scales, dtype=np.float64)), tensor_scale
 
 
 def _cpu(generator):
@@ -625,7 +645,7 @@ def _round_scaled(blocks: torch.Tensor, full: torch.Tensor, fmt: FloatFormat, sr
     as numfmt's scaled round (0 where the scale is 0); float32 values. ``pow2``: the scales
     are powers of two (numfmt then divides float32 input in float32, exactly)."""
     if not sr:  # numfmt.torch's chunked scaled round, as block_quantize and tensor_scaled
-        return _scaled_round(blocks, full, fmt, pow2=pow2)[1].to(torch.float32)
+        return _scaled_values32(blocks, full, fmt, pow2)
     safe = torch.where(full > 0, full, 1.0)[:, None]
     y = blocks.to(torch.float64).div_(safe)
     # float32 uniforms (24 random bits, exact in float64) draw 2-3x faster than float64 ones;
