@@ -126,6 +126,22 @@ def test_each_operand_equals_numfmts_numpy_quantizer_on_edge_rows(spec):
                                   numpy_reference(x, spec).view(np.uint32))
 
 
+def test_nvfp4_tensor_scale_is_fp32_rounding_of_the_ideal_clamped():
+    # NVFP4's second-level scale: numfmt's FP32 format rounding amax / (6 * 448), kept
+    # within FP32's finite range; ties, subnormals and overflow included.
+    rng = np.random.default_rng(4)
+    ideals = np.concatenate([rng.standard_normal(2000) ** 2 * np.exp2(rng.integers(-160, 140,
+                                                                                  2000)),
+                             [2.0**-150, 2.0**-149 * 1.5, 2.0**-149 * 2.5, 1 + 2.0**-24,
+                              1 + 3 * 2.0**-24, 2.0**128, 3.5e38, 1e-50, 1.0]])
+    for ideal in ideals:
+        t_amax = float(ideal) * 6.0 * 448.0  # exact: times 2688 = 21 * 2^7
+        if t_amax / (6.0 * 448.0) != ideal:
+            continue
+        want = float(np.clip(nf.FP32.round(ideal), nf.FP32.min_subnormal, nf.FP32.max_value))
+        assert fp32_tensor_scale(t_amax, nf.FP4_E2M1) == want, ideal
+
+
 def test_plain_casts_are_torchs_casts_with_ieee_overflow():
     x = torch.from_numpy(data(64, 64))
     x[0, 0] = 1e5  # beyond FP16's 65504: Inf, as the cast gives (loss scaling sees it)
