@@ -2,7 +2,8 @@
 
     python benchmarks/gpu_check.py
 
-With CUDA: runs ``pytest -m gpu`` (the same bit-exactness tests as on the CPU, on the device),
+With CUDA: runs ``pytest -m gpu`` (the same bit-exactness tests as on the CPU, on the device,
+and a few training steps of lecture 10's model under every recipe of numfmt.torch.train),
 times bf16 / fp8 per-tensor / fp8 per-row / int8 GEMMs at 4096^3 and 8192^3 and the quantize
 kernels on 1 GiB, and prints one table with the targets (fp8 >= 1.6x bf16 at 8192^3; the
 cast kernel >= 70 % of peak bandwidth). Takes about two minutes on an H100/H200 (the tests
@@ -21,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 FP8_TARGET, BANDWIDTH_TARGET = 1.6, 0.70
-TEST_FILES = ("tests/test_torch_numfmt.py", "tests/test_torch_gemm.py")
+TEST_FILES = ("tests/test_torch_numfmt.py", "tests/test_torch_gemm.py", "tests/test_train.py")
 TEST_TIMEOUT_S = 150   # the tests take well under a minute; the throughput about one more
 ERROR_WIDTH = 70       # characters of an error message shown in the table
 

@@ -36,12 +36,14 @@ Run
     python lectures/10_low_precision_training.py --quick    (20 steps, 2 seeds, about 75 s:
                                                              the tests' workload)
     Runs train on 2 worker processes with one torch thread each (the printed numbers do not
-    depend on the number of threads); on CUDA they run one after another on the GPU. Progress
-    goes to stderr: a tqdm bar on a terminal, one line per finished run otherwise.
+    depend on the number of threads); on CUDA they run one after another on the GPU. Each
+    demo prints as soon as the runs it reads are done. Progress goes to stderr: a tqdm bar on
+    a terminal, one line per finished run otherwise.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
@@ -171,9 +173,16 @@ def _progress(total: int):
     return log, (lambda: None)
 
 
-def run_all(w: Workload, workers: int = 2, device: str | None = None) -> Runs:
+def run_all(w: Workload, workers: int = 2, device: str | None = None,
+            on_label=None) -> Runs:
     """Train every recipe of :func:`recipes` for the workload's seeds (the spike runs and any
-    ``single_seed`` labels for the first seed only)."""
+    ``single_seed`` labels for the first seed only).
+
+    The jobs go out in the order of :func:`recipes` (the order the demos print them). As each
+    label's last seed finishes, its runs enter ``results`` (in seed order) and, if given,
+    ``on_label(runs)`` is called with the Runs so far: a demo can print as soon as its labels
+    are all there. At the end ``results`` holds every label in the order of :func:`recipes`.
+    """
     device = device or device_name()
     rec = recipes()
     jobs, keys = [], []
@@ -182,15 +191,33 @@ def run_all(w: Workload, workers: int = 2, device: str | None = None) -> Runs:
         for seed in (w.seeds[:1] if label in w.single_seed else w.seeds):
             jobs.append((recipe, w.train_config(seed, spike), MODEL))
             keys.append(label)
+    runs = Runs(w, {})
+    done: dict = {label: {} for label in rec}
+
+    def finished(i: int, r) -> None:
+        label = keys[i]
+        done[label][i] = r
+        if len(done[label]) == keys.count(label):
+            runs.results[label] = [done[label][j] for j in sorted(done[label])]
+            if on_label is not None:
+                on_label(runs)
+
     update, close = _progress(len(jobs))
     try:
-        out = train_many(jobs, workers=workers, device=device, progress=update)
+        train_many(jobs, workers=workers, device=device, progress=update, on_result=finished)
     finally:
         close()
-    results = {label: [] for label in rec}
-    for label, r in zip(keys, out):
-        results[label].append(r)
-    return Runs(w, results)
+    runs.results = {label: runs.results[label] for label in rec}
+    return runs
+
+
+def _printing():
+    """Around a demo printed while the runs' progress shows: on a terminal, tqdm's bar is
+    cleared first and drawn again after (so the bar and the text do not mix)."""
+    if sys.stderr.isatty():
+        from tqdm.auto import tqdm
+        return tqdm.external_write_mode(file=sys.stdout)
+    return contextlib.nullcontext()
 
 
 def finals(runs: Runs, label: str) -> np.ndarray:
@@ -766,25 +793,65 @@ class Lecture:
     why: WhyDemo
 
 
-def compute(w: Workload, workers: int = 2) -> Lecture:
-    runs = run_all(w, workers=workers)
+#: The runs each demo's text reads, in print order (demo 5 reads the probe run only; demo 6,
+#: the summary, every label).
+DEMO_RUNS = (
+    ("FP32", "BF16", "FP16, no loss scaling", "FP16 + loss scaling"),
+    ("BF16", "FP8 delayed", "FP8 current", "FP8 current, E4M3 gradients", "FP8 delayed + spike",
+     "FP8 current + spike"),
+    ("BF16", "FP8 current", "FP8 blockwise (DeepSeek-V3)", "MXFP8, floor scales",
+     "MXFP8, RCEIL scales"),
+    ("BF16", *LADDER, "MXFP4"),
+    (),
+    None,
+)
+
+
+def demos(gemm: GemmDemo, fp8: FP8Demo, why: WhyDemo) -> list:
+    """``(labels, print_demo(runs))`` for demos 1-6 in print order; ``labels``: the runs the
+    demo reads (:data:`DEMO_RUNS`, None for all of them)."""
+    printers = (lambda runs: print_gemm_demo(gemm, runs),
+                lambda runs: print_fp8_demo(fp8, runs),
+                print_fine_fp8, print_fp4,
+                lambda runs: print_why(why),
+                print_summary)
+    return list(zip(DEMO_RUNS, printers))
+
+
+def compute(w: Workload, workers: int = 2, stream: bool = False) -> Lecture:
+    """Every run and every demo's numbers. With ``stream``, print the lecture as it goes:
+    the title first, then each demo as soon as its runs are done (the same text as
+    :func:`show` afterwards)."""
     probe = probe_run(w)
-    return Lecture(runs, probe, gemm_demo(probe), fp8_demo(probe), why_demo(probe))
+    gemm, fp8, why = gemm_demo(probe), fp8_demo(probe), why_demo(probe)
+    on_label = None
+    if stream:
+        print_title(title(), intro(w))
+        sys.stdout.flush()
+        queue = demos(gemm, fp8, why)
+        labels_all = tuple(recipes())
+
+        def on_label(runs: Runs) -> None:
+            while queue and all(label in runs.results for label in (
+                    labels_all if queue[0][0] is None else queue[0][0])):
+                with _printing():
+                    queue.pop(0)[1](runs)
+                    sys.stdout.flush()
+    runs = run_all(w, workers=workers, on_label=on_label)
+    if on_label is not None:
+        on_label(runs)   # a no-op: the last run's label has printed the summary
+    return Lecture(runs, probe, gemm, fp8, why)
 
 
 def show(lec: Lecture) -> None:
     print_title(title(), intro(lec.runs.workload))
-    print_gemm_demo(lec.gemm, lec.runs)
-    print_fp8_demo(lec.fp8, lec.runs)
-    print_fine_fp8(lec.runs)
-    print_fp4(lec.runs)
-    print_why(lec.why)
-    print_summary(lec.runs)
+    for _labels, print_demo in demos(lec.gemm, lec.fp8, lec.why):
+        print_demo(lec.runs)
 
 
 def main(argv=None) -> None:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    show(compute(QUICK if args.quick else FULL, workers=args.workers))
+    compute(QUICK if args.quick else FULL, workers=args.workers, stream=True)
 
 
 if __name__ == "__main__":

@@ -271,6 +271,42 @@ def test_summary_bits_are_the_formats_bits(lec):
     assert all(b == pytest.approx(8 + 8 / 32) for b in mx)       # OCP MX: an 8-bit scale per 32
 
 
+def test_each_demo_reads_only_the_runs_it_waits_for(lec, text):
+    # each demo printed from Runs holding only the labels DEMO_RUNS lists for it gives the
+    # text it gives from all the runs (so printing it when those are done is safe)
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        L.print_title(L.title(), L.intro(lec.runs.workload))
+        for labels, print_demo in L.demos(lec.gemm, lec.fp8, lec.why):
+            keep = lec.runs.results if labels is None else {k: lec.runs.results[k]
+                                                            for k in labels}
+            print_demo(L.Runs(lec.runs.workload, keep))
+    assert buf.getvalue() == text
+
+
+def test_streamed_lecture_prints_each_demo_when_its_runs_are_done(lec, text, monkeypatch,
+                                                                   capsys):
+    # run_all replayed from the fixture's runs, label by label in the lecture's order
+    seen = {}
+
+    def replay(w, workers=2, device=None, on_label=None):
+        runs = L.Runs(w, {})
+        for label, results in lec.runs.results.items():
+            runs.results[label] = results
+            on_label(runs)
+            seen[label] = capsys.readouterr().out
+        return runs
+    monkeypatch.setattr(L, "run_all", replay)
+    monkeypatch.setattr(L, "probe_run", lambda w, device=None: lec.probe)
+    capsys.readouterr()
+    L.compute(lec.runs.workload, stream=True)
+    assert "".join(seen.values()) == text           # the same bytes as show()
+    assert text.startswith(seen["FP32"]) and "Demo" not in seen["FP32"]   # the title first
+    first = {n: next(k for k, v in seen.items() if f"Demo {n}:" in v) for n in range(1, 7)}
+    assert first == {1: "FP16 + loss scaling", 2: "FP8 current + spike",
+                     3: "MXFP8, RCEIL scales", 4: "MXFP4", 5: "MXFP4", 6: "MXFP4"}
+
+
 def test_text_fits_and_is_complete(text):
     assert layout_problems(text) == []
     for n in range(1, 7):

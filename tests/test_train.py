@@ -62,7 +62,8 @@ def numpy_reference(x: np.ndarray, spec: ntt.OperandSpec) -> np.ndarray:
         import ml_dtypes
         return x.astype(ml_dtypes.bfloat16).astype(np.float32)
     if spec.fmt == "fp16":
-        return x.astype(np.float16).astype(np.float32)
+        with np.errstate(over="ignore"):   # IEEE overflow to Inf, as torch's cast
+            return x.astype(np.float16).astype(np.float32)
     fmt = FORMAT[spec.fmt]
     if spec.block == "tensor":
         return nf.tensor_scaled(x, fmt).values.astype(np.float32)
@@ -592,8 +593,32 @@ def test_same_numerics_on_every_device(device):
             continue
         got = ntt.quantize_operand(x.to(device), spec).cpu()
         np.testing.assert_array_equal(got.numpy(), numpy_reference(x.numpy(), spec))
+    # every round-to-nearest spec, on the edge rows too, against numfmt numpy (on the CPU
+    # the parametrized tests above do this)
+    for spec in nearest_specs() if device != "cpu" else ():
+        for xs in (data(256, 256), edge_data(256, 256)):
+            got = ntt.quantize_operand(torch.from_numpy(xs).to(device), spec)
+            assert got.device.type == device
+            np.testing.assert_array_equal(got.cpu().numpy().view(np.uint32),
+                                          numpy_reference(xs, spec).view(np.uint32))
     layer = ntt.QuantLinear(64, 32, "nvfp4", seed=0, device=device)
     assert layer.weight.device.type == device
     xx = x.to(device).requires_grad_()
     layer(xx).sum().backward()
     assert xx.grad.device.type == device and torch.isfinite(layer.weight.grad).all()
+
+
+@pytest.mark.parametrize("device", DEVICES[1:])
+def test_lecture10_model_trains_on_cuda(device):
+    # a few steps of lecture 10's model and training loop under every recipe, on the device:
+    # the parameters and the losses stay there, and the losses are finite (on the CPU,
+    # tests/test_lecture10.py trains it under every recipe)
+    from lectures.tinylm.loop import TrainConfig, train
+    from lectures.tinylm.model import TinyLM, TinyLMConfig
+    cfg = TinyLMConfig()
+    for name in ntt.RECIPES:
+        model = TinyLM(cfg, name, seed=0).to(device)
+        assert all(p.device.type == device for p in model.parameters())
+        r = train(name, TrainConfig(steps=2, batch=2, warmup=1, eval_steps=(2,),
+                                    val_windows=2, seed=0), cfg, device=device)
+        assert np.isfinite(r.train_loss).all() and np.isfinite(r.val_loss).all(), name

@@ -163,21 +163,25 @@ def _train_job(job):
     return train(recipe, cfg, model_cfg)
 
 
-def train_many(jobs, *, workers: int = 2, device: str = "cpu", progress=None) -> list:
+def train_many(jobs, *, workers: int = 2, device: str = "cpu", progress=None,
+               on_result=None) -> list:
     """Run ``train(recipe, cfg, model_cfg)`` for each job, in order of the jobs.
 
     On the CPU the jobs run on ``workers`` processes with one torch thread each (each run's
     numbers are the same as in a single process); on CUDA, one after another in this process.
-    ``progress(result)`` is called as each run finishes (in completion order).
+    As each run finishes (in completion order) ``progress(result)`` is called, then
+    ``on_result(index, result)`` with the job's index in ``jobs``.
     """
     jobs = list(jobs)
     if device != "cpu" or workers <= 1 or len(jobs) <= 1:
         results = []
-        for recipe, cfg, model_cfg in jobs:
+        for i, (recipe, cfg, model_cfg) in enumerate(jobs):
             results.append(train(recipe, cfg, model_cfg, device=device,
                                  threads=1 if device == "cpu" else None))
             if progress:
                 progress(results[-1])
+            if on_result:
+                on_result(i, results[-1])
         return results
     import concurrent.futures as cf
     import multiprocessing as mp
@@ -186,7 +190,10 @@ def train_many(jobs, *, workers: int = 2, device: str = "cpu", progress=None) ->
         futures = {pool.submit(_train_job, job): i for i, job in enumerate(jobs)}
         results = [None] * len(jobs)
         for fut in cf.as_completed(futures):
-            results[futures[fut]] = fut.result()
+            i = futures[fut]
+            results[i] = fut.result()
             if progress:
-                progress(results[futures[fut]])
+                progress(results[i])
+            if on_result:
+                on_result(i, results[i])
     return results

@@ -149,7 +149,8 @@ def _scaled_values32(xb: torch.Tensor, full: torch.Tensor, elem: FloatFormat,
         # reciprocal are exact.
         safe = full.to(torch.float32)[:, None]
         factor = 1.0 / safe
-        zero, any_zero = None, not bool((full > 0).all())
+        # (a GPU never waits on a host round trip: it applies the mask unasked)
+        zero, any_zero = None, xb.device.type != "cpu" or not bool((full > 0).all())
         if any_zero:
             safe = torch.where(safe > 0, safe, 1.0)
             factor = 1.0 / safe

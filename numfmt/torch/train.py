@@ -21,10 +21,10 @@ here returns the float32 values alone) for 1 x k blocks, 2-D tiles and per-tenso
 (:func:`~numfmt.torch.tensor_scaled`'s exact scale, or delayed scaling's), and numfmt.torch's
 stochastic rounding kernel for stochastic rounding. This module lays operands out, keeps
 delayed scaling's history and checks the results against numfmt's numpy quantizers in its
-tests. The operands are fake-quantized: dequantized values on the grid, rounded once to float32 (exact
-for power-of-two scales and plain casts; within half a float32 ulp where the scale is an
-arbitrary FP32 number), then multiplied in float32 as tensor cores accumulate. Master weights,
-their gradients and the optimizer state stay float32.
+tests. The operands are fake-quantized: dequantized values on the grid, rounded once to
+float32 (exact for power-of-two scales and plain casts; within half a float32 ulp where the
+scale is an arbitrary FP32 number), then multiplied in float32 as tensor cores accumulate.
+Master weights, their gradients and the optimizer state stay float32.
 
 :data:`RECIPES` holds the recipes by the names TransformerEngine gives them (see each entry);
 :func:`nvfp4_recipe` builds NVFP4 with each of the paper's techniques switchable.
@@ -77,11 +77,17 @@ _CASTS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 RHT_SIZE = 16
 
 
+_BY_NAME: dict = {}
+
+
 def _format(name: str) -> FloatFormat:
-    """The numfmt FloatFormat of a spec's ``fmt`` (lower-case key)."""
+    """The numfmt FloatFormat of a spec's ``fmt`` (lower-case key); the lower-cased table is
+    built once (and again for a name it lacks), not on each of a step's quantizations."""
     if name == "fp32":
         return FP32
-    return {k.lower(): f for k, f in FORMATS.items()}[name]
+    if name not in _BY_NAME:
+        _BY_NAME.update({k.lower(): f for k, f in FORMATS.items()})
+    return _BY_NAME[name]
 
 
 def _format_names() -> tuple[str, ...]:
@@ -603,8 +609,9 @@ def quantize_operand(t: torch.Tensor, spec: OperandSpec, *, generator=None, amax
             return torch.full_like(t, float("nan"))
         scales, tensor_scale = _block_scales_of(amax.to(torch.float64), fmt, scale_format,
                                                 rule)
-        full = scales * tensor_scale if a == 1 else \
-            (scales * tensor_scale)[:, None, :].expand(rows // a, a, inner // b)
+        if tensor_scale != 1.0:
+            scales = scales * tensor_scale
+        full = scales if a == 1 else scales[:, None, :].expand(rows // a, a, inner // b)
         full = full.reshape(-1)
         return _round_scaled(t.reshape(-1, b), full, fmt, sr, generator,
                              pow2).reshape(rows, inner)
