@@ -822,12 +822,13 @@ def compute(w: Workload, workers: int = 2, stream: bool = False) -> Lecture:
     """Every run and every demo's numbers. With ``stream``, print the lecture as it goes:
     the title first, then each demo as soon as its runs are done (the same text as
     :func:`show` afterwards)."""
+    if stream:
+        print_title(title(), intro(w))
+        sys.stdout.flush()
     probe = probe_run(w)
     gemm, fp8, why = gemm_demo(probe), fp8_demo(probe), why_demo(probe)
     on_label = None
     if stream:
-        print_title(title(), intro(w))
-        sys.stdout.flush()
         queue = demos(gemm, fp8, why)
         labels_all = tuple(recipes())
 

@@ -2,8 +2,9 @@
 
 The block maxima, the scales (E8M0 powers of two for MX, E4M3 block scales under an FP32 tensor
 scale for NVFP4, exact float64 scales) and tensor_scaled are :mod:`numfmt.blocks`'s own bodies;
-only the chunked element rounding (:func:`_scaled_round`) is torch's, because the rounding
-kernels of formats are twinned (ARCHITECTURE.md says why).
+only the chunked element rounding (:func:`_scaled_round`, and :func:`_scaled_values32`, its
+values alone in float32 for numfmt.torch.train) is torch's, because the rounding kernels of
+formats are twinned (ARCHITECTURE.md says why).
 """
 
 from __future__ import annotations
