@@ -258,6 +258,10 @@ def test_random_hadamard_is_orthonormal_and_cancels_in_wgrad():
         return (t.reshape(t.shape[0], -1, 16) @ h).reshape(t.shape)
     dw = rht(dy.T) @ rht(x.T).T
     assert float((dw - dy.T @ x).abs().max()) < 1e-12
+    # the library's transform (what QuantLinear applies to both wgrad operands), in float64
+    dw_lib = ntt.apply_rht(dy.T.contiguous(), h) @ ntt.apply_rht(x.T.contiguous(), h).T
+    assert dw_lib.dtype == torch.float64
+    assert float((dw_lib - dy.T @ x).abs().max()) < 1e-12
     # quantize_operand applies the same transform (fp32: the rotation alone)
     spec = ntt.OperandSpec("fp32", rht=True)
     got = ntt.quantize_operand(dy.T.float(), spec, hadamard_matrix=h.float())
