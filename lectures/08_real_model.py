@@ -153,7 +153,7 @@ def main(argv=None) -> None:
     try:
         lab = open_lab(workload)
     except llm.ModelUnavailableError as err:
-        sys.exit(f"\n{err}")
+        sys.exit(f"\n{err.wrapped()}")     # its text within 100 columns, the command whole
     lab.reuse = planned_weight_formats()
     model = measured(lab, demo1_model, 1)
     show_demo1(model)
