@@ -15,17 +15,20 @@ before the record) is set aside and rebuilt from the GGUF file.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
 import os
 import shutil
+import sys
 import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 from console import format_paragraph
+from console.progress import progress
 from lectures.i18n import domain
 
 _ = domain("llm").gettext       # the messages a student sees: what is missing, what to run
@@ -166,12 +169,46 @@ def _quiet(transformers):
     transformers.logging.disable_progress_bar()
 
 
+@contextlib.contextmanager
+def _conversion_progress(file=None):
+    """The GGUF conversion's progress: transformers' own tqdm bar on a terminal; otherwise no
+    bar (its carriage-return frames would fill a log) and one line when the conversion ends.
+
+    transformers draws that bar with ``tqdm.auto.tqdm`` imported into its GGUF module, which
+    ``transformers.logging.disable_progress_bar`` does not reach, so the module's name is
+    swapped for the conversion and restored after.
+    """
+    file = sys.stderr if file is None else file
+    try:
+        terminal = file.isatty()
+    except (AttributeError, ValueError):       # no isatty, or a closed stream
+        terminal = False
+    if terminal:
+        yield
+        return
+    from transformers import modeling_gguf_pytorch_utils as module
+
+    def silent(iterable=None, *args, **kwargs):
+        return iterable
+
+    drawn = getattr(module, "tqdm", None)
+    module.tqdm = silent
+    try:
+        with progress(total=1, desc=_("converting the GGUF file to float32 (first run only)"),
+                      file=file) as done:
+            yield
+            done.update(1)
+    finally:
+        module.tqdm = drawn
+
+
 def _load_gguf(path: Path, torch, AutoModelForCausalLM, AutoTokenizer):
     """Dequantize the GGUF file with transformers (and gguf); wrap its failures in our error."""
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
-                                                     dtype=torch.float32)
+        with _conversion_progress():
+            tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+            model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
+                                                         dtype=torch.float32)
     except Exception as err:  # any failure deep inside the reader means the file is unusable
         raise _unavailable(
             _("transformers could not read {path} ({error}). Reinstall the model with:  "
