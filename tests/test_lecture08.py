@@ -524,3 +524,29 @@ def printed_text(show, r) -> str:
     with contextlib.redirect_stdout(out):
         show(r)
     return out.getvalue()
+
+
+def test_demos_run_on_one_torch_thread_and_restore_the_count():
+    """Each demo's forward passes run on one torch thread (small GEMMs; extra threads spin on
+    shared cores); the caller's thread count is back afterwards, also after an error."""
+    torch = pytest.importorskip("torch")
+    saved = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        class Lab:
+            progress = None
+        seen = []
+
+        def demo(lab):
+            seen.append(torch.get_num_threads())
+            return "done"
+        assert L.measured(Lab(), demo, 0) == "done" and seen == [1]
+        assert torch.get_num_threads() == 2
+
+        def failing(lab):
+            raise KeyError("inside")
+        with pytest.raises(KeyError):
+            L.measured(Lab(), failing, 0)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(saved)

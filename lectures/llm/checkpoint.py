@@ -143,6 +143,10 @@ def cache_root() -> Path:
 
 
 def _libraries():
+    from lectures.llm.speed import import_torchao_quietly
+    # transformers imports torchao when it is installed, and torchao's import prints kernels
+    # it cannot load and deprecation notices into stderr; imported first, quietly, it does not
+    import_torchao_quietly()
     try:
         import torch
         import transformers
