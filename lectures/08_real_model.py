@@ -44,6 +44,7 @@ Run
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import sys
 from collections import Counter
@@ -153,7 +154,7 @@ def main(argv=None) -> None:
     try:
         lab = open_lab(workload)
     except llm.ModelUnavailableError as err:
-        sys.exit(f"\n{err}")
+        sys.exit(f"\n{err.wrapped()}")     # its text within 100 columns, the command whole
     lab.reuse = planned_weight_formats()
     model = measured(lab, demo1_model, 1)
     show_demo1(model)
@@ -177,12 +178,32 @@ def main(argv=None) -> None:
                                               + (" --quick" if args.quick else "")})
 
 
+@contextlib.contextmanager
+def one_torch_thread():
+    """torch on one thread within the block, then back to its thread count.
+
+    A perplexity here is one forward pass over a few windows of 256-512 tokens through a
+    576-wide model: small GEMMs, which one thread computes nearly as fast as two on idle
+    cores, while on shared cores torch's extra threads spin waiting for each other and cost
+    several times the CPU time. The weights' quantization (numpy, in as many threads as
+    torch has) runs in one thread with it. No printed number depends on the thread count.
+    """
+    import torch
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def measured(lab: Lab, demo, perplexities: int, *args):
-    """``demo(lab, *args)`` with a progress log of its ``perplexities`` on stderr (a bar on a
-    terminal, closed before the demo prints); what was printed before is flushed first, so a
-    redirected run shows each demo as it finishes."""
+    """``demo(lab, *args)`` on one torch thread (:func:`one_torch_thread`), with a progress
+    log of its ``perplexities`` on stderr (a bar on a terminal, closed before the demo
+    prints); what was printed before is flushed first, so a redirected run shows each demo as
+    it finishes."""
     sys.stdout.flush()
-    with progress(total=perplexities or None, desc=demo.__name__) as bar:
+    with one_torch_thread(), progress(total=perplexities or None, desc=demo.__name__) as bar:
         lab.progress = bar
         try:
             return demo(lab, *args)

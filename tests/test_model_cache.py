@@ -145,3 +145,45 @@ def test_gguf_tensor_types_on_files_that_are_not_gguf(tmp_path):
         cut.write_bytes(head[:size])
         with pytest.raises(ValueError, match="not a complete GGUF file"):
             llm.gguf_tensor_types(cut)
+
+
+# ---------------------------------------------------------------------------------------------
+# The first load's conversion: no carriage-return frames in a redirected stderr
+# ---------------------------------------------------------------------------------------------
+def test_gguf_conversion_draws_through_the_name_we_swap():
+    """transformers' GGUF loader draws its conversion bar through the ``tqdm`` name of its
+    module (which its disable_progress_bar does not reach): the name the harness swaps."""
+    import inspect
+    from transformers import modeling_gguf_pytorch_utils as module
+    assert "tqdm(" in inspect.getsource(module.load_gguf_checkpoint)
+    assert module.tqdm.__module__.startswith("tqdm")
+
+
+def test_gguf_conversion_logs_one_line_when_redirected(capsys):
+    """Redirected: the conversion's bar draws nothing (no ``\\r`` frames) and one line says
+    it finished; the module's own tqdm is back afterwards."""
+    import io
+    from transformers import modeling_gguf_pytorch_utils as module
+    drawn = module.tqdm
+    log = io.StringIO()
+    with C._conversion_progress(log):
+        assert list(module.tqdm(range(5), desc="Converting")) == [0, 1, 2, 3, 4]
+    assert module.tqdm is drawn
+    err = capsys.readouterr().err
+    assert "\r" not in err and "\r" not in log.getvalue()
+    lines = log.getvalue().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("converting the GGUF file") and "1/1" in lines[0]
+
+
+def test_gguf_conversion_keeps_the_bar_on_a_terminal():
+    import io
+    from transformers import modeling_gguf_pytorch_utils as module
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    drawn, term = module.tqdm, Terminal()
+    with C._conversion_progress(term):
+        assert module.tqdm is drawn
+    assert term.getvalue() == ""

