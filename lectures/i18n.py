@@ -171,9 +171,10 @@ def _fields(message: str) -> list[tuple[str, str, str]]:
 
 
 def _code_spans(markdown: str) -> list[str]:
-    """The `code` spans of a markdown paragraph, sorted (a translation keeps them all)."""
+    """The `code` spans of a markdown paragraph, sorted (a translation keeps them all). Fenced
+    blocks are left out: a stored output in a ```text block is translated as printed text."""
     import re
-    return sorted(re.findall(r"`[^`]+`", markdown))
+    return sorted(re.findall(r"`[^`]+`", re.sub(r"```.*?```", "", markdown, flags=re.S)))
 
 
 def _ids(message) -> tuple:
@@ -190,30 +191,30 @@ def check_domain(name: str, lang: str) -> list[str]:
     """
     problems = []
     markdown = _markdown_ids(name) if name.startswith("notebook") else set()
-    code = {_ids(m): m for m in extract(name) if m.id}
-    catalog = {_ids(m): m for m in _read(name, lang) if m.id}
+    code = {(_ids(m), m.context): m for m in extract(name) if m.id}
+    catalog = {(_ids(m), m.context): m for m in _read(name, lang) if m.id}
     for key in code.keys() - catalog.keys():
-        problems.append(f"{name}/{lang}: missing {key[0]!r}")
+        problems.append(f"{name}/{lang}: missing {key[0][0]!r}")
     for key in catalog.keys() - code.keys():
-        problems.append(f"{name}/{lang}: obsolete {key[0]!r}")
+        problems.append(f"{name}/{lang}: obsolete {key[0][0]!r}")
     for key in code.keys() & catalog.keys():
         m = catalog[key]
         strings = m.string if isinstance(m.string, tuple) else (m.string,)
         if m.fuzzy or not all(strings):
-            problems.append(f"{name}/{lang}: untranslated or fuzzy {key[0]!r}")
+            problems.append(f"{name}/{lang}: untranslated or fuzzy {key[0][0]!r}")
             continue
-        if key[0] in markdown:      # markdown, not a str.format template
-            if _code_spans(key[0]) != [_code_spans(s) for s in strings][0]:
-                problems.append(f"{name}/{lang}: `code` differs in {key[0][:60]!r}")
+        if key[0][0] in markdown:      # markdown, not a str.format template
+            if _code_spans(key[0][0]) != [_code_spans(s) for s in strings][0]:
+                problems.append(f"{name}/{lang}: `code` differs in {key[0][0][:60]!r}")
             continue
         try:
-            want = _fields(key[-1])
+            want = _fields(key[0][-1])
             got = [_fields(s) for s in strings]
         except ValueError as err:
-            problems.append(f"{name}/{lang}: bad template {key[0]!r}: {err}")
+            problems.append(f"{name}/{lang}: bad template {key[0][0]!r}: {err}")
             continue
         if any(g != want for g in got):
-            problems.append(f"{name}/{lang}: fields differ in {key[0]!r}: {got} vs {want}")
+            problems.append(f"{name}/{lang}: fields differ in {key[0][0]!r}: {got} vs {want}")
     return sorted(problems)
 
 
