@@ -177,6 +177,11 @@ class Domain:
         """`message` in the current language (itself where no translation exists)."""
         return self.translations().gettext(message)
 
+    def pgettext(self, context: str, message: str) -> str:
+        """`message` in the current language as translated in `context` (the same English word
+        may need two translations: a table's "quantized" column against a legend's)."""
+        return self.translations().pgettext(context, message)
+
     def ngettext(self, singular: str, plural: str, n: int) -> str:
         """The singular or plural form for count `n`, in the current language."""
         return self.translations().ngettext(singular, plural, n)

@@ -8,8 +8,8 @@ Each lecture marks its printed text with ``_`` from its own domain::
 
 and every catalog is a ``.po`` file under ``lectures/locale/<language>/LC_MESSAGES/``
 (``console/locale/`` for the console's few words). The notebooks that have a Chinese edition
-have one domain each, ``notebookNN``, holding their markdown paragraphs
-(:mod:`lectures.i18n_notebooks`). :mod:`console.i18n` explains how the
+have one domain each, ``notebookNN``, holding their markdown paragraphs and the sentences
+their answer cells print (:mod:`lectures.i18n_notebooks`). :mod:`console.i18n` explains how the
 language is chosen and how catalogs are compiled (in memory, by Babel).
 
 After changing a marked message, run::
@@ -44,7 +44,7 @@ DOMAINS = {
                                         f"lectures/widgets/lecture{n:02d}.py"])
        for n in range(1, 13)},
     "llm": (LOCALE_DIR, ["lectures/llm/*.py"]),
-    # the markdown of the notebooks that have a Chinese edition (lectures/i18n_notebooks.py)
+    # the notebooks that have a Chinese edition: markdown, and code cells' _() (i18n_notebooks)
     **{f"notebook{nn}": (LOCALE_DIR, [f"notebooks/{nn}_*.ipynb"])
        for nn in NOTEBOOKS_TRANSLATED},
 }
@@ -98,15 +98,35 @@ def extract(name: str):
 
 
 def _extract_notebook(template, path: Path) -> None:
-    """Add the markdown paragraphs of notebook `path` to `template` (location: cell number)."""
+    """Add the markdown paragraphs of notebook `path` to `template`, and the messages its code
+    cells mark with ``_()`` (the answer cells' printed sentences; location: cell number)."""
+    import io
+
     import nbformat
+    from babel.messages.extract import DEFAULT_KEYWORDS, extract_python
 
     from lectures.i18n_notebooks import markdown_messages
     nb = nbformat.read(path, as_version=4)
+    where = str(path.relative_to(ROOT))
     for i, cell in enumerate(nb.cells):
         if cell.cell_type == "markdown":
             for message in markdown_messages(cell.source):
-                template.add(message, locations=[(str(path.relative_to(ROOT)), i + 1)])
+                template.add(message, locations=[(where, i + 1)])
+        elif cell.cell_type == "code" and "_(" in cell.source:
+            source = io.BytesIO(cell.source.encode("utf-8"))
+            for _lineno, _func, message, comments in extract_python(
+                    source, DEFAULT_KEYWORDS, ["TRANSLATORS:"], {}):
+                template.add(message, locations=[(where, i + 1)], auto_comments=comments)
+
+
+def _markdown_ids(name: str) -> set[str]:
+    """The markdown paragraphs of notebook domain `name` (its other messages come from code)."""
+    import nbformat
+
+    from lectures.i18n_notebooks import markdown_messages
+    return {m for path in source_files(name)
+            for cell in nbformat.read(path, as_version=4).cells if cell.cell_type == "markdown"
+            for m in markdown_messages(cell.source)}
 
 
 _HEADER = """\
@@ -151,9 +171,10 @@ def _fields(message: str) -> list[tuple[str, str, str]]:
 
 
 def _code_spans(markdown: str) -> list[str]:
-    """The `code` spans of a markdown paragraph, sorted (a translation keeps them all)."""
+    """The `code` spans of a markdown paragraph, sorted (a translation keeps them all). Fenced
+    blocks are left out: a stored output in a ```text block is translated as printed text."""
     import re
-    return sorted(re.findall(r"`[^`]+`", markdown))
+    return sorted(re.findall(r"`[^`]+`", re.sub(r"```.*?```", "", markdown, flags=re.S)))
 
 
 def _ids(message) -> tuple:
@@ -166,33 +187,34 @@ def check_domain(name: str, lang: str) -> list[str]:
     Checks: every message of the code is in the catalog and translated (no fuzzy entry), the
     catalog holds no message the code no longer has, and each translation has exactly the
     English text's ``str.format`` fields (names, conversions and format specs); for a
-    notebook's markdown (domains ``notebookNN``), exactly its `code` spans.
+    notebook's markdown paragraph (domains ``notebookNN``), exactly its `code` spans.
     """
     problems = []
-    code = {_ids(m): m for m in extract(name) if m.id}
-    catalog = {_ids(m): m for m in _read(name, lang) if m.id}
+    markdown = _markdown_ids(name) if name.startswith("notebook") else set()
+    code = {(_ids(m), m.context): m for m in extract(name) if m.id}
+    catalog = {(_ids(m), m.context): m for m in _read(name, lang) if m.id}
     for key in code.keys() - catalog.keys():
-        problems.append(f"{name}/{lang}: missing {key[0]!r}")
+        problems.append(f"{name}/{lang}: missing {key[0][0]!r}")
     for key in catalog.keys() - code.keys():
-        problems.append(f"{name}/{lang}: obsolete {key[0]!r}")
+        problems.append(f"{name}/{lang}: obsolete {key[0][0]!r}")
     for key in code.keys() & catalog.keys():
         m = catalog[key]
         strings = m.string if isinstance(m.string, tuple) else (m.string,)
         if m.fuzzy or not all(strings):
-            problems.append(f"{name}/{lang}: untranslated or fuzzy {key[0]!r}")
+            problems.append(f"{name}/{lang}: untranslated or fuzzy {key[0][0]!r}")
             continue
-        if name.startswith("notebook"):      # markdown, not str.format templates
-            if _code_spans(key[0]) != [_code_spans(s) for s in strings][0]:
-                problems.append(f"{name}/{lang}: `code` differs in {key[0][:60]!r}")
+        if key[0][0] in markdown:      # markdown, not a str.format template
+            if _code_spans(key[0][0]) != [_code_spans(s) for s in strings][0]:
+                problems.append(f"{name}/{lang}: `code` differs in {key[0][0][:60]!r}")
             continue
         try:
-            want = _fields(key[-1])
+            want = _fields(key[0][-1])
             got = [_fields(s) for s in strings]
         except ValueError as err:
-            problems.append(f"{name}/{lang}: bad template {key[0]!r}: {err}")
+            problems.append(f"{name}/{lang}: bad template {key[0][0]!r}: {err}")
             continue
         if any(g != want for g in got):
-            problems.append(f"{name}/{lang}: fields differ in {key[0]!r}: {got} vs {want}")
+            problems.append(f"{name}/{lang}: fields differ in {key[0][0]!r}: {got} vs {want}")
     return sorted(problems)
 
 

@@ -25,19 +25,18 @@ from __future__ import annotations
 
 import copy
 import re
-import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["LANGUAGE_CELL", "TRANSLATED", "build", "english_path", "markdown_messages",
-           "translate_markdown", "zh_path"]
+__all__ = ["LANGUAGE_CELL", "TRANSLATED", "build", "english_path", "keep_attachments",
+           "markdown_messages", "translate_markdown", "zh_path"]
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIR = ROOT / "notebooks"
 ZH_DIR = NOTEBOOK_DIR / "zh"
 
 #: The notebooks that have a Chinese edition (their domains are ``notebookNN``).
-TRANSLATED = ("01", "02", "03", "04", "06", "07")
+TRANSLATED = ("01", "02", "03", "04", "05", "06", "07", "08")
 
 #: The cell a Chinese notebook runs first.
 LANGUAGE_CELL = """\
@@ -156,18 +155,63 @@ def build(nn: str, lang: str = "zh_CN", english=None):
     return nb
 
 
+def keep_attachments(nb, old) -> int:
+    """Give `nb`'s markdown cells the attachments of `old`'s cells with the same id and the same
+    attachment names; return how many cells were given theirs.
+
+    The stored figures of a notebook that keeps a real-model run in markdown (notebook 08) are
+    drawn once in Chinese into the Chinese notebook; regenerating it keeps them.
+    """
+    previous = {c.get("id"): c for c in old.cells if c.cell_type == "markdown"
+                and c.get("attachments")}
+    kept = 0
+    for cell in nb.cells:
+        before = previous.get(cell.get("id"))
+        if (cell.cell_type == "markdown" and cell.get("attachments") and before is not None
+                and set(before.attachments) == set(cell.attachments)):
+            cell.attachments = copy.deepcopy(before.attachments)
+            kept += 1
+    return kept
+
+
+def _execute(path: Path, english) -> None:
+    """Execute the notebook at `path` in its folder, cell by cell, leaving unexecuted the code
+    cells the English notebook stores unexecuted (a real-model run kept in markdown instead);
+    the language cell runs whenever any other cell does."""
+    import nbformat
+    from nbclient import NotebookClient
+    nb = nbformat.read(path, as_version=4)
+    run = [c.execution_count is not None for c in english.cells if c.cell_type == "code"]
+    if not any(run):
+        return
+    codes = iter(run)
+    client = NotebookClient(nb, timeout=1200, kernel_name="python3",
+                            resources={"metadata": {"path": str(path.parent)}})
+    with client.setup_kernel():
+        for i, cell in enumerate(nb.cells):
+            if cell.cell_type != "code":
+                continue
+            if cell.get("id") == LANGUAGE_CELL_ID or next(codes):
+                client.execute_cell(cell, i)
+        client.set_widgets_metadata()
+    nbformat.write(nb, path)
+
+
 def write(nn: str, execute: bool = True) -> Path:
-    """Write notebook `nn`'s Chinese edition, execute it in its folder and tidy it."""
+    """Write notebook `nn`'s Chinese edition (keeping its stored figures in markdown), execute
+    it in its folder and tidy it."""
     import nbformat
 
     from lectures.widgets.tidy import tidy
     path = zh_path(nn)
     path.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(build(nn), path)
+    english = nbformat.read(english_path(nn), as_version=4)
+    nb = build(nn, english=english)
+    if path.is_file():
+        keep_attachments(nb, nbformat.read(path, as_version=4))
+    nbformat.write(nb, path)
     if execute:
-        subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook",
-                        "--execute", "--inplace", "--ExecutePreprocessor.timeout=1200",
-                        path.name], cwd=path.parent, check=True)
+        _execute(path, english)
     tidy(path)
     return path
 

@@ -1,6 +1,6 @@
 """Notebooks 08 and 09 without the model: they open clean, a Run All raises nothing and prints
 how to install the model, and their stored results (text and figures kept in markdown cells,
-which no execution touches) are all there."""
+which no execution touches) are all there. The Chinese editions (notebooks/zh/) alike."""
 
 import base64
 import contextlib
@@ -16,7 +16,8 @@ pytest.importorskip("matplotlib")
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
-FIGURES = {"08_real_model.ipynb": 5, "09_ptq_algorithms.ipynb": 1}
+FIGURES = {"08_real_model.ipynb": 5, "09_ptq_algorithms.ipynb": 1,
+           "zh/08_real_model.ipynb": 5}
 
 
 def _read(name):
@@ -40,7 +41,8 @@ def test_stored_figures_live_in_markdown_and_are_pngs(name):
             pngs[(id(cell), key)] = base64.b64decode(att["image/png"])
     assert len(pngs) == FIGURES[name]
     assert all(png.startswith(b"\x89PNG\r\n\x1a\n") for png in pngs.values())
-    assert any("Stored" in c.source and "```text" in c.source for c in stored)
+    assert any(("Stored" in c.source or "保存的结果" in c.source) and "```text" in c.source
+               for c in stored)
 
 
 @pytest.mark.slow
@@ -48,6 +50,7 @@ def test_stored_figures_live_in_markdown_and_are_pngs(name):
 def test_run_all_without_the_model_raises_nothing_and_says_how_to_install(name, monkeypatch):
     import matplotlib
     matplotlib.use("Agg")
+    from console.i18n import language
     from lectures.llm import checkpoint
 
     def missing():
@@ -58,7 +61,8 @@ def test_run_all_without_the_model_raises_nothing_and_says_how_to_install(name, 
     before = [c.source for c in nb.cells if c.cell_type == "markdown"]
     namespace = {"display": lambda *objects: None}
     out = io.StringIO()
-    with contextlib.redirect_stdout(out):
+    # a Chinese notebook's first cell chooses Chinese: restored after the run
+    with contextlib.redirect_stdout(out), language(None), matplotlib.rc_context():
         for cell in nb.cells:
             if cell.cell_type == "code":
                 source = "\n".join(line for line in cell.source.splitlines()

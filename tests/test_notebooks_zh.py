@@ -7,6 +7,7 @@ nbval executes them like the English notebooks (pyproject's testpaths include no
 from __future__ import annotations
 
 import copy
+import re
 import warnings
 from pathlib import Path
 
@@ -155,7 +156,9 @@ def test_zh_notebook_has_the_english_code_and_numbers(nn):
             assert zc.source != en.source or not zh.markdown_messages(en.source)
             continue
         assert zc.source == en.source
-        assert zc.execution_count is not None, "the Chinese notebook is committed executed"
+        # committed executed, except the cells the English notebook keeps unexecuted (a
+        # real-model run stored in markdown instead)
+        assert (zc.execution_count is None) == (en.execution_count is None), en.source
         assert number_differences(_text(en.outputs), _text(zc.outputs)) == [], en.source
         kinds = [sorted(o.data) for o in en.outputs if "data" in o]    # figures, widgets
         assert kinds == [sorted(o.data) for o in zc.outputs if "data" in o], en.source
@@ -164,11 +167,39 @@ def test_zh_notebook_has_the_english_code_and_numbers(nn):
 
 
 @pytest.mark.parametrize("nn", TRANSLATED)
+def test_zh_notebook_stores_its_own_figures_in_markdown(nn):
+    """A figure stored in a markdown cell (a real-model run kept without the model) has the
+    English cell's name and is another image: the Chinese run's, not the English one copied."""
+    english = nbformat.read(zh.english_path(nn), as_version=4)
+    chinese = nbformat.read(zh.zh_path(nn), as_version=4)
+    zh_cells = {c.get("id"): c for c in chinese.cells}
+    for cell in english.cells:
+        if cell.cell_type == "markdown" and cell.get("attachments"):
+            stored = zh_cells[cell.get("id")].get("attachments", {})
+            assert set(stored) == set(cell.attachments)
+            for key, att in cell.attachments.items():
+                assert stored[key]["image/png"] != att["image/png"], key
+
+
+def test_regenerating_keeps_the_chinese_figures():
+    english = nbformat.read(zh.english_path("08"), as_version=4)
+    chinese = nbformat.read(zh.zh_path("08"), as_version=4)
+    rebuilt = zh.build("08", english=english)
+    assert zh.keep_attachments(rebuilt, chinese) == sum(
+        1 for c in english.cells if c.cell_type == "markdown" and c.get("attachments"))
+    assert [c.get("attachments") for c in rebuilt.cells if c.cell_type == "markdown"] == [
+        c.get("attachments") for c in chinese.cells if c.cell_type == "markdown"]
+
+
+@pytest.mark.parametrize("nn", TRANSLATED)
 def test_zh_notebook_prints_chinese(nn):
     chinese = nbformat.read(zh.zh_path(nn), as_version=4)
     printed = "".join(_text(c.outputs) for c in chinese.cells if c.cell_type == "code"
                       and "answer" not in c.metadata.get("tags", []))
-    assert sum(map(_is_cjk, printed)) > 200
+    # a real-model run stored in markdown: its ```text blocks are what the lecture printed
+    stored = "".join(block for c in chinese.cells if c.cell_type == "markdown"
+                     for block in re.findall(r"```text\n(.*?)```", c.source, re.S))
+    assert sum(map(_is_cjk, printed + stored)) > 200
 
 
 def test_every_translated_notebook_has_a_catalog_domain():

@@ -18,16 +18,20 @@ pytest, it only keeps it in ``explorer.figure``).
 from __future__ import annotations
 
 import importlib
+import re
 
 import ipywidgets as widgets
 import numpy as np
 from matplotlib import ticker
 from matplotlib.figure import Figure
 
+from console.i18n import N_
+from lectures.i18n import domain
 from lectures.widgets.explorer import Explorer, check_result, explorer_figure, plain_log_ticks
 from numfmt import FORMATS, SCALE_RULES, int_range, quantize_int, rel_error
 
 L = importlib.import_module("lectures.05_quantization_basics")
+_ = domain("lecture05").gettext
 
 SAMPLE = 1 << 16                              #: values per widget sample (dB-per-bit explorer)
 CLIP_SAMPLE = 1 << 18                         #: demo 2's sample size: the clip explorer's default
@@ -40,10 +44,12 @@ BLOCK_SIZES = (8, 16, 32, 64, 128, 256)         #: the block explorer's block si
 # granularity added there reaches the explorers: (label, value) pairs as ipywidgets takes them.
 ELEMENTS = tuple((f"{f.name} (FP{f.bits})", f.name) for f in L.BLOCK_ELEMENTS)
 SCALES = tuple((label, kind) for kind, label in L.SCALE_KINDS)
-RULES = tuple(({"floor": "floor (OCP)", "rceil": "RCEIL"}.get(r, r), r) for r in SCALE_RULES)
+RULES = tuple(({"floor": N_("floor (OCP)"), "rceil": "RCEIL"}.get(r, r), r) for r in SCALE_RULES)
 #: Demo 3's granularities without a group size, then one "per group" entry (its size a menu).
 GRANULARITIES = tuple((label, gran) for label, gran, group in L.GRANULARITY if group is None) + (
-    ("per group", "group"),)
+    (N_("per group"), "group"),)
+#: The distributions' names as the menu shows them (L.DISTRIBUTIONS, marked for translation).
+_DISTRIBUTION_NAMES = (N_("Gaussian"), N_("Laplace"), N_("Student-t"))
 DB_PER_BIT = 20 * np.log10(2)                 #: 6.02 dB: one bit halves the step
 
 
@@ -112,15 +118,17 @@ def _check_sample(n) -> int:
 
 
 def _distribution_controls() -> dict:
-    dist = widgets.Dropdown(options=L.DISTRIBUTIONS, value="Student-t", description="distribution")
-    nu = widgets.FloatSlider(value=5.0, min=2.5, max=30.0, step=0.5, description="ν (Student-t)",
+    dist = widgets.Dropdown(options=[(_(d), d) for d in L.DISTRIBUTIONS], value="Student-t",
+                            description=_("distribution"))
+    nu = widgets.FloatSlider(value=5.0, min=2.5, max=30.0, step=0.5,
+                             description=_("ν (Student-t)"),
                              style={"description_width": "initial"})
     dist.observe(lambda ch: setattr(nu, "disabled", ch["new"] != "Student-t"), names="value")
     return {"distribution": dist, "nu": nu}
 
 
 def _bits_slider(value: int = 4) -> widgets.IntSlider:
-    return widgets.IntSlider(value=value, min=2, max=8, description="bits")
+    return widgets.IntSlider(value=value, min=2, max=8, description=_("bits"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -139,18 +147,21 @@ def plot_affine(r) -> Figure:
         If ``r`` is not an AffineResult.
     """
     check_result(r, L.AffineResult, "demo1_affine_and_integer_matmul")
-    keys, names = ("symmetric", "asymmetric"), ("symmetric INT8", "asymmetric UINT8")
+    keys, names = ("symmetric", "asymmetric"), (_("symmetric INT8"), _("asymmetric UINT8"))
     fig = Figure(figsize=(9, 3.4), layout="constrained")
     ax1, ax2 = fig.subplots(1, 2)
-    ax1.bar(names, [256] * 2, color="0.85", label="codes the format has (2^8)")
-    ax1.bar(names, [r.codes_used[k] for k in keys], color=["C0", "C1"], label="codes the data uses")
-    ax1.set(title="Codes used on ReLU outputs (8 bits)", ylabel="number of codes", xlabel="scheme")
+    ax1.bar(names, [256] * 2, color="0.85", label=_("codes the format has (2^8)"))
+    ax1.bar(names, [r.codes_used[k] for k in keys], color=["C0", "C1"],
+            label=_("codes the data uses"))
+    ax1.set(title=_("Codes used on ReLU outputs (8 bits)"), ylabel=_("number of codes"),
+            xlabel=_("scheme"))
     ax1.legend(loc="lower center")
     errs = [r.errors[k] * 100 for k in keys]
-    ax2.bar(names, errs, color=["C0", "C1"], label="relative error ||q − x|| / ||x||")
+    ax2.bar(names, errs, color=["C0", "C1"], label=_("relative error ||q − x|| / ||x||"))
     for i, e in enumerate(errs):
         ax2.annotate(f"{e:.3f}%", (i, e), ha="center", va="bottom")
-    ax2.set(title="Error: same bits, twice the codes", ylabel="relative error (%)", xlabel="scheme")
+    ax2.set(title=_("Error: same bits, twice the codes"), ylabel=_("relative error (%)"),
+            xlabel=_("scheme"))
     ax2.legend(loc="lower center")
     return fig
 
@@ -174,15 +185,18 @@ def plot_clipping(r) -> Figure:
     fig = Figure(figsize=(8, 4), layout="constrained")
     ax = fig.subplots()
     for i, (name, errs) in enumerate(r.errors.items()):
-        c_best, e_best, _, sigma = r.best[name]
+        c_best, e_best, _error, sigma = r.best[name]
         ax.plot(r.clips, np.array(errs) * 100, "o-", color=f"C{i}", ms=4,
-                label=f"{name} (max/σ = {r.max_over_std[name]:.1f})")
+                label=_("{name} (max/σ = {ratio:.1f})").format(name=_(name),
+                                                               ratio=r.max_over_std[name]))
         ax.plot(c_best, e_best * 100, "*", color=f"C{i}", ms=16, mec="k",
-                label=f"  best c = {c_best:g}: clip at {sigma:.1f}σ, {e_best * 100:.1f}%")
+                label=_("  best c = {c:g}: clip at {sigma:.1f}σ, {error:.1f}%").format(
+                    c=c_best, sigma=sigma, error=e_best * 100))
     ax.set_xscale("log")
     _plain_log(ax.xaxis)
-    ax.set(title="INT4 symmetric: relative error against clip ratio (range c · max|x|)",
-           xlabel="clip ratio c (fraction of max|x| kept, log scale)", ylabel="relative error (%)")
+    ax.set(title=_("INT4 symmetric: relative error against clip ratio (range c · max|x|)"),
+           xlabel=_("clip ratio c (fraction of max|x| kept, log scale)"),
+           ylabel=_("relative error (%)"))
     ax.legend(fontsize=8)
     return fig
 
@@ -208,7 +222,7 @@ def clip_explorer(n: int = CLIP_SAMPLE, seed: int = 0) -> Explorer:
     controls = _distribution_controls()
     controls["bits"] = _bits_slider()
     controls["clip"] = widgets.FloatSlider(value=1.0, min=0.01, max=1.0, step=0.01,
-                                           description="clip ratio c")
+                                           description=_("clip ratio c"))
 
     demo = dict(zip(L.DISTRIBUTIONS, L.clip_data(n, seed).values()))  # in the same order
     hists = {}   # id of a sample -> its histogram (241 bins on [-max|x|, max|x|], density)
@@ -232,12 +246,12 @@ def clip_explorer(n: int = CLIP_SAMPLE, seed: int = 0) -> Explorer:
 
     def compute(distribution, nu, bits, clip):
         if distribution != "Student-t" or nu == DEMO2_NU:
-            z, source = demo[distribution], "demo 2"
+            z, source = demo[distribution], N_("demo 2")
             curve = demo_curves.get((distribution, bits))
             if curve is None:  # a bit width outside the slider, set from code
                 curve = L.clip_curve(z, bits, CLIP_GRID)
         else:
-            source = "fresh draw"
+            source = N_("fresh draw")
             if (distribution, nu) not in draws:
                 if len(draws) >= 4:
                     for old in draws.values():
@@ -258,12 +272,14 @@ def clip_explorer(n: int = CLIP_SAMPLE, seed: int = 0) -> Explorer:
                     point=L.clip_point(z, bits, clip), clips=CLIP_GRID, curve=curve,
                     best_clip=CLIP_GRID[i], best_error=curve[i])
 
-    return Explorer("Clipping: the grid, the clipped mass and the U-curve", controls,
+    return Explorer(_("Clipping: the grid, the clipped mass and the U-curve"), controls,
                     compute, _draw_clip, rows=[["distribution", "nu"], ["bits", "clip"]])
 
 
 def _dist_label(s: dict) -> str:
-    return f"Student-t (ν = {s['nu']:g})" if s["distribution"] == "Student-t" else s["distribution"]
+    if s["distribution"] == "Student-t":
+        return _("Student-t (ν = {nu:g})").format(nu=s["nu"])
+    return _(s["distribution"])
 
 
 def _draw_clip(s: dict, fig: Figure | None = None) -> Figure:
@@ -271,28 +287,34 @@ def _draw_clip(s: dict, fig: Figure | None = None) -> Figure:
     amax = float(np.abs(z).max())
     fig, (ax1, ax2) = explorer_figure(fig, (11, 4), 1, 2, width_ratios=(3, 2))
     counts, edges = s["hist"]  # np.histogram of z, 241 bins on [-amax, amax], density
-    ax1.stairs(counts, edges, fill=True, color="0.6", label="data")
+    ax1.stairs(counts, edges, fill=True, color="0.6", label=_("data"))
     ax1.vlines(p.levels, 0, 1, transform=ax1.get_xaxis_transform(), colors="C0", lw=0.5,
-               alpha=0.7, label=f"grid: {len(p.levels)} levels ({len(p.levels) // 2} per side)")
+               alpha=0.7, label=_("grid: {levels} levels ({side} per side)").format(
+                   levels=len(p.levels), side=len(p.levels) // 2))
     for lo, hi in ((-amax, -p.threshold), (p.threshold, amax)):
         ax1.axvspan(lo, hi, color="C3", alpha=0.15, lw=0,
-                    label=f"clipped: {p.clipped * 100:.3f}% of values" if lo < 0 else None)
+                    label=_("clipped: {share:.3f}% of values").format(share=p.clipped * 100)
+                    if lo < 0 else None)
     ax1.set_yscale("log")
     # 5+ decades: decade ticks, plain numbers (minor ticks and mathtext were half of a redraw)
     ax1.yaxis.set_minor_locator(ticker.NullLocator())
     ax1.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
-    ax1.set(title=f"{_dist_label(s)} ({s['source']}), INT{s['bits']}, clip at "
-                  f"{s['clip']:.2f} · max: error {p.error * 100:.2f}%",
-            xlabel="value (units of the distribution's scale)", ylabel="density (log scale)")
+    ax1.set(title=_("{distribution} ({source}), INT{bits}, clip at {clip:.2f} · max: error "
+                    "{error:.2f}%").format(distribution=_dist_label(s), source=_(s["source"]),
+                                           bits=s["bits"], clip=s["clip"], error=p.error * 100),
+            xlabel=_("value (units of the distribution's scale)"),
+            ylabel=_("density (log scale)"))
     ax1.legend(fontsize=8, loc="upper right")
     ax2.plot(s["clips"], np.array(s["curve"]) * 100, "-", color="C0", label=f"INT{s['bits']}")
-    ax2.plot(s["clip"], p.error * 100, "o", color="C3", ms=8, label=f"your c = {s['clip']:.2f}")
+    ax2.plot(s["clip"], p.error * 100, "o", color="C3", ms=8,
+             label=_("your c = {clip:.2f}").format(clip=s["clip"]))
     ax2.plot(s["best_clip"], s["best_error"] * 100, "*", color="C2", ms=15, mec="k",
-             label=f"best c ≈ {s['best_clip']:.3f}: {s['best_error'] * 100:.2f}%")
+             label=_("best c ≈ {clip:.3f}: {error:.2f}%").format(clip=s["best_clip"],
+                                                                 error=s["best_error"] * 100))
     ax2.set_xscale("log")
     _plain_log(ax2.xaxis)
-    ax2.set(title="U-curve: error against clip ratio", xlabel="clip ratio c (log scale)",
-            ylabel="relative error (%)")
+    ax2.set(title=_("U-curve: error against clip ratio"), xlabel=_("clip ratio c (log scale)"),
+            ylabel=_("relative error (%)"))
     ax2.legend(fontsize=8)
     return fig
 
@@ -313,8 +335,9 @@ def plot_granularity(r) -> Figure:
         If ``r`` is not a GranularityResult.
     """
     check_result(r, L.GranularityResult, "demo3_granularity")
-    names = {"W": "W: row scales differ", "A": "A: 8 outlier channels"}
-    ticks = [f"{g}\n+{x:.3g} bit/elem" for g, x in zip(r.labels, r.extra_bits)]
+    names = {"W": _("W: row scales differ"), "A": _("A: 8 outlier channels")}
+    ticks = [_("{granularity}\n+{bits:.3g} bit/elem").format(granularity=_(g), bits=x)
+             for g, x in zip(r.labels, r.extra_bits)]
     fig = Figure(figsize=(11, 4), layout="constrained")
     for ax, m in zip(fig.subplots(1, 2, sharey=True), ("W", "A")):
         pos = np.arange(len(r.labels))
@@ -324,10 +347,11 @@ def plot_granularity(r) -> Figure:
         ax.set_xticks(pos, ticks, fontsize=8)
         ax.set_yscale("log")
         _plain_log(ax.yaxis)
-        ax.set(title=names[m], xlabel="granularity (extra bits per element: one FP16 scale each)",
-               ylabel="relative error (%, log scale)")
+        ax.set(title=names[m],
+               xlabel=_("granularity (extra bits per element: one FP16 scale each)"),
+               ylabel=_("relative error (%, log scale)"))
         ax.legend()
-    fig.suptitle("One scale per tensor, row or group: error against scale overhead")
+    fig.suptitle(_("One scale per tensor, row or group: error against scale overhead"))
     return fig
 
 
@@ -350,22 +374,22 @@ def granularity_explorer(seed: int = 1, rows: int = 64) -> Explorer:
     data = {k: M[:rows] for k, M in L.granularity_data(seed).items()}
     k = data["W"].shape[-1]
     controls = {
-        "matrix": widgets.Dropdown(options=(("W: row scales differ", "W"),
-                                            ("A: 8 outlier channels", "A")), value="A",
-                                   description="matrix"),
+        "matrix": widgets.Dropdown(options=((_("W: row scales differ"), "W"),
+                                            (_("A: 8 outlier channels"), "A")), value="A",
+                                   description=_("matrix")),
         "bits": _bits_slider(),
-        "granularity": widgets.ToggleButtons(options=GRANULARITIES, value="group",
-                                             description="granularity"),
-        "group": widgets.Dropdown(options=GROUP_SIZES, value=32, description="group size"),
+        "granularity": widgets.ToggleButtons(options=[(_(g), v) for g, v in GRANULARITIES],
+                                             value="group", description=_("granularity")),
+        "group": widgets.Dropdown(options=GROUP_SIZES, value=32, description=_("group size")),
     }
     controls["granularity"].observe(
         lambda ch: setattr(controls["group"], "disabled", ch["new"] != "group"), names="value")
 
     def compute(matrix, bits, granularity, group):
         M = data[matrix]                                            # (rows, 4096)
-        schemes = tuple((label, gran, None) for label, gran in GRANULARITIES[:-1]) + (
-            (f"groups of {group}", "group", group),)
-        _, qmax = int_range(bits)
+        schemes = tuple((_(label), gran, None) for label, gran in GRANULARITIES[:-1]) + (
+            (_("groups of {group}").format(group=group), "group", group),)
+        qmax = int_range(bits)[1]
         g = group if granularity == "group" else None
         scale = quantize_int(M[:1] if granularity != "tensor" else M, bits,
                              granularity=granularity, group=g).scale
@@ -376,7 +400,7 @@ def granularity_explorer(seed: int = 1, rows: int = 64) -> Explorer:
                     selected=[s[1] for s in schemes].index(granularity),
                     row=np.abs(M[0]), ranges=ranges.ravel())
 
-    return Explorer("Granularity: one scale per tensor, row or group", controls,
+    return Explorer(_("Granularity: one scale per tensor, row or group"), controls,
                     compute, _draw_granularity, rows=[["matrix", "bits", "group"], ["granularity"]])
 
 
@@ -384,29 +408,34 @@ def _draw_granularity(s: dict, fig: Figure | None = None) -> Figure:
     fig, (ax1, ax2) = explorer_figure(fig, (11, 4), 1, 2, width_ratios=(2, 3))
     errs = np.array(s["errors"]) * 100
     colors = ["C1" if i == s["selected"] else "C0" for i in range(len(errs))]
-    ax1.bar(range(len(errs)), errs, color=colors, label=f"INT{s['bits']} (chosen scheme in orange)")
+    ax1.bar(range(len(errs)), errs, color=colors,
+            label=_("INT{bits} (chosen scheme in orange)").format(bits=s["bits"]))
     for i, (e, x) in enumerate(zip(errs, s["extra_bits"])):
-        ax1.annotate(f"{e:.2f}%\n+{x:.3g} bit", (i, e), ha="center", va="bottom", fontsize=8)
+        ax1.annotate(_("{error:.2f}%\n+{bits:.3g} bit").format(error=e, bits=x), (i, e),
+                     ha="center", va="bottom", fontsize=8)
     ax1.set_xticks(range(len(errs)), s["labels"])
     ax1.set_ylim(0, errs.max() * 1.3)
     # No numbers on the y axis: each bar carries its error, and labels whose width follows the
     # largest error (0.5 … 60 %) made every change of bits or matrix run the layout solver.
     ax1.set_yticks([])
-    ax1.set(title=f"{s['matrix']}: relative error, INT{s['bits']}",
-            xlabel="granularity (extra bits per element above the bars)", ylabel="relative error (%)")
+    ax1.set(title=_("{matrix}: relative error, INT{bits}").format(matrix=s["matrix"],
+                                                                  bits=s["bits"]),
+            xlabel=_("granularity (extra bits per element above the bars)"),
+            ylabel=_("relative error (%)"))
     ax1.legend(fontsize=8, loc="upper right")
     ch = np.arange(s["row"].size)
     ax2.plot(ch, s["row"], ".", ms=2, color="0.5", label=f"|{s['matrix']}[0, k]|")
     ax2.plot(ch, s["ranges"], "-", color="C1", lw=1.2,
-             label=f"range of its scale (qmax · scale), {s['labels'][s['selected']]}")
+             label=_("range of its scale (qmax · scale), {scheme}").format(
+                 scheme=s["labels"][s["selected"]]))
     ax2.set_yscale("log")
     # Seven decades: one plain label per decade (1, 2 and 5 per decade made 18 labels, a fifth
     # of every redraw and of every layout pass), no minor ticks.
     ax2.yaxis.set_major_locator(ticker.LogLocator(subs=(1.0,)))
     ax2.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     ax2.yaxis.set_minor_locator(ticker.NullLocator())
-    ax2.set(title="Row 0: each value against the range of its scale", xlabel="channel k",
-            ylabel="magnitude (log scale)")
+    ax2.set(title=_("Row 0: each value against the range of its scale"),
+            xlabel=_("channel k"), ylabel=_("magnitude (log scale)"))
     ax2.legend(fontsize=8, loc="lower right")
     return fig
 
@@ -416,17 +445,21 @@ def _draw_granularity(s: dict, fig: Figure | None = None) -> Figure:
 # ---------------------------------------------------------------------------------------------
 def _short(label: str) -> str:
     """'MXFP6 (E2M3, 32 per E8M0 scale)' -> 'MXFP6 E2M3'; 'INT4, groups of 32 (FP16 scale)' ->
-    'INT4, groups of 32'."""
-    name, _, rest = label.partition(" (")
-    return f"{name} {rest.split(',')[0]}" if name.startswith("MX") else name
+    'INT4, groups of 32' (the translated labels, with full-width brackets and commas, alike)."""
+    m = re.match(r"(.*?) ?[(（](.*)", label)
+    if m is None:
+        return label
+    name, rest = m.groups()
+    return f"{name} {re.split('[,，]', rest)[0]}" if name.startswith("MX") else name
 
 
 def _draw_front(ax, labels, bits, errs, front) -> None:
     """Points (bits, error) labelled with ``labels`` (None: no label), the front joined."""
-    ax.plot(bits, np.array(errs) * 100, "o", color="C0", label="format")
+    ax.plot(bits, np.array(errs) * 100, "o", color="C0", label=_("format"))
     fb = [bits[i] for i in front]
     fe = [errs[i] * 100 for i in front]
-    ax.plot(fb, fe, "--", color="C2", lw=1.5, label="Pareto front (nothing is both cheaper and better)")
+    ax.plot(fb, fe, "--", color="C2", lw=1.5,
+            label=_("Pareto front (nothing is both cheaper and better)"))
     ax.plot(fb, fe, "o", color="C2")
     for i, label in enumerate(labels):
         if label is None:
@@ -434,12 +467,12 @@ def _draw_front(ax, labels, bits, errs, front) -> None:
         # Of two close points, the lower one's label goes below, so that they do not overlap.
         below = any(abs(bits[j] - bits[i]) <= 0.3 and errs[i] < errs[j] < 1.3 * errs[i]
                     for j in range(len(bits)))
-        ax.annotate(_short(label), (bits[i], errs[i] * 100), xytext=(6, -10 if below else 4),
+        ax.annotate(_short(_(label)), (bits[i], errs[i] * 100), xytext=(6, -10 if below else 4),
                     textcoords="offset points", fontsize=7)
     ax.set_yscale("log")
     _plain_log(ax.yaxis)
-    ax.set(xlabel="bits per element (element + scale bits / block)",
-           ylabel="relative error (%, log scale)")
+    ax.set(xlabel=_("bits per element (element + scale bits / block)"),
+           ylabel=_("relative error (%, log scale)"))
 
 
 def plot_block_formats(r) -> Figure:
@@ -456,20 +489,21 @@ def plot_block_formats(r) -> Figure:
         If ``r`` is not a BlockFormatResult.
     """
     check_result(r, L.BlockFormatResult, "demo4_block_formats")
-    labels, bits, errs, _ = zip(*r.formats)
+    labels, bits, errs, _clipped = zip(*r.formats)
     fig = Figure(figsize=(12, 4.6), layout="constrained")
     ax1, ax2 = fig.subplots(1, 2, width_ratios=(3, 2))
     _draw_front(ax1, labels, bits, errs, pareto_front(list(zip(bits, errs))))
     ax1.set_xlim(3.7, 10.5)
-    ax1.set_title("Student-t(5) weights: error against storage cost")
+    ax1.set_title(_("Student-t(5) weights: error against storage cost"))
     ax1.legend(fontsize=8, loc="upper right")
     pos = np.arange(len(L.SCALE_KINDS))
     for j, block in enumerate((32, 16)):
-        ax2.bar(pos + (j - 0.5) * 0.4, [r.ablation[(block, k)][0] * 100 for k, _ in L.SCALE_KINDS],
-                0.4, color=f"C{j}", label=f"blocks of {block}")
-    ax2.set_xticks(pos, [name for _, name in L.SCALE_KINDS], fontsize=8)
-    ax2.set(title="E2M1 elements: block size against scale format", xlabel="scale format",
-            ylabel="relative error (%)")
+        ax2.bar(pos + (j - 0.5) * 0.4,
+                [r.ablation[(block, k)][0] * 100 for k, _n in L.SCALE_KINDS],
+                0.4, color=f"C{j}", label=_("blocks of {block}").format(block=block))
+    ax2.set_xticks(pos, [_(name) for _k, name in L.SCALE_KINDS], fontsize=8)
+    ax2.set(title=_("E2M1 elements: block size against scale format"),
+            xlabel=_("scale format"), ylabel=_("relative error (%)"))
     ax2.legend()
     return fig
 
@@ -491,17 +525,18 @@ def block_explorer(n: int = BLOCK_SAMPLE, seed: int = 0) -> Explorer:
     """
     x = L.student_t_weights(_check_sample(n), seed)
     ref_labels, ref_bits, ref_errors = [], [], []
-    for label, _ in L.FORMAT_ROWS:
+    for label, _quantizer in L.FORMAT_ROWS:
         q, bits = L.quantize_row(label, x)
         ref_labels.append(label)
         ref_bits.append(bits)
         ref_errors.append(rel_error(q, x))
     controls = {
-        "element": widgets.Dropdown(options=ELEMENTS, value="E2M1", description="element"),
-        "block": widgets.Dropdown(options=BLOCK_SIZES, value=32, description="block size"),
-        "scale": widgets.ToggleButtons(options=SCALES, value="e8m0", description="scale",
-                                       style={"button_width": "auto"}),
-        "rule": widgets.ToggleButtons(options=RULES, value="floor", description="E8M0 rule"),
+        "element": widgets.Dropdown(options=ELEMENTS, value="E2M1", description=_("element")),
+        "block": widgets.Dropdown(options=BLOCK_SIZES, value=32, description=_("block size")),
+        "scale": widgets.ToggleButtons(options=[(_(k), v) for k, v in SCALES], value="e8m0",
+                                       description=_("scale"), style={"button_width": "auto"}),
+        "rule": widgets.ToggleButtons(options=[(_(k), v) for k, v in RULES], value="floor",
+                                      description=_("E8M0 rule")),
     }
     controls["scale"].observe(lambda ch: setattr(controls["rule"], "disabled", ch["new"] != "e8m0"),
                               names="value")
@@ -515,7 +550,7 @@ def block_explorer(n: int = BLOCK_SAMPLE, seed: int = 0) -> Explorer:
                     clipped=clipped, on_front=0 in front, ref_labels=ref_labels,
                     ref_bits=ref_bits, ref_errors=ref_errors, front=front)
 
-    return Explorer("Block-scaled formats: element, block size, scale format", controls,
+    return Explorer(_("Block-scaled formats: element, block size, scale format"), controls,
                     compute, _draw_block, rows=[["element", "block"], ["scale"], ["rule"]])
 
 
@@ -523,12 +558,14 @@ def _draw_block(s: dict, fig: Figure | None = None) -> Figure:
     fig, ax = explorer_figure(fig, (10, 4.4))
     _draw_front(ax, [None] + s["ref_labels"], [s["bits"]] + s["ref_bits"],
                 [s["error"]] + s["ref_errors"], s["front"])
-    on = "on" if s["on_front"] else "off"
+    scale = s["scale"] + (f" ({s['rule']})" if s["scale"] == "e8m0" else "")
     ax.plot(s["bits"], s["error"] * 100, "*", color="C3", ms=18, mec="k",
-            label=f"yours: {s['element']}, blocks of {s['block']}, {s['scale']} scale"
-                  + (f" ({s['rule']})" if s["scale"] == "e8m0" else "") + ": "
-                  f"{s['bits']:g} bits, {s['error'] * 100:.2f}%, clipped {s['clipped'] * 100:.2f}%")
-    ax.set_title(f"Student-t(5) weights: your format is {on} the Pareto front")
+            label=_("yours: {element}, blocks of {block}, {scale} scale: {bits:g} bits, "
+                    "{error:.2f}%, clipped {clipped:.2f}%").format(
+                element=s["element"], block=s["block"], scale=scale, bits=s["bits"],
+                error=s["error"] * 100, clipped=s["clipped"] * 100))
+    ax.set_title(_("Student-t(5) weights: your format is on the Pareto front") if s["on_front"]
+                 else _("Student-t(5) weights: your format is off the Pareto front"))
     ax.legend(fontsize=8, loc="upper right")
     return fig
 
@@ -554,17 +591,19 @@ def plot_propagation(r) -> Figure:
     ax1, ax2 = fig.subplots(1, 2)
     ew = np.array([w for _, w, _ in r.rows]) * 100
     lim = (ew.min() / 2, ew.max() * 2)
-    ax1.plot(lim, lim, "--", color="0.5", label="output error = weight error")
+    ax1.plot(lim, lim, "--", color="0.5", label=_("output error = weight error"))
     for i, (label, w, y) in enumerate(r.rows):
         ax1.plot(w * 100, y * 100, "o", color=f"C{i}", ms=8,
-                 label=f"{label}: {w * 100:.2f}% → {y * 100:.2f}%")
+                 label=_("{label}: {weight:.2f}% → {output:.2f}%").format(
+                     label=_(label), weight=w * 100, output=y * 100))
     ax1.set(xscale="log", yscale="log")
     _plain_log(ax1.xaxis)
     _plain_log(ax1.yaxis)
-    ax1.set(title="Y = W·X: a relative error passes through",
-            xlabel="relative error of W (%, log scale)", ylabel="relative error of Y (%, log scale)")
+    ax1.set(title=_("Y = W·X: a relative error passes through"),
+            xlabel=_("relative error of W (%, log scale)"),
+            ylabel=_("relative error of Y (%, log scale)"))
     ax1.legend(fontsize=8)
-    _draw_sqnr(ax2, r.sqnr, "INT2 … INT8 per row, Gaussian")
+    _draw_sqnr(ax2, r.sqnr, _("INT2 … INT8 per row, Gaussian"))
     return fig
 
 
@@ -573,9 +612,9 @@ def _draw_sqnr(ax, sqnr, label: str) -> None:
     s = np.array([y for _, y in sqnr])
     a = db_per_bit_intercept(sqnr)
     ax.plot(b, a + DB_PER_BIT * b, "--", color="0.5",
-            label=f"{DB_PER_BIT:.2f} dB per bit (fitted to 4 … 8 bits)")
+            label=_("{db:.2f} dB per bit (fitted to 4 … 8 bits)").format(db=DB_PER_BIT))
     ax.plot(b, s, "o-", color="C0", label=label)
-    ax.set(title="SQNR against bit width", xlabel="bits per element", ylabel="SQNR (dB)")
+    ax.set(title=_("SQNR against bit width"), xlabel=_("bits per element"), ylabel="SQNR (dB)")
     ax.legend(fontsize=8)
 
 
@@ -594,8 +633,8 @@ def sqnr_explorer(n: int = SAMPLE, seed: int = 0) -> Explorer:
     n = _check_sample(n)
     controls = _distribution_controls()
     controls["granularity"] = widgets.ToggleButtons(
-        options=(("per tensor", "tensor"), ("per row", "channel")), value="channel",
-        description="granularity")
+        options=((_("per tensor"), "tensor"), (_("per row"), "channel")), value="channel",
+        description=_("granularity"))
 
     def compute(distribution, nu, granularity):
         z = L.sample_distribution(distribution, n, nu, seed).reshape(64, -1)   # (64, n / 64)
@@ -606,11 +645,12 @@ def sqnr_explorer(n: int = SAMPLE, seed: int = 0) -> Explorer:
 
     def draw(s, fig=None):
         fig, ax = explorer_figure(fig, (7, 4))
-        gran = "per row" if s["granularity"] == "channel" else "per tensor"
-        _draw_sqnr(ax, s["sqnr"], f"{_dist_label(s)}, {gran}")
-        ax.set_title(f"SQNR against bit width: {np.mean(s['db_per_bit'][2:]):.2f} dB per bit "
-                     "from 4 to 8 bits")
+        gran = _("per row") if s["granularity"] == "channel" else _("per tensor")
+        _draw_sqnr(ax, s["sqnr"], _("{distribution}, {granularity}").format(
+            distribution=_dist_label(s), granularity=gran))
+        ax.set_title(_("SQNR against bit width: {db:.2f} dB per bit from 4 to 8 bits").format(
+            db=np.mean(s["db_per_bit"][2:])))
         return fig
 
-    return Explorer("dB per bit: SQNR against bit width", controls, compute, draw,
+    return Explorer(_("dB per bit: SQNR against bit width"), controls, compute, draw,
                     rows=[["distribution", "nu"], ["granularity"]])

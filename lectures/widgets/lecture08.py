@@ -20,10 +20,14 @@ import numpy as np
 from matplotlib import ticker
 from matplotlib.figure import Figure
 
+from console.i18n import N_
 from lectures import lecture, llm
+from lectures.i18n import domain
 from lectures.widgets.explorer import Explorer, check_result
 
 L = lecture(8)
+_ = domain("lecture08").gettext
+pgettext = domain("lecture08").pgettext     # the table's "quantized" is another word
 
 #: The notebook's reduced workload (documented there): one window of 256 tokens to score,
 #: one to calibrate on, so that it runs in well under a minute on two cores.
@@ -41,15 +45,16 @@ def open_lab_or_explain(workload=None):
     try:
         return L.open_lab(NOTEBOOK if workload is None else workload)
     except llm.ModelUnavailableError as err:
-        print("The model is not installed, so the live cells are skipped; the stored tables and "
-              "figures are a reduced run.\n" + err.wrapped())
+        print(_("The model is not installed, so the live cells are skipped; the stored tables "
+                "and figures are a reduced run.") + "
+" + err.wrapped())
         return None
 
 
 KINDS = ("INT", "FP8 E4M3", "MXFP4", "NVFP4", "NF4")
-GRANULARITIES = (("per channel", None), ("groups of 128", 128), ("groups of 32", 32))
-LAYERS = ("all decoder linears",) + llm.LINEAR_KINDS
-ACTIVATIONS = ("float32", "INT8 per token", "FP8 E4M3 per token", "MXFP4", "NVFP4")
+GRANULARITIES = ((N_("per channel"), None), (N_("groups of 128"), 128), (N_("groups of 32"), 32))
+LAYERS = (N_("all decoder linears"),) + llm.LINEAR_KINDS
+ACTIVATIONS = ("float32", N_("INT8 per token"), N_("FP8 E4M3 per token"), "MXFP4", "NVFP4")
 _ACT_KIND = {"INT8 per token": "int8", "FP8 E4M3 per token": "fp8", "MXFP4": "mxfp4",
              "NVFP4": "nvfp4"}
 
@@ -87,7 +92,7 @@ def act_format(name: str) -> llm.ActFormat | None:
 def _plain_ticks(axis) -> None:
     """Log-axis ticks as plain numbers (2, 5, 10, 20), as notebook 05 draws them."""
     axis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
-    axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_major_formatter(ticker.FuncFormatter(lambda v, _pos: f"{v:g}"))
     axis.set_minor_formatter(ticker.NullFormatter())
 
 
@@ -99,23 +104,24 @@ def plot_perplexity_vs_bits(r) -> Figure:
     check_result(r, L.WeightOnlyResult, "demo2_weight_formats")
     fig = Figure(figsize=(9, 5))
     ax = fig.add_subplot()
-    families = {"INT": "C0", "INT + zero point": "C1", "FP8": "C2", "MXFP4": "C3",
+    families = {"INT": "C0", N_("INT + zero point"): "C1", "FP8": "C2", "MXFP4": "C3",
                 "NVFP4": "C4", "NF4": "C5"}
     seen = set()
     for label in r.ppl:
         family = ("INT + zero point" if "zero point" in label else
                   next((f for f in ("FP8", "MXFP4", "NVFP4", "NF4") if f in label), "INT"))
         ax.scatter(r.bits[label], r.ppl[label], color=families[family],
-                   label=None if family in seen else family, zorder=3)
+                   label=None if family in seen else _(family), zorder=3)
         seen.add(family)
-        ax.annotate(label.split(" (")[0], (r.bits[label], r.ppl[label]), fontsize=7,
+        ax.annotate(_(label.split(" (")[0]), (r.bits[label], r.ppl[label]), fontsize=7,
                     xytext=(4, 2), textcoords="offset points")
-    ax.axhline(r.reference, color="k", ls="--", lw=1, label=f"float32 ({r.reference:.2f})")
+    ax.axhline(r.reference, color="k", ls="--", lw=1,
+               label=_("float32 ({reference:.2f})").format(reference=r.reference))
     ax.set_yscale("log")
     _plain_ticks(ax.yaxis)
-    ax.set_xlabel("bits per weight (codes + scales)")
-    ax.set_ylabel("perplexity (log scale)")
-    ax.set_title("Weight-only round-to-nearest: perplexity against storage")
+    ax.set_xlabel(_("bits per weight (codes + scales)"))
+    ax.set_ylabel(_("perplexity (log scale)"))
+    ax.set_title(_("Weight-only round-to-nearest: perplexity against storage"))
     ax.legend(fontsize=8)
     return fig
 
@@ -127,11 +133,11 @@ def plot_sensitivity(r) -> Figure:
     ax = fig.add_subplot()
     kinds = list(r.sensitivity)
     ax.bar(kinds, [r.sensitivity[k] for k in kinds], color="C1",
-           label=f"only this kind in {r.sensitivity_format}")
+           label=_("only this kind in {format}").format(format=_(r.sensitivity_format)))
     ax.axhline(r.reference, color="k", ls="--", lw=1, label="float32")
-    ax.set_xlabel("kind of linear (all 30 layers)")
-    ax.set_ylabel("perplexity")
-    ax.set_title("Which layers are sensitive?")
+    ax.set_xlabel(_("kind of linear (all 30 layers)"))
+    ax.set_ylabel(_("perplexity"))
+    ax.set_title(_("Which layers are sensitive?"))
     ax.legend(fontsize=8)
     return fig
 
@@ -145,14 +151,14 @@ def plot_outliers_by_layer(r) -> Figure:
         names = [n for n in r.channel_stats if llm.layer_of(n)[1] == kind]
         layers = [llm.layer_of(n)[0] for n in names]
         ax.plot(layers, [r.channel_stats[n][0] for n in names], color=f"C{i}", marker="o",
-                ms=3, label=f"{L.INPUT_OF[kind]}: largest channel")
+                ms=3, label=_("{linear}: largest channel").format(linear=_(L.INPUT_OF[kind])))
         ax.plot(layers, [r.channel_stats[n][1] for n in names], color=f"C{i}", ls=":",
-                label=f"{L.INPUT_OF[kind]}: median channel")
+                label=_("{linear}: median channel").format(linear=_(L.INPUT_OF[kind])))
     ax.set_yscale("log")
     _plain_ticks(ax.yaxis)
-    ax.set_xlabel("layer")
-    ax.set_ylabel("max |x| of a channel (log scale)")
-    ax.set_title("Activation outliers: the largest channel against the median one")
+    ax.set_xlabel(_("layer"))
+    ax.set_ylabel(_("max |x| of a channel (log scale)"))
+    ax.set_title(_("Activation outliers: the largest channel against the median one"))
     ax.legend(fontsize=7, ncol=2)
     return fig
 
@@ -167,19 +173,19 @@ def plot_outlier_channels(r, name: str | None = None) -> Figure:
     a, t = r.absmax[name], r.token_absmax[name].reshape(-1, r.seq_len)
     fig = Figure(figsize=(10, 3.5))
     ax1, ax2 = fig.subplots(1, 2)
-    ax1.bar(np.arange(len(a)), a, width=1.0, color="C0", label="max |x| per channel")
-    ax1.axhline(np.median(a), color="k", ls="--", lw=1, label="median channel")
-    ax1.set_xlabel("input channel")
+    ax1.bar(np.arange(len(a)), a, width=1.0, color="C0", label=_("max |x| per channel"))
+    ax1.axhline(np.median(a), color="k", ls="--", lw=1, label=_("median channel"))
+    ax1.set_xlabel(_("input channel"))
     ax1.set_ylabel("max |x|")
-    ax1.set_title(f"{name.replace('model.layers.', 'layer ')}: channels")
+    ax1.set_title(_("{linear}: channels").format(linear=_layer_name(name)))
     ax1.legend(fontsize=8)
     for i, row in enumerate(t):
-        ax2.plot(np.arange(len(row)), row, lw=0.8, label=f"window {i}")
+        ax2.plot(np.arange(len(row)), row, lw=0.8, label=_("window {i}").format(i=i))
     ax2.set_yscale("log")
     _plain_ticks(ax2.yaxis)
-    ax2.set_xlabel("token position in the window")
-    ax2.set_ylabel("max |x| over channels (log)")
-    ax2.set_title("tokens: the first one is massive")
+    ax2.set_xlabel(_("token position in the window"))
+    ax2.set_ylabel(_("max |x| over channels (log)"))
+    ax2.set_title(_("tokens: the first one is massive"))
     ax2.legend(fontsize=8)
     return fig
 
@@ -191,13 +197,14 @@ def plot_activation_results(r) -> Figure:
     ax = fig.add_subplot()
     labels = list(r.ppl)
     # points, not bars: bar lengths on a log axis would exaggerate the ratios
-    ax.scatter([r.ppl[k] for k in labels], labels, color="C2", zorder=3, label="quantized")
+    ax.scatter([r.ppl[k] for k in labels], [_(k) for k in labels], color="C2", zorder=3,
+               label=pgettext("quantized model", "quantized"))
     ax.axvline(r.reference, color="k", ls="--", lw=1, label="float32")
     ax.set_xscale("log")
     _plain_ticks(ax.xaxis)
-    ax.set_xlabel("perplexity (log scale)")
-    ax.set_ylabel("weights, activations")
-    ax.set_title("Weights and activations")
+    ax.set_xlabel(_("perplexity (log scale)"))
+    ax.set_ylabel(_("weights, activations"))
+    ax.set_title(_("Weights and activations"))
     ax.legend(fontsize=8)
     ax.invert_yaxis()
     return fig
@@ -258,6 +265,14 @@ def _input_histogram(lab, activations: str, histogram_of: str) -> dict:
 HISTOGRAM_LAYER = 29     #: the layer whose inputs the explorer's histogram shows (the last)
 
 
+def _layer_name(name: str) -> str:
+    """'model.layers.29.mlp.down_proj' -> 'layer 29.mlp.down_proj', in the current language."""
+    if name.startswith("model.layers."):
+        number, _dot, rest = name.removeprefix("model.layers.").partition(".")
+        return _("layer {number}.{rest}").format(number=number, rest=rest)
+    return name
+
+
 def quantization_explorer(lab) -> Explorer:
     """Menus: weight format, bits, granularity, zero point, layers, activations, histogram.
 
@@ -267,18 +282,21 @@ def quantization_explorer(lab) -> Explorer:
     """
     style = {"description_width": "initial"}
     controls = {
-        "kind": widgets.Dropdown(options=KINDS, value="INT", description="weights", style=style),
-        "bits": widgets.IntSlider(value=4, min=2, max=8, description="INT bits", style=style),
-        "granularity": widgets.Dropdown(options=[g for g, _ in GRANULARITIES],
-                                        value="groups of 32", description="INT scales",
+        "kind": widgets.Dropdown(options=KINDS, value="INT", description=_("weights"),
+                                 style=style),
+        "bits": widgets.IntSlider(value=4, min=2, max=8, description=_("INT bits"), style=style),
+        "granularity": widgets.Dropdown(options=[(_(g), g) for g, _group in GRANULARITIES],
+                                        value="groups of 32", description=_("INT scales"),
                                         style=style),
-        "symmetric": widgets.Checkbox(value=True, description="symmetric (no zero point)"),
-        "layers": widgets.Dropdown(options=LAYERS, value=LAYERS[0], description="quantize",
-                                   style=style),
-        "activations": widgets.Dropdown(options=ACTIVATIONS, value="float32",
-                                        description="activations", style=style),
+        "symmetric": widgets.Checkbox(value=True, description=_("symmetric (no zero point)")),
+        "layers": widgets.Dropdown(options=[(_(k), k) for k in LAYERS], value=LAYERS[0],
+                                   description=_("quantize"), style=style),
+        "activations": widgets.Dropdown(options=[(_(a), a) for a in ACTIVATIONS],
+                                        value="float32", description=_("activations"),
+                                        style=style),
         "histogram_of": widgets.Dropdown(options=llm.LINEAR_KINDS, value="down_proj",
-                                         description=f"histogram: layer {HISTOGRAM_LAYER}",
+                                         description=_("histogram: layer {layer}").format(
+                                             layer=HISTOGRAM_LAYER),
                                          style=style),
     }
 
@@ -298,7 +316,7 @@ def quantization_explorer(lab) -> Explorer:
                                                                      histogram_of)
         return {**measured[fmt, layers, activations], **histograms[activations, histogram_of]}
 
-    return Explorer("Quantize SmolLM2-135M and measure it", controls, compute, _draw_explorer,
+    return Explorer(_("Quantize SmolLM2-135M and measure it"), controls, compute, _draw_explorer,
                     rows=[["kind", "bits", "granularity", "symmetric"],
                           ["layers", "activations", "histogram_of"]])
 
@@ -306,19 +324,22 @@ def quantization_explorer(lab) -> Explorer:
 def _draw_explorer(s: dict) -> Figure:
     fig = Figure(figsize=(10, 3.8), layout="constrained")
     ax1, ax2 = fig.subplots(1, 2)
-    ax1.bar(["float32", "quantized"], [s["reference"], s["ppl"]], color=["0.6", "C3"],
-            label=f"{s['format'].label} on {s['layers']}, {s['bits_per_weight']:.2f} bits/weight")
-    ax1.set_ylabel("perplexity")
-    ax1.set_xlabel("model")
-    ax1.set_title(f"perplexity {s['ppl']:.2f} (float32 {s['reference']:.2f})")
+    ax1.bar(["float32", pgettext("quantized model", "quantized")], [s["reference"], s["ppl"]],
+            color=["0.6", "C3"],
+            label=_("{format} on {layers}, {bits:.2f} bits/weight").format(
+                format=_(s["format"].label), layers=_(s["layers"]), bits=s["bits_per_weight"]))
+    ax1.set_ylabel(_("perplexity"))
+    ax1.set_xlabel(_("model"))
+    ax1.set_title(_("perplexity {ppl:.2f} (float32 {reference:.2f})").format(
+        ppl=s["ppl"], reference=s["reference"]))
     ax1.legend(fontsize=7)
     x, xq = s["x"].ravel(), s["xq"].ravel()
     bins = np.linspace(x.min(), x.max(), 121)
-    ax2.hist(x, bins=bins, color="0.6", label="float32 input", log=True)
+    ax2.hist(x, bins=bins, color="0.6", label=_("float32 input"), log=True)
     if s["act"] is not None:
-        ax2.hist(xq, bins=bins, histtype="step", color="C3", label=s["act"].label, log=True)
-    ax2.set_xlabel(f"input value of {s['target'].replace('model.layers.', 'layer ')}")
-    ax2.set_ylabel("count (log)")
-    ax2.set_title("activation histogram")
+        ax2.hist(xq, bins=bins, histtype="step", color="C3", label=_(s["act"].label), log=True)
+    ax2.set_xlabel(_("input value of {linear}").format(linear=_layer_name(s["target"])))
+    ax2.set_ylabel(_("count (log)"))
+    ax2.set_title(_("activation histogram"))
     ax2.legend(fontsize=7)
     return fig
