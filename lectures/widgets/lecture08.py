@@ -46,8 +46,7 @@ def open_lab_or_explain(workload=None):
         return L.open_lab(NOTEBOOK if workload is None else workload)
     except llm.ModelUnavailableError as err:
         print(_("The model is not installed, so the live cells are skipped; the stored tables "
-                "and figures are a reduced run.") + "
-" + err.wrapped())
+                "and figures are a reduced run.") + "\n" + err.wrapped())
         return None
 
 
