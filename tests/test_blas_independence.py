@@ -8,7 +8,11 @@ MKL's (torch's BLAS: ``MKL_ENABLE_INSTRUCTIONS=SSE4_2``), ATen's vectorised loop
 order of every floating-point sum changes. A printed number at rounding level (the last digits
 of a float64 residue, a tie decided by one ulp) shows up as a byte difference.
 
-Lectures 08-09 are left out: they need the model and minutes of CPU each.
+Lecture 06 also runs under every ATen CPU capability the machine has (scalar, AVX2, AVX-512),
+each alone, since its training is where the vector width once showed.
+
+Lectures 08-09 are left out: they need the model and minutes of CPU each. Lecture 12 prints
+timings, which no two machines share.
 """
 
 import difflib
