@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from console import display_width
@@ -36,10 +37,10 @@ def test_demo1_integer_gemm_is_exact_and_int32_limits(d1):
     assert d1.k_safe_full == 131071 and d1.k_safe_restricted == 133144
     assert d1.overflow_k == 131072 and d1.overflow_exact == 2**31
     assert d1.overflow_int32 == -2**31  # the wrap the text shows
-    # Float64 rounding only: rows of x reach 2^16 (SPREAD_BITS), so |y| ~ 2^16 and K-term sums
-    # round by about sqrt(K) * 2^-53 * 2^16 ~ 1e-10 (1.2e-10 measured); one code step would
-    # move y by ~2^16 / 127 / sqrt(K), far above 1e-9.
-    assert L.SPREAD_BITS == 16 and d1.dequant_diff < 1e-9
+    # Float64 rounding only, relative to the largest output: K-term sums round by about
+    # sqrt(K) * 2^-53 ~ 2e-15, under the printed bound 1e-13; one code step would move y by
+    # ~1 / 127 / sqrt(K) of it, far above.
+    assert d1.dequant_diff < L.ROUNDING_BOUND == 1e-13
     # 8-bit quantization of both operands: half a step is amax / 254, with amax ~ 4 sigma of
     # the largest rows (which dominate the norm), about 1.6% of a typical value per operand,
     # 1.6% * sqrt(2) ~ 2.3% for the product (2.28% printed); 5% is twice that. Above 0:
@@ -61,8 +62,33 @@ def test_demo2_per_row_scales_rescue_the_worst_row(d2):
     assert d2.path == "CPU emulation"
 
 
+def test_below_bound_prints_a_bound_for_rounding_and_the_number_above_it():
+    assert L.below_bound(3e-15) == "< 1e-13" and L.below_bound(0.0) == "< 1e-13"
+    assert L.below_bound(2.5e-10) == "2.50e-10"
+
+
+def ocp_clipped_blocks(t: np.ndarray, emax: int, max_value: float, block: int = 32) -> float:
+    """OCP MX v1.0 section 6.3, written here: the shared exponent is floor(log2(amax)) - emax of
+    the element format; a block saturates when some |x| / 2^exponent exceeds its max."""
+    b = np.abs(t).reshape(-1, block)
+    e = np.floor(np.log2(b.max(axis=1))) - emax
+    return float((b / np.exp2(e)[:, None] > max_value).any(axis=1).mean())
+
+
+def test_demo3_mxfp6_beats_mxfp8_by_saturating_less(d3):
+    w = d3.worst
+    assert w["MXFP6 (E2M3, 32)"] < w["MXFP8 (E4M3, 32)"]             # the inversion
+    x, wt = L.make_operands()
+    for label, emax, top in (("MXFP8 (E4M3, 32)", 8, 448.0), ("MXFP6 (E2M3, 32)", 2, 7.5)):
+        n = [ocp_clipped_blocks(t, emax, top) * t.size / 32 for t in (x, wt)]
+        assert d3.clipped_blocks[label] == pytest.approx(sum(n) / ((x.size + wt.size) / 32))
+    assert d3.clipped_blocks["MXFP6 (E2M3, 32)"] < 0.6 * d3.clipped_blocks["MXFP8 (E4M3, 32)"]
+    # without saturation (exponent rounded up) MXFP8 is ahead again: saturation explains it
+    assert d3.rceil[1] < w["MXFP6 (E2M3, 32)"] and d3.rceil[0] < d3.errors["MXFP6 (E2M3, 32)"]
+
+
 def test_demo3_block_scaled_claims(d3):
-    assert d3.max_path_diff < 1e-12  # the same math up to float64 rounding
+    assert d3.max_path_diff < L.ROUNDING_BOUND  # the same math up to float64 rounding
     w, e = d3.worst, d3.errors
     assert w["MXFP8 (E4M3, 32)"] < w["FP8 E4M3, one scale"] / 3
     assert e["NVFP4 (E2M1, 16)"] < e["MXFP4 (E2M1, 32)"]
