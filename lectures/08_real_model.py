@@ -182,7 +182,8 @@ def measured(lab: Lab, demo, perplexities: int, *args):
     terminal, closed before the demo prints); what was printed before is flushed first, so a
     redirected run shows each demo as it finishes."""
     sys.stdout.flush()
-    with progress(total=perplexities or None, desc=demo.__name__) as bar:
+    label = _("Demo {n}").format(n=demo.__name__.removeprefix("demo").split("_")[0])
+    with progress(total=perplexities or None, desc=label) as bar:
         lab.progress = bar
         try:
             return demo(lab, *args)
