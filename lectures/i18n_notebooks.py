@@ -165,8 +165,10 @@ def write(nn: str, execute: bool = True) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(build(nn), path)
     if execute:
+        # no time limit per cell: a full-run cell (notebook 10's) takes many minutes on a
+        # busy machine, and the run is watched by whoever started it
         subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook",
-                        "--execute", "--inplace", "--ExecutePreprocessor.timeout=1200",
+                        "--execute", "--inplace", "--ExecutePreprocessor.timeout=-1",
                         path.name], cwd=path.parent, check=True)
     tidy(path)
     return path
