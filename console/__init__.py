@@ -21,7 +21,7 @@ from typing import Sequence, TextIO
 
 from wcwidth import wcswidth, wcwidth
 
-from console.i18n import LANGUAGES, N_, Domain, current_language, set_language
+from console.i18n import _ALIASES, LANGUAGES, N_, Domain, current_language, set_language
 
 __all__ = [
     "OBSERVATIONS_WIDTH", "display_width", "is_numeric", "use_color",
@@ -540,7 +540,14 @@ class _LectureParser(argparse.ArgumentParser):
 
     def format_help(self):
         with _Translated():
-            return super().format_help()
+            text = super().format_help()
+        # argparse ends each section title with an ASCII colon; the console's "{title}:"
+        # message gives the language's own (a full-width colon in Chinese)
+        for group in self._action_groups:
+            if group.title:
+                text = text.replace(f"\n{group.title}:\n",
+                                    "\n" + _("{title}:").format(title=group.title) + "\n")
+        return text
 
     def error(self, message):
         with _Translated():
@@ -630,8 +637,10 @@ def run_lecture(main, parser=None) -> None:
     if args.lang is not None:
         try:
             set_language(args.lang)
-        except ValueError as err:
-            sys.exit(f"{prog}: --lang: {err}")
+        except ValueError:              # said in the environment's language
+            choices = ", ".join(sorted({"en", *_ALIASES}))     # the short tags: en, zh
+            sys.exit(_("{prog}: --lang: language '{tag}' has no translation; choose one of "
+                       "{choices}").format(prog=prog, tag=args.lang, choices=choices))
     _check_output_encoding(prog)
     (parser or _default_parser)().parse_args(sys.argv[1:])
     sys.argv[1:] = rest

@@ -382,8 +382,8 @@ def show_demo2(r: ClipResult) -> None:
           "curve is the trade-off behind every scale-selection method: MSE search and percentile "
           "calibration pick the clip point on it. GPTQ and AWQ are not scale searches: GPTQ "
           "rounds weights one column at a time and corrects the remaining columns with the "
-          "inverse Hessian of the layer inputs (Frantar et al. 2022); AWQ rescales input "
-          "channels by their activation magnitude before quantizing (Lin et al. 2023). Both "
+          "inverse Hessian of the layer inputs (Frantar et al. 2023); AWQ rescales input "
+          "channels by their activation magnitude before quantizing (Lin et al. 2024). Both "
           "minimise the output error, not the weight error (demo 5)."),
         _("Clipping throws away exactly the largest values. When those matter (the outlier "
           "features of LLM activations), clipping hurts; the alternatives are to keep outliers "

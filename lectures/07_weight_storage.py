@@ -279,7 +279,7 @@ def show_demo1(r: BytesResult) -> None:
           "so each qzeros word reads 0x{word:08X}. Asymmetric min-max with a zero "
           "point per group ({asym:.2f}%) has a step (max - min) / 15, never larger than "
           "2 amax / 15.").format(word=r.qzeros_word, asym=g["asymmetric"]["rel_error"] * 100),
-        _("GPTQ is an algorithm as well as this layout (Frantar et al. 2022): it quantizes one "
+        _("GPTQ is an algorithm as well as this layout (Frantar et al. 2023): it quantizes one "
           "input row at a time and moves that row's rounding error onto the rows not yet "
           "quantized, weighted by the inverse Hessian 2XX^T of the layer's inputs, so the "
           "output error shrinks while the weight error grows. The GPTQ codes in this lecture "

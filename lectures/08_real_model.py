@@ -203,7 +203,8 @@ def measured(lab: Lab, demo, perplexities: int, *args):
     prints); what was printed before is flushed first, so a redirected run shows each demo as
     it finishes."""
     sys.stdout.flush()
-    with one_torch_thread(), progress(total=perplexities or None, desc=demo.__name__) as bar:
+    label = _("Demo {n}").format(n=demo.__name__.removeprefix("demo").split("_")[0])
+    with one_torch_thread(), progress(total=perplexities or None, desc=label) as bar:
         lab.progress = bar
         try:
             return demo(lab, *args)

@@ -799,7 +799,7 @@ def demo5_calibration(m: Model, tokens: int = 512,
     windows = m.calib_windows[:max(1, tokens // m.calib_windows.shape[1])]
     caps = llm.capture_linear_inputs(m.ck.model, windows, names, keep_inputs=True)
     nlls, ratio = {}, {}
-    for method in progress(CALIBRATORS, "calibrators"):
+    for method in progress(CALIBRATORS, _("calibrators")):
         calibrate, threaded = CALIBRATORS[method]
 
         def clip(n, c, calibrate=calibrate):

@@ -185,7 +185,8 @@ def _execute(path: Path, english) -> None:
     if not any(run):
         return
     codes = iter(run)
-    client = NotebookClient(nb, timeout=1200, kernel_name="python3",
+    # no time limit per cell: a full-run cell takes many minutes on a busy machine
+    client = NotebookClient(nb, timeout=None, kernel_name="python3",
                             resources={"metadata": {"path": str(path.parent)}})
     with client.setup_kernel():
         for i, cell in enumerate(nb.cells):

@@ -72,12 +72,24 @@ def test_unknown_option_is_an_error(lecture, monkeypatch, capsys):
 def test_help_in_chinese_from_lang_and_from_environment(lecture, monkeypatch, capsys):
     _, zh, _ = run(lecture, ["--help", "--lang", "zh"], monkeypatch, capsys)
     assert zh.startswith("用法：") and "显示此帮助信息并退出" in zh
+    assert "\n选项：\n" in zh and "选项:" not in zh          # the section title's colon too
     # LANGUAGE of only colons counts as unset (GNU gettext): LANG decides
     _, env, _ = run(lecture, ["--help"], monkeypatch, capsys,
                     env={"LANGUAGE": ":", "LANG": "zh_CN.UTF-8"})
     assert env == zh
     code, _, err = run(lecture, ["--bogus", "--lang", "zh"], monkeypatch, capsys)
     assert code == 2 and "无法识别的参数：--bogus" in err
+
+
+def test_unknown_language_error_follows_the_environment(monkeypatch, capsys):
+    """``--lang fr`` names the option and the tag, in the environment's language."""
+    path = LECTURES[0]
+    code, out, err = run(path, ["--lang", "fr"], monkeypatch, capsys)
+    assert code == 1 and out == ""
+    assert "--lang: language 'fr' has no translation; choose one of en, zh" in err
+    code, out, err = run(path, ["--lang", "fr"], monkeypatch, capsys, env={"LANG": "zh_CN.UTF-8"})
+    assert code == 1 and out == ""
+    assert "--lang：语言 'fr' 没有译文；可选：en, zh" in err
 
 
 def test_an_output_encoding_without_chinese_gives_a_message(lecture, monkeypatch, capsys):

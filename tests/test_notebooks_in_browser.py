@@ -9,6 +9,13 @@ asserts that nothing a reader would see is broken (cells that nbval skips are le
 * every cell that stores a figure shows one, and every explorer draws one,
 * moving one slider of each explorer (or its first menu, where it has no slider) redraws it.
 
+The Chinese notebooks (``notebooks/zh/``) run the same way, and their Chinese text must be drawn
+with glyphs: for the notebook's title and its explorers' labels, every character is in a font
+Chromium reports using for that text (DevTools' ``CSS.getPlatformFontsForNode``, the font files
+read by fontTools), so an empty box would fail. A reader's system has a Chinese font; this
+machine may not, so Chromium is given the Noto Sans SC that the notebooks' extra installs
+(``pylopdf-fonts-zh-cn``) through a fontconfig file of the test's own.
+
 It needs the ``playwright`` Python package and a Chromium binary (``apt-get install chromium``;
 Playwright's own browser download is not used, it points at the installed binary). Without
 either it skips and says which is missing. Set ``CHROMIUM`` to use another binary.
@@ -29,7 +36,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+NOTEBOOK_DIR = ROOT / "notebooks"
+NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb")) + sorted((NOTEBOOK_DIR / "zh").glob("*.ipynb"))
 CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 
 playwright_sync = pytest.importorskip("playwright.sync_api", reason="needs the playwright package "
@@ -105,7 +113,8 @@ def lab(tmp_path_factory):
     work = home / "notebooks"
     work.mkdir()
     for nb in NOTEBOOKS:
-        (work / nb.name).write_text(json.dumps(_runnable(nb)))
+        (work / _rel(nb)).parent.mkdir(parents=True, exist_ok=True)
+        (work / _rel(nb)).write_text(json.dumps(_runnable(nb)))
     settings = home / "settings"
     for name, value in LAB_SETTINGS.items():
         f = settings / name
@@ -142,12 +151,66 @@ def lab(tmp_path_factory):
     log.close()
 
 
+def _rel(path: Path) -> str:
+    """The notebook's path under notebooks/ (``03_scaling.ipynb``, ``zh/03_scaling.ipynb``)."""
+    return path.relative_to(NOTEBOOK_DIR).as_posix()
+
+
+def _chinese(path: Path) -> bool:
+    return path.parent.name == "zh"
+
+
 @pytest.fixture(scope="module")
-def browser():
+def fonts_env(tmp_path_factory) -> dict:
+    """The environment that gives Chromium (and fc-match) the system's fonts plus Noto Sans SC."""
+    from lectures.widgets.fonts import cjk_font_path
+    home = tmp_path_factory.mktemp("fonts")
+    conf = home / "fonts.conf"
+    conf.write_text('<?xml version="1.0"?>\n<!DOCTYPE fontconfig SYSTEM "fonts.dtd">\n<fontconfig>'
+                    '<include ignore_missing="yes">/etc/fonts/fonts.conf</include>'
+                    f"<dir>{Path(cjk_font_path()).parent}</dir><cachedir>{home / 'cache'}</cachedir>"
+                    "</fontconfig>\n")
+    return dict(os.environ, FONTCONFIG_FILE=str(conf))
+
+
+@pytest.fixture(scope="module")
+def browser(fonts_env):
     with playwright_sync.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS,
+                              env=fonts_env)
         yield b
         b.close()
+
+
+def _is_cjk(ch: str) -> bool:
+    return "\u3000" <= ch <= "\u9fff" or "\uff00" <= ch <= "\uffef"
+
+
+def _font_file(postscript_name: str, env: dict) -> str:
+    return subprocess.run(["fc-match", "-f", "%{file}", f":postscriptname={postscript_name}"],
+                          env=env, capture_output=True, text=True, check=True).stdout
+
+
+def _glyphless(page, selector: str, env: dict) -> tuple[str, list[str]]:
+    """(text, characters without a glyph) of the first element matching `selector`: the
+    characters of its text that no font Chromium used to draw it maps (empty boxes)."""
+    from fontTools.ttLib import TTFont
+    client = page.context.new_cdp_session(page)
+    try:
+        client.send("DOM.enable")
+        client.send("CSS.enable")
+        root = client.send("DOM.getDocument", {"depth": -1})["root"]["nodeId"]
+        node = client.send("DOM.querySelector", {"nodeId": root, "selector": selector})["nodeId"]
+        assert node, f"nothing matches {selector!r}"
+        fonts = client.send("CSS.getPlatformFontsForNode", {"nodeId": node})["fonts"]
+    finally:
+        client.detach()
+    text = page.locator(selector).first.inner_text()
+    mapped = set()
+    for f in fonts:
+        with TTFont(_font_file(f["postScriptName"], env), fontNumber=0, lazy=True) as font:
+            mapped |= set(font.getBestCmap())
+    return text, sorted({ch for ch in text if not ch.isspace() and ord(ch) not in mapped})
 
 
 def _cell_image(cell) -> str | None:
@@ -173,8 +236,8 @@ def _nudge(cell) -> str:
     return "none"
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_runs_cleanly_in_a_browser(lab, browser, path):
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[_rel(p).removesuffix(".ipynb") for p in NOTEBOOKS])
+def test_notebook_runs_cleanly_in_a_browser(lab, browser, fonts_env, path):
     expected = _stored_outputs(path)
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     errors: list[str] = []
@@ -183,18 +246,19 @@ def test_notebook_runs_cleanly_in_a_browser(lab, browser, path):
     page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
     try:
         # A workspace of its own, reset: the page shows this notebook alone.
-        page.goto(f"{lab['base']}/lab/workspaces/{path.stem}/tree/{path.name}"
+        workspace = path.stem + ("-zh" if _chinese(path) else "")
+        page.goto(f"{lab['base']}/lab/workspaces/{workspace}/tree/{_rel(path)}"
                   f"?reset&token={lab['token']}")
         cells = page.locator(".jp-Notebook .jp-Cell.jp-CodeCell")
         # Every code cell of the file is on the page (JupyterLab renders them in batches).
         page.wait_for_function(
             "n => document.querySelectorAll('.jp-Notebook .jp-Cell.jp-CodeCell').length === n",
             arg=len(expected), timeout=60_000)
-        _wait_for_idle_kernel(lab, path.name)
+        _wait_for_idle_kernel(lab, _rel(path))
         _run_all_cells(page)
         page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']",
                                timeout=RUN_TIMEOUT_MS)
-        _wait_for_idle_kernel(lab, path.name)
+        _wait_for_idle_kernel(lab, _rel(path))
         assert page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"
                             ).filter(has_text="Traceback").count() == 0, "no cell raised"
         assert page.get_by_text("Error displaying widget").count() == 0
@@ -220,6 +284,14 @@ def test_notebook_runs_cleanly_in_a_browser(lab, browser, path):
         assert nudged == explorers, f"{nudged} of {explorers} explorers redrew after a change"
         assert page.get_by_text("Error displaying widget").count() == 0
         assert not errors, "\n".join(errors)
+        if _chinese(path):
+            selectors = [".jp-MarkdownCell .jp-RenderedMarkdown h1"]
+            if explorers:
+                selectors.append(".jp-OutputArea-output .widget-label:not(:empty)")
+            for selector in selectors:
+                text, boxes = _glyphless(page, selector, fonts_env)
+                assert sum(map(_is_cjk, text)) >= 2, (selector, text)     # Chinese is shown
+                assert boxes == [], f"{selector} {text!r}: no glyph for {boxes}"
     finally:
         page.close()
         _shut_down_kernels(lab)
@@ -232,11 +304,12 @@ def _sessions(lab) -> list[dict]:
 
 
 def _wait_for_idle_kernel(lab, name: str) -> None:
-    """Until the server reports this notebook's kernel started and idle."""
+    """Until the server reports this notebook's kernel (path `name` under notebooks/) started
+    and idle."""
     deadline = time.monotonic() + RUN_TIMEOUT_MS / 1000
     while time.monotonic() < deadline:
         states = [s["kernel"]["execution_state"] for s in _sessions(lab)
-                  if s.get("path", "").endswith(name) and s.get("kernel")]
+                  if s.get("path", "") == name and s.get("kernel")]
         if states and all(st == "idle" for st in states):
             return
         time.sleep(0.5)
