@@ -43,6 +43,20 @@ def test_no_number_that_javascript_would_rewrite(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_stored_as_jupyterlab_leaves_a_run(path):
+    """No per-cell timing (JupyterLab deletes it when it runs a cell) and no two consecutive
+    stream outputs of one name (its output area joins them), so Run All and save changes only
+    what the run itself changes."""
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    for i, cell in enumerate(nb["cells"]):
+        assert "execution" not in cell.get("metadata", {}), f"{path.name} cell {i}: timing"
+        names = [o.get("name") if o["output_type"] == "stream" else None
+                 for o in cell.get("outputs", [])]
+        assert not any(a is not None and a == b for a, b in zip(names, names[1:])), \
+            f"{path.name} cell {i}: consecutive {names} streams"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_saved_as_nbformat_writes_it(path):
     text = path.read_text(encoding="utf-8")
     assert nbformat.writes(nbformat.reads(text, as_version=4)) + "\n" == text
@@ -76,3 +90,24 @@ def test_jupyterlab_news_is_off_in_the_shipped_settings():
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     data_files = pyproject["tool"]["setuptools"]["data-files"]
     assert data_files["share/jupyter/lab/settings"] == ["jupyter/overrides.json"]
+
+
+def test_tidy_joins_streams_and_drops_timing(tmp_path):
+    from lectures.widgets.tidy import tidy
+
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("print(1); print(2)")
+    cell.metadata["execution"] = {"iopub.status.busy": "2026-12-03T07:00:00Z"}
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="1\n"),
+                    nbformat.v4.new_output("stream", name="stdout", text="2\n"),
+                    nbformat.v4.new_output("stream", name="stderr", text="w\n"),
+                    nbformat.v4.new_output("stream", name="stdout", text="3\n")]
+    nb.cells.append(cell)
+    p = tmp_path / "x.ipynb"
+    p.write_text(json.dumps(nb, indent=1, sort_keys=True), encoding="utf-8")
+    assert tidy(p) is True
+    saved = json.loads(p.read_text(encoding="utf-8"))["cells"][0]
+    assert "execution" not in saved["metadata"]
+    assert [(o["name"], "".join(o["text"])) for o in saved["outputs"]] == [
+        ("stdout", "1\n2\n"), ("stderr", "w\n"), ("stdout", "3\n")]
+    assert tidy(p) is False

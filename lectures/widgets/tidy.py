@@ -32,13 +32,33 @@ def _as_javascript(value):
     return value
 
 
+def _merged_streams(outputs: list) -> list:
+    """``outputs`` with each run of consecutive stream outputs of one name joined into one, as
+    JupyterLab's output area keeps them (nbconvert stores each write of the kernel apart)."""
+    merged = []
+    for out in outputs:
+        if (out.get("output_type") == "stream" and merged
+                and merged[-1].get("output_type") == "stream"
+                and merged[-1].get("name") == out.get("name")):
+            merged[-1]["text"] = "".join(merged[-1]["text"]) + "".join(out["text"])
+        else:
+            merged.append(out)
+    return merged
+
+
 def tidy_text(text: str) -> str:
-    """The notebook JSON ``text`` as JupyterLab would save it (nbformat's writer, JavaScript
-    numbers, the ipykernel kernelspec)."""
+    """The notebook JSON ``text`` as JupyterLab would save it after running it (nbformat's
+    writer, JavaScript numbers, the ipykernel kernelspec, no per-cell ``execution`` timing
+    metadata, which JupyterLab removes when it runs a cell without recording timing, and
+    consecutive stream outputs of one name joined)."""
     import nbformat
 
     nb = nbformat.from_dict(_as_javascript(json.loads(text)))
     nb.metadata["kernelspec"] = dict(KERNELSPEC)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.metadata.pop("execution", None)
+            cell.outputs = _merged_streams(cell.outputs)
     out = nbformat.writes(nb)
     return out if out.endswith("\n") else out + "\n"
 
