@@ -26,6 +26,11 @@ def printed(show, *args) -> str:
     return buf.getvalue()
 
 
+def one_line(text: str) -> str:
+    """The printed text with its line wrapping undone (observations wrap at 100 columns)."""
+    return " ".join(text.split())
+
+
 def assert_fits(text: str) -> None:
     assert all(display_width(line) <= 100 for line in text.splitlines())
 
@@ -414,7 +419,7 @@ def test_out_of_domain_rows_follow_their_intervals(model, d2, d3):
     assert np.array_equal(d3.nll[("GPTQ-act", bits, group)], d2.nll[("GPTQ-act", bits, group)])
     rows = L.ood_rows(d3)
     assert [r[0] for r in rows] == ["AWQ", "GPTQ act-order"]
-    out = printed(L.show_demo3, d3)
+    out = one_line(printed(L.show_demo3, d3))
     for (name, inside, outside, p), key in zip(rows, ("AWQ", "GPTQ-act")):
         a, b = d3.nll[(key, bits, group)], d3.nll[(f"{key}-ood", bits, group)]
         assert inside == pytest.approx(np.exp(a.mean()), rel=1e-12)
@@ -435,7 +440,7 @@ def test_act_order_static_groups_separate_order_from_regrouping(d2):
     assert (bits, group) == L.QUICK.settings[-1]
     plain, static, act = (d2.nll[(k, bits, group)] for k in ("GPTQ", "GPTQ-static", "GPTQ-act"))
     assert d2.ppl[("GPTQ-static", bits, group)] == pytest.approx(np.exp(static.mean()), rel=1e-12)
-    out = printed(L.show_demo2, d2)
+    out = one_line(printed(L.show_demo2, d2))
     for a, b in ((plain, static), (static, act)):
         from lectures import llm
         p = llm.paired_ratio(a, b)
@@ -477,7 +482,7 @@ def test_rotation_with_gptq_row_follows_its_interval(d4):
     p = llm.paired_ratio(a, b)
     lo, hi = _t_interval(a, b)
     assert d4.rotation_ppl["GPTQ"] == pytest.approx(np.exp(b.mean()), rel=1e-12)
-    out = printed(L.show_demo4, d4)
+    out = one_line(printed(L.show_demo4, d4))
     assert (f"{d4.rotation_ppl[True]:.2f} -> {d4.rotation_ppl['GPTQ']:.2f} ({p.percent()}, "
             + ("within noise" if lo <= 1 <= hi else "beyond noise") + ")") in out
     assert d4.rotation_rows[1] == ["W4A4 INT4 g32, GPTQ weights", None, d4.rotation_ppl["GPTQ"]]
