@@ -11,10 +11,12 @@ The question
       Demo 1  A synthetic layer with correlated, outlier inputs: the tr(EΣEᵀ) identity, and
               GPTQ against round-to-nearest (RTN): output error against weight error.
       Demo 2  GPTQ on a real model (SmolLM2-135M): INT4 / INT3, groups of 128 / 32, act-order
-              on and off, calibrated layer by layer: perplexity against RTN.
-      Demo 3  AWQ's activation-aware scales on the same settings.
+              on and off, calibrated layer by layer: perplexity against RTN; act-order with
+              static groups separates its rounding order from its regrouping.
+      Demo 3  AWQ's activation-aware scales on the same settings and calibration tokens; both
+              methods calibrated on another text (out-of-domain) against in-domain.
       Demo 4  Weights and activations: SmoothQuant's α for W8A8, a Hadamard rotation for
-              W4A4, and LLM.int8()'s float channels.
+              W4A4 (with RTN and with GPTQ weights), and LLM.int8()'s float channels.
       Demo 5  Calibrating an activation range: min-max, percentile, MSE, KL; static against
               dynamic scales.
       Demo 6  One table: method × bits -> perplexity, bits per weight, calibration cost.
@@ -22,7 +24,8 @@ The question
 How to read the output
     Demo 1 uses synthetic data with fixed seeds. Demos 2-6 use the model and text of lecture 08
     (lectures/llm: the GGUF checkpoint dequantized to float32; CPython's language reference,
-    4 evaluation windows of 512 tokens, 4 disjoint calibration windows of 512 tokens).
+    4 evaluation windows of 512 tokens, 4 disjoint calibration windows of 512 tokens; for the
+    out-of-domain rows, 4 windows of 512 tokens of the source of CPython's argparse module).
     Perplexity is exp(mean negative log-likelihood) per token: lower is better. Errors are
     relative, ‖Ŵ − W‖/‖W‖ and ‖X(Ŵ − W)ᵀ‖/‖XWᵀ‖, in percent. "What to notice" closes each demo.
 
@@ -30,13 +33,13 @@ Run
     python lectures/09_ptq_algorithms.py       (demo 1 alone: --synthetic; --quick: 2 windows
                                                 of 256 tokens and two settings, the tests')
     python lectures/09_ptq_algorithms.py --save r.json   (also the results as JSON)
-    Demo 1 takes about 10 s. The real-model demos run 6 sequential GPTQ calibrations, one
-    AWQ pass for its 3 settings and 24 perplexity evaluations (progress on stderr: a bar on a
-    terminal, one line per step otherwise); the groups of linears of each layer are quantized
-    on torch's threads (lectures/llm/calibrate.py). Without the model package, demos 2-6 print
-    how to install it. A change in brackets is one perplexity against another with its 95%
-    interval over the evaluation windows, paired window by window (within noise when it
-    contains 0).
+    Demo 1 takes about 10 s. The real-model demos run 9 sequential GPTQ calibrations, two
+    AWQ passes (its 3 settings, then one out-of-domain) and 28 perplexity evaluations
+    (progress on stderr: a bar on a terminal, one line per step otherwise); the groups of
+    linears of each layer are quantized on torch's threads (lectures/llm/calibrate.py).
+    Without the model package, demos 2-6 print how to install it. A change in brackets is one
+    perplexity against another with its 95% interval over the evaluation windows, paired
+    window by window (within noise when it contains 0).
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ _ = domain("lecture09").gettext
 # number in them are matched whole and printed from a message with that number as a field.
 N_("RTN (round to nearest)"), N_("GPTQ, act-order"), N_("none"), N_("percentile 99.99")
 N_("KL (entropy)"), N_("dynamic per-tensor"), N_("dynamic per-token"), N_("float32 (reference)")
+N_("W4A4 INT4 g32, GPTQ weights")
 _NUMBERED_LABELS = (
     (re.compile(r"GPTQ, (?P<tokens>\d+) calibration tokens"),
      N_("GPTQ, {tokens} calibration tokens")),
@@ -326,6 +330,7 @@ class Model:
     reference_ppl: float
     workload: Workload = FULL
     reference_nll: object = None  # float64 (n_eval,): the float32 model's NLL per window
+    ood_windows: np.ndarray | None = None  # (n_calib, seq_len): out-of-domain calibration
 
 
 def load_model(ck=None, workload: Workload = FULL) -> Model:
@@ -336,8 +341,9 @@ def load_model(ck=None, workload: Workload = FULL) -> Model:
     w = workload
     ev = llm.eval_windows(tokens, w.n_eval, w.seq_len)
     cal = llm.calibration_windows(tokens, w.n_calib, w.seq_len)
+    ood = llm.ood_calibration_windows(llm.ood_tokens(ck.tokenizer), w.n_calib, w.seq_len)
     ref = llm.window_nll(ck.model, ev, batch_size=len(ev))
-    return Model(ck, ev, cal, float(np.exp(ref.mean())), w, ref)
+    return Model(ck, ev, cal, float(np.exp(ref.mean())), w, ref, ood)
 
 
 def ppl(m: Model, weights: dict | None = None, inputs=None) -> float:
@@ -380,12 +386,25 @@ class GPTQRealResult:
     nll: dict = field(default_factory=dict)   # as ppl: NLL per evaluation window
     reference_nll: object = None
     g_idx_bits: float = 0.0   # act-order's g_idx (32 bits per input column), per weight
+    order_setting: tuple | None = None   # (bits, group) of the static-groups run ("GPTQ-static")
+
+
+def gptq_quantizer(bits: int, group: int, act_order: bool, static_groups: bool = False):
+    """``q(w, x)`` for calibrate_layers: numfmt.ptq.gptq, asymmetric, groups of ``group`` (the
+    last group of a 576-input linear holds 64 columns at group 128), on the Hessian of the
+    inputs ``x``; returns the dequantized weights."""
+    def q(w, x):
+        return gptq(w, hessian(x), bits, group, symmetric=False, act_order=act_order,
+                    partial_last_group=True, static_groups=static_groups).weight
+    return q
 
 
 def demo2_gptq(m: Model, settings=None) -> GPTQRealResult:
     """GPTQ (asymmetric, damp 0.01, lazy batches of 128) against RTN on every decoder linear,
     calibrated sequentially layer by layer on 2048 tokens. Notice how much more GPTQ buys at 3
-    bits than at 4, and what act-order adds."""
+    bits than at 4, and what act-order adds; at the last setting, act-order with static groups
+    (groups of consecutive columns, as the authors' --static-groups) separates its two effects:
+    the order of rounding, and which columns share a scale."""
     settings = m.workload.settings if settings is None else settings
     out, weights, rows, nlls = {}, {}, [], {}
     for bits, group in settings:
@@ -393,13 +412,8 @@ def demo2_gptq(m: Model, settings=None) -> GPTQRealResult:
         nlls[("RTN", bits, group)] = nll(m, rtn)
         for act in (False, True):
             key = ("GPTQ-act" if act else "GPTQ", bits, group)
-
-            def q(w, x, bits=bits, group=group, act=act):
-                return gptq(w, hessian(x), bits, group, symmetric=False, act_order=act,
-                            partial_last_group=True).weight
-
-            new = calibrate_layers(m.ck.model, m.calib_windows, q, desc=f"GPTQ INT{bits} g{group}"
-                                   + (" act-order" if act else ""))
+            new = calibrate_layers(m.ck.model, m.calib_windows, gptq_quantizer(bits, group, act),
+                                   desc=f"GPTQ INT{bits} g{group}" + (" act-order" if act else ""))
             nlls[key] = nll(m, new)
             if act and (bits, group) == settings[0]:    # kept for the tests (850 MB each)
                 weights[key] = new
@@ -409,8 +423,13 @@ def demo2_gptq(m: Model, settings=None) -> GPTQRealResult:
                      out[("GPTQ", bits, group)], out[("GPTQ-act", bits, group)],
                      llm.paired_ratio(nlls[("RTN", bits, group)],
                                       nlls[("GPTQ-act", bits, group)]).percent()])
+    order = settings[-1]
+    new = calibrate_layers(m.ck.model, m.calib_windows, gptq_quantizer(*order, True, True),
+                           desc=f"GPTQ INT{order[0]} g{order[1]} act-order, static groups")
+    nlls[("GPTQ-static", *order)] = nll(m, new)
+    out[("GPTQ-static", *order)] = float(np.exp(nlls[("GPTQ-static", *order)].mean()))
     return GPTQRealResult(m.reference_ppl, rows, out, (m.calib_windows.size, m.eval_windows.size),
-                          weights, nlls, m.reference_nll, g_idx_bits(m))
+                          weights, nlls, m.reference_nll, g_idx_bits(m), order)
 
 
 def show_demo2(r: GPTQRealResult) -> None:
@@ -422,6 +441,14 @@ def show_demo2(r: GPTQRealResult) -> None:
                  _("act-order against RTN")],
                 [[s, f"{b:.3f}", f"{a:.2f}", f"{g:.2f}", f"{ga:.2f}", ch]
                  for s, b, a, g, ga, ch in r.rows])
+    if r.order_setting is not None:
+        bits, group = r.order_setting
+        print("\n" + _("Act-order's two effects at INT{bits} g{group}:").format(bits=bits,
+                                                                           group=group))
+        print_table([_("original order"), _("act-order, static groups"),
+                     _("act-order, groups in its order")],
+                    [[f"{r.ppl[(k, bits, group)]:.2f}" for k in ("GPTQ", "GPTQ-static",
+                                                                "GPTQ-act")]])
     c = gptq_counts(r)
     gain = {row[0]: row[2] - row[4] for row in r.rows}
     top = max(gain, key=gain.get)
@@ -438,12 +465,30 @@ def show_demo2(r: GPTQRealResult) -> None:
           "heuristic of the authors' repository (IST-DASLab/gptq, --act-order), not of the "
           "paper, whose section 3 finds that the order barely matters for large models. With "
           "groups it also regroups the columns by activation energy (groups form in the order "
-          "of quantization), so its gain here mixes order and grouping.").format(
-            setting=top, rtn=top_row[2], gptq=top_row[4]),
+          "of quantization), so its gain mixes order and grouping; the second table separates "
+          "them.").format(setting=top, rtn=top_row[2], gptq=top_row[4]),
         _("Act-order stores that order too: a 32-bit group index per input column (g_idx) "
           "adds {g_idx:.3f} bits per weight to the table's bits for act-order.").format(
             g_idx=r.g_idx_bits),
-    ])
+    ] + ([] if r.order_setting is None else [order_observation(r)]))
+
+
+def order_observation(r: GPTQRealResult) -> str:
+    """The second table of demo 2 in words: act-order's rounding order alone (static groups)
+    against plain GPTQ, and its regrouping on top, each with its paired interval."""
+    bits, group = r.order_setting
+    plain, static, act = (r.nll[(k, bits, group)] for k in ("GPTQ", "GPTQ-static", "GPTQ-act"))
+    order, regroup = llm.paired_ratio(plain, static), llm.paired_ratio(static, act)
+    return _("Static groups (the authors' --static-groups, AutoGPTQ's static_groups) fix every "
+             "group's scale on consecutive columns of the original weights before any column is "
+             "rounded, so act-order changes only the order of rounding: {plain:.2f} -> "
+             "{static:.2f} ({order}, {order_verdict}). Groups formed in act-order's order also "
+             "put columns of like activation energy under one scale: {static:.2f} -> {act:.2f} "
+             "({regroup}, {regroup_verdict}). With static groups g_idx is column // group, which "
+             "a kernel can compute instead of reading.").format(
+        plain=r.ppl[("GPTQ", bits, group)], static=r.ppl[("GPTQ-static", bits, group)],
+        act=r.ppl[("GPTQ-act", bits, group)], order=order.percent(),
+        order_verdict=verdict(order), regroup=regroup.percent(), regroup_verdict=verdict(regroup))
 
 
 def gptq_counts(r: GPTQRealResult) -> dict:
@@ -467,7 +512,6 @@ def gptq_counts(r: GPTQRealResult) -> dict:
 # ---------------------------------------------------------------------------------------------
 # Demo 3: AWQ
 # ---------------------------------------------------------------------------------------------
-AWQ_TOKENS = 256             # tokens per layer group for AWQ's search (the reference: 128 x 512)
 AWQ_GRID = 10                # alpha = 0, 0.1, ..., 0.9 (the reference: a grid of 20)
 
 
@@ -478,28 +522,34 @@ class AWQRealResult:
     alphas: dict      # setting -> list of the chosen alpha of every layer group
     nll: dict = field(default_factory=dict)   # as ppl, NLL per window (GPTQ-act's too)
     tokens: tuple = (0, 0)   # calibration tokens: (AWQ per layer group, GPTQ)
+    #: (bits, group) calibrated on the out-of-domain text too: keys ("AWQ-ood", bits, group)
+    #: and ("GPTQ-act-ood", bits, group) in ppl and nll, on as many tokens as in-domain
+    ood_setting: tuple | None = None
+
+
+def awq_quantizer(bits: int, group: int):
+    """``q(w, x)`` for calibrate_layers: numfmt.ptq.awq_search (α on a grid of AWQ_GRID, then
+    the clip search) with :func:`weight_rtn` on all the calibration tokens ``x``."""
+    def q(w, x):
+        r = awq_search(w, x, lambda v: weight_rtn(v, bits, group), grid=AWQ_GRID,
+                       clip_search=True, group_size=group)
+        # float32, as the model will hold it: the settings' weights live at once
+        return r._replace(weight=r.weight.astype(np.float32))
+    return q
 
 
 def demo3_awq(m: Model, gptq_result: GPTQRealResult | None = None,
               settings=None) -> AWQRealResult:
     """AWQ: per-input-channel scales s = mean|x|^α, α on a grid of 10, folded into the layer
     (the weight becomes Q(W·s)/s), then its clip search; calibrated on the float model's
-    inputs (AWQ is not sequential). Notice how much a search over scales alone recovers."""
+    inputs (AWQ is not sequential), on GPTQ's calibration tokens. Notice how much a search
+    over scales alone recovers; and, at the last setting, what calibrating on the evaluation
+    text's own domain buys each method (the same number of tokens of another stdlib file)."""
     settings = m.workload.settings if settings is None else settings
 
-    def search(bits, group):
-        def q(w, x):
-            r = awq_search(w, x[:AWQ_TOKENS], lambda v: weight_rtn(v, bits, group),
-                           grid=AWQ_GRID, clip_search=True, group_size=group)
-            # float32, as the model will hold it: the settings' weights live at once
-            return r._replace(weight=r.weight.astype(np.float32))
-        return q
-
-    # AWQ calibrates on the float model's inputs: one pass serves every setting, and only the
-    # windows that hold its AWQ_TOKENS tokens need to run
+    # AWQ calibrates on the float model's inputs: one pass serves every setting
     found = {}
-    windows = m.calib_windows[:-(-AWQ_TOKENS // m.calib_windows.shape[1])]
-    new = calibrate_layers(m.ck.model, windows, {s: search(*s) for s in settings},
+    new = calibrate_layers(m.ck.model, m.calib_windows, {s: awq_quantizer(*s) for s in settings},
                            sequential=False,
                            desc="AWQ " + ", ".join(f"INT{b} g{g}" for b, g in settings),
                            results=found)
@@ -518,13 +568,29 @@ def demo3_awq(m: Model, gptq_result: GPTQRealResult | None = None,
         out[("RTN", bits, group)] = rtn
         g = gptq_result.ppl[("GPTQ-act", bits, group)] if gptq_result else float("nan")
         rows.append([f"INT{bits} g{group}", rtn, out[("AWQ", bits, group)], g])
-    return AWQRealResult(rows, out, alphas, nlls, (AWQ_TOKENS, m.calib_windows.size))
+    ood = None
+    if m.ood_windows is not None:
+        ood = bits, group = settings[-1]
+        nlls[("AWQ-ood", *ood)] = nll(m, calibrate_layers(
+            m.ck.model, m.ood_windows, awq_quantizer(*ood), sequential=False,
+            desc=f"AWQ INT{bits} g{group}, out-of-domain"))
+        if gptq_result is not None:
+            nlls[("GPTQ-act-ood", *ood)] = nll(m, calibrate_layers(
+                m.ck.model, m.ood_windows, gptq_quantizer(*ood, True),
+                desc=f"GPTQ INT{bits} g{group} act-order, out-of-domain"))
+        out.update({k: float(np.exp(v.mean())) for k, v in nlls.items() if k[0].endswith("-ood")})
+    return AWQRealResult(rows, out, alphas, nlls, (m.calib_windows.size, m.calib_windows.size),
+                         ood)
 
 
 def show_demo3(r: AWQRealResult) -> None:
     print_header(_("Demo 3: AWQ, activation-aware scales (weight-only)"))
+    print(_("Calibration: {awq} tokens for AWQ's search, {gptq} for GPTQ's Hessians (the same "
+            "windows).").format(awq=r.tokens[0], gptq=r.tokens[1]))
     print_table([_("weights"), "RTN", _("AWQ (scales + clip)"), _("GPTQ act-order")],
                 [[s, f"{a:.2f}", f"{b:.2f}", f"{g:.2f}"] for s, a, b, g in r.rows])
+    if r.ood_setting is not None:
+        show_ood(r)
     key = next(iter(r.alphas))
     al = np.array(r.alphas[key])
     settings = [(b, g) for _m, b, g in r.alphas]
@@ -542,12 +608,65 @@ def show_demo3(r: AWQRealResult) -> None:
             groups=len(al), median=np.median(al)),
         _("AWQ needs no Hessian and no error feedback: one search per layer group. Here it beats "
           "GPTQ with act-order in {wins} of {n} settings ({sure} of the differences beyond "
-          "noise), on unequal calibration: AWQ searched on {awq_tokens} tokens per layer group, "
-          "GPTQ accumulated its Hessians over {gptq_tokens}, both from the same document as the "
-          "evaluation. The two combine in practice (AWQ's scales, then GPTQ's rounding).")
+          "noise), on the same calibration tokens: AWQ searched on {awq_tokens} tokens per layer "
+          "group, GPTQ accumulated its Hessians over {gptq_tokens}, both from other windows of "
+          "the evaluation's document. The two combine in practice (AWQ's scales, then GPTQ's "
+          "rounding).")
         .format(wins=sum(row[2] < row[3] for row in r.rows), n=len(r.rows),
                 sure=sure["GPTQ-act"], awq_tokens=r.tokens[0], gptq_tokens=r.tokens[1]),
-    ])
+    ] + ([] if r.ood_setting is None else [ood_observation(r)]))
+
+
+OOD_METHODS = (("AWQ", "AWQ"), ("GPTQ-act", N_("GPTQ act-order")))   # key, printed label
+
+
+def ood_rows(r: AWQRealResult) -> list:
+    """[label, in-domain ppl, out-of-domain ppl, PairedRatio out / in] of the methods that
+    were calibrated on both texts at ``r.ood_setting``."""
+    bits, group = r.ood_setting
+    rows = []
+    for key, name in OOD_METHODS:
+        inside, outside = (key, bits, group), (f"{key}-ood", bits, group)
+        if outside in r.nll:
+            rows.append([name, float(np.exp(r.nll[inside].mean())), r.ppl[outside],
+                         llm.paired_ratio(r.nll[inside], r.nll[outside])])
+    return rows
+
+
+def show_ood(r: AWQRealResult) -> None:
+    bits, group = r.ood_setting
+    print("\n" + _("Calibration text at INT{bits} g{group}, {tokens} tokens each: other windows "
+                   "of the language reference\n(in-domain) or the source of the stdlib's "
+                   "{module}.py (out-of-domain):").format(
+        bits=bits, group=group, tokens=r.tokens[1], module=llm.OOD_MODULE))
+    print_table([_("method"), _("in-domain"), _("out-of-domain"), _("change")],
+                [[_(name), f"{a:.2f}", f"{b:.2f}", p.percent()] for name, a, b, p in ood_rows(r)])
+
+
+def ood_observation(r: AWQRealResult) -> str:
+    """What in-domain calibration buys, in words, from :func:`ood_rows`."""
+    rows = ood_rows(r)
+    changes = "; ".join(_("{method} {inside:.2f} -> {outside:.2f} ({change}, {verdict})").format(
+        method=_(name), inside=a, outside=b, change=p.percent(), verdict=verdict(p))
+        for name, a, b, p in rows)
+    worse = [_(name) for name, _a, _b, p in rows if not p.within_noise and p.ratio > 1]
+    better = [_(name) for name, _a, _b, p in rows if not p.within_noise and p.ratio < 1]
+    tail = []
+    # TRANSLATORS: the separator between the items of a list inside a sentence
+    if worse:
+        tail.append(_("In-domain calibration buys {methods} a gain beyond noise.").format(
+            methods=_(", ").join(worse)))
+    if better:
+        tail.append(_("{methods} does better calibrated out of domain, beyond noise.").format(
+            methods=_(", ").join(better)))
+    if not tail:
+        tail.append(_("Neither change is beyond noise: here calibrating in the evaluation's "
+                      "domain buys nothing these windows can measure."))
+    return _("Calibrated on {module}.py instead of the language reference (as many tokens): "
+             "{changes}. {tail} The papers calibrate on web text (GPTQ on C4, AWQ on the Pile) "
+             "and evaluate on other text (Frantar et al. 2023, section 5; Lin et al. 2024, "
+             "section 5.1).").format(module=llm.OOD_MODULE, changes=changes,
+                                     tail=" ".join(tail))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -637,14 +756,17 @@ def rotate(x, n: int, transpose: bool = False):
     return y.reshape(x.shape)
 
 
-def w4a4(m: Model, weights: dict, rotated: bool, group: int = 32) -> np.ndarray:
+def w4a4(m: Model, weights: dict, rotated: bool, group: int = 32,
+         prepared: dict | None = None) -> np.ndarray:
     """W4A4: INT4 weights and activations, symmetric, groups of ``group`` along the input
     (dynamic activation scales per token and group). ``rotated``: every linear's input is
     multiplied online by a Hadamard matrix H and its weight fused with it (W·H, what
     numfmt.ptq.fuse_rotation returns), so the quantized layer computes Q(x·H)·Q(W·H)ᵀ, equal
     to x·Wᵀ before rounding. The products with H go through :func:`rotate`'s Kronecker
-    factors; Q is numfmt.ptq.rtn_values, quantize_int's group values bit for bit. Returns the
-    NLL per evaluation window (:func:`nll`)."""
+    factors; Q is numfmt.ptq.rtn_values, quantize_int's group values bit for bit.
+    ``prepared``: the weights the harness should hold instead (name -> (out, in)), already
+    quantized, for the rotated model Q(W·H)·Hᵀ (:func:`rotated_gptq`'s). Returns the NLL per
+    evaluation window (:func:`nll`)."""
     import torch
 
     def rot(a, transpose=False):
@@ -662,7 +784,23 @@ def w4a4(m: Model, weights: dict, rotated: bool, group: int = 32) -> np.ndarray:
                             dtype=x.dtype)
         return rotate(q, x.shape[-1], transpose=True) if rotated else q
 
-    return nll(m, map_items(weight, weights), act)
+    return nll(m, map_items(weight, weights) if prepared is None else prepared, act)
+
+
+def rotated_gptq(bits: int = 4, group: int = 32):
+    """``q(w, x)`` for calibrate_layers: GPTQ on the rotated layer (weights W·H, Hessian of
+    the rotated inputs x·H), symmetric with the restricted grid of :func:`w4a4`'s RTN (equal to
+    it for a diagonal Hessian); returns Q(W·H)·Hᵀ, the weight the harness holds for a rotated
+    linear (the function x·Wᵀ up to rounding, so later layers calibrate on float inputs)."""
+    import torch
+
+    def rot(a, transpose=False):
+        return rotate(torch.from_numpy(np.ascontiguousarray(a)), a.shape[-1], transpose).numpy()
+
+    def q(w, x):
+        r = gptq(rot(w), hessian(rot(x)), bits, group, symmetric=True)
+        return rot(r.weight, transpose=True)
+    return q
 
 
 def demo4_activations(m: Model) -> ActivationResult:
@@ -677,8 +815,11 @@ def demo4_activations(m: Model) -> ActivationResult:
     smooth = {a: float(np.exp(v.mean())) for a, v in smooth_nll.items()}
     smooth_rows = [["none" if a is None else f"{a:.2f}", v] for a, v in smooth.items()]
     rot_nll = {r: w4a4(m, weights, r) for r in progress((False, True), "W4A4")}
+    rot_nll["GPTQ"] = w4a4(m, weights, True, prepared=calibrate_layers(
+        m.ck.model, m.calib_windows, rotated_gptq(4, 32), desc="GPTQ INT4 g32, rotated"))
     rot = {r: float(np.exp(v.mean())) for r, v in rot_nll.items()}
-    rotation_rows = [["W4A4 INT4 g32", rot[False], rot[True]]]
+    rotation_rows = [["W4A4 INT4 g32", rot[False], rot[True]],
+                     ["W4A4 INT4 g32, GPTQ weights", None, rot["GPTQ"]]]
 
     last = f"model.layers.{len(m.ck.model.model.layers) - 1}.mlp.down_proj"
     # one pass over the first calibration window for the last down_proj and the table's
@@ -720,9 +861,11 @@ def show_demo4(r: ActivationResult) -> None:
     runner_up = sorted((v, a) for a, v in r.smooth_ppl.items() if a is not None)[1]
     tie = llm.paired_ratio(r.smooth_nll[best[1]], r.smooth_nll[runner_up[1]])
     rotation = llm.paired_ratio(r.rotation_nll[False], r.rotation_nll[True])
+    rotation_gptq = llm.paired_ratio(r.rotation_nll[True], r.rotation_nll["GPTQ"])
     print()
     print_table([_("setting"), _("no rotation"), _("Hadamard rotation")],
-                [[s, f"{a:.2f}", f"{b:.2f}"] for s, a, b in r.rotation_rows])
+                [[label(s), "—" if a is None else f"{a:.2f}", f"{b:.2f}"]
+                 for s, a, b in r.rotation_rows])
     o = r.outlier
     print()
     print_table([_("linear (one window)"), _("channels in float"), _("LLM.int8() error"),
@@ -748,6 +891,11 @@ def show_demo4(r: ActivationResult) -> None:
             after_max=o["after_max"], after_median=o["after_median"],
             plain=r.rotation_ppl[False], rotated=r.rotation_ppl[True],
             change=rotation.percent(), verdict=verdict(rotation)),
+        _("GPTQ instead of round-to-nearest for the rotated weights (Hessians of the rotated "
+          "inputs, calibrated layer by layer as in demo 2; the activations still rounded to "
+          "nearest): {rotated:.2f} -> {gptq:.2f} ({change}, {verdict}).").format(
+            rotated=r.rotation_ppl[True], gptq=r.rotation_ppl["GPTQ"],
+            change=rotation_gptq.percent(), verdict=verdict(rotation_gptq)),
         _("LLM.int8() keeps {share:.2f}% of all decoder input channels in float (|x| > 6 "
           "somewhere in the calibration tokens). On the layers above, where it keeps any channel "
           "in float its error is below plain per-token INT8's in {better} of {with_float}; "
@@ -868,7 +1016,7 @@ def demo6_summary(m: Model, g: GPTQRealResult, a: AWQRealResult) -> list:
     """Method × bits -> perplexity, bits per weight and what calibration costs."""
     n = m.calib_windows.size
     cost = {"RTN": "none",
-            "AWQ": f"{AWQ_TOKENS} tokens, {AWQ_GRID} α × {AWQ_GRID // 2} clips",
+            "AWQ": f"{n} tokens, {AWQ_GRID} α × {AWQ_GRID // 2} clips",
             "GPTQ": f"{n} tokens, Hessians, sequential",
             "GPTQ-act": f"{n} tokens, as GPTQ, by diag H"}
     extra = {"GPTQ-act": g.g_idx_bits}      # act-order's g_idx

@@ -26,6 +26,11 @@ def printed(show, *args) -> str:
     return buf.getvalue()
 
 
+def one_line(text: str) -> str:
+    """The printed text with its line wrapping undone (observations wrap at 100 columns)."""
+    return " ".join(text.split())
+
+
 def assert_fits(text: str) -> None:
     assert all(display_width(line) <= 100 for line in text.splitlines())
 
@@ -339,7 +344,7 @@ def test_real_model_demo_in_chinese(request, demo):
 
 @pytest.mark.slow
 def test_real_model_row_labels_are_translated(d4, d5, d6):
-    labels = ([row[0] for row in d4.smooth_rows if row[0] == "none"]
+    labels = ([row[0] for row in d4.smooth_rows if row[0] == "none"] + [d4.rotation_rows[1][0]]
               + [row[0] for row in d4.int8_rows] + [row[0] for row in d5.rows]
               + [d6[0][0]] + [row[3] for row in d6[1:]])
     assert untranslated_labels(labels) == []
@@ -393,10 +398,94 @@ def test_act_order_g_idx_costs_0_045_bits_per_weight(model, d2, d6):
 
 
 @pytest.mark.slow
-def test_demo3_prints_both_calibration_budgets(model, d3):
-    assert d3.tokens == (L.AWQ_TOKENS, model.calib_windows.size)
+def test_demo3_awq_and_gptq_calibrate_on_the_same_tokens_and_print_both(model, d3):
+    n = model.calib_windows.size
+    assert n == 512 and d3.tokens == (n, n)              # 2 windows of 256 in --quick
     out = printed(L.show_demo3, d3)
-    assert f"{L.AWQ_TOKENS} tokens per layer group" in out and f"over {d3.tokens[1]}" in out
+    assert f"{n} tokens for AWQ's search, {n} for GPTQ's Hessians" in out
+    assert f"{n} tokens per layer group" in out and f"over {n}," in out
+    assert "on the same calibration tokens" in out
+
+
+@pytest.mark.slow
+def test_out_of_domain_rows_follow_their_intervals(model, d2, d3):
+    from lectures import llm
+    assert model.ood_windows.shape == model.calib_windows.shape
+    ood = llm.ood_calibration_windows(llm.ood_tokens(model.ck.tokenizer), *model.ood_windows.shape)
+    np.testing.assert_array_equal(model.ood_windows, ood)
+    bits, group = d3.ood_setting
+    assert (bits, group) == L.QUICK.settings[-1]
+    # in-domain GPTQ is demo 2's own measurement, not a second calibration
+    assert np.array_equal(d3.nll[("GPTQ-act", bits, group)], d2.nll[("GPTQ-act", bits, group)])
+    rows = L.ood_rows(d3)
+    assert [r[0] for r in rows] == ["AWQ", "GPTQ act-order"]
+    out = one_line(printed(L.show_demo3, d3))
+    for (name, inside, outside, p), key in zip(rows, ("AWQ", "GPTQ-act")):
+        a, b = d3.nll[(key, bits, group)], d3.nll[(f"{key}-ood", bits, group)]
+        assert inside == pytest.approx(np.exp(a.mean()), rel=1e-12)
+        assert outside == pytest.approx(np.exp(b.mean()), rel=1e-12)
+        lo, hi = _t_interval(a, b)
+        assert (p.low, p.high) == pytest.approx((lo, hi), rel=1e-3)
+        within = lo <= 1 <= hi
+        assert f"{name} {inside:.2f} -> {outside:.2f} ({p.percent()}, " + (
+            "within noise" if within else "beyond noise") + ")" in out
+    if all(r[3].within_noise for r in rows):
+        assert "Neither change is beyond noise" in out
+    assert "argparse.py" in out and "(out-of-domain)" in out
+
+
+@pytest.mark.slow
+def test_act_order_static_groups_separate_order_from_regrouping(d2):
+    bits, group = d2.order_setting
+    assert (bits, group) == L.QUICK.settings[-1]
+    plain, static, act = (d2.nll[(k, bits, group)] for k in ("GPTQ", "GPTQ-static", "GPTQ-act"))
+    assert d2.ppl[("GPTQ-static", bits, group)] == pytest.approx(np.exp(static.mean()), rel=1e-12)
+    out = one_line(printed(L.show_demo2, d2))
+    for a, b in ((plain, static), (static, act)):
+        from lectures import llm
+        p = llm.paired_ratio(a, b)
+        lo, hi = _t_interval(a, b)
+        assert (p.low, p.high) == pytest.approx((lo, hi), rel=1e-3)
+        assert f"({p.percent()}, {'within noise' if lo <= 1 <= hi else 'beyond noise'})" in out
+    assert "--static-groups" in out and f"INT{bits} g{group}:" in out
+
+
+def test_static_groups_keep_g_idx_in_column_order():
+    # what the printed "g_idx is column // group" rests on, on a layer with a skewed Hessian
+    rng = np.random.default_rng(1)
+    w, x = rng.standard_normal((8, 80)), rng.standard_normal((400, 80)) * np.linspace(0.1, 3, 80)
+    r = gptq(w, hessian(x), 3, 32, symmetric=False, act_order=True, static_groups=True,
+             partial_last_group=True)
+    np.testing.assert_array_equal(r.g_idx, np.arange(80) // 32)
+    assert not np.array_equal(r.perm, np.arange(80))     # the order did change
+    assert L.gptq_quantizer(3, 32, True, True)(w, x).tolist() == r.weight.tolist()
+
+
+def test_rotated_gptq_undoes_its_rotation_and_is_gptq_on_the_rotated_layer():
+    from numfmt.ptq import hadamard
+    rng = np.random.default_rng(2)
+    w, x = rng.standard_normal((16, 576)) * 0.02, rng.standard_normal((700, 576))
+    h = hadamard(576)
+    got = L.rotated_gptq(4, 32)(w, x)
+    expect = gptq(w @ h, hessian(x @ h), 4, 32, symmetric=True).weight @ h.T
+    np.testing.assert_allclose(got, expect, atol=1e-12)
+    # at 16 bits the rounding is almost nothing: the weight comes back in the original basis
+    # (GPTQ's updates move it by a few 16-bit steps, 2 max|W·H| / 65535 each)
+    np.testing.assert_allclose(L.rotated_gptq(16, 32)(w, x), w, atol=1e-4 * np.abs(w).max())
+    assert np.abs(L.rotated_gptq(4, 32)(w, x) - w).max() > 1e-2 * np.abs(w).max()
+
+
+@pytest.mark.slow
+def test_rotation_with_gptq_row_follows_its_interval(d4):
+    from lectures import llm
+    a, b = d4.rotation_nll[True], d4.rotation_nll["GPTQ"]
+    p = llm.paired_ratio(a, b)
+    lo, hi = _t_interval(a, b)
+    assert d4.rotation_ppl["GPTQ"] == pytest.approx(np.exp(b.mean()), rel=1e-12)
+    out = one_line(printed(L.show_demo4, d4))
+    assert (f"{d4.rotation_ppl[True]:.2f} -> {d4.rotation_ppl['GPTQ']:.2f} ({p.percent()}, "
+            + ("within noise" if lo <= 1 <= hi else "beyond noise") + ")") in out
+    assert d4.rotation_rows[1] == ["W4A4 INT4 g32, GPTQ weights", None, d4.rotation_ppl["GPTQ"]]
 
 
 @pytest.mark.slow

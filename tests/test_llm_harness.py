@@ -95,6 +95,31 @@ def test_windows_refuse_bad_arguments(kwargs):
         llm.eval_windows(np.arange(10_000), **{"n": 2, "seq_len": 100, **kwargs})
 
 
+def test_out_of_domain_text_is_argparse_source_and_shares_no_line_with_the_reference():
+    import argparse
+    with open(argparse.__file__, encoding="utf-8") as f:
+        source = f.read()
+    assert llm.OOD_MODULE == "argparse" and llm.ood_text() == source
+    # another document: none of its longer lines appears in the language reference
+    reference = llm.corpus_text()
+    long_lines = {line.strip() for line in source.splitlines() if len(line.strip()) > 40}
+    assert len(long_lines) > 500
+    assert sum(line in reference for line in long_lines) < 0.01 * len(long_lines)
+    tokens = np.arange(10_000)
+    np.testing.assert_array_equal(llm.ood_calibration_windows(tokens, 8, 100),
+                                  llm.calibration_windows(tokens, 8, 100))
+    with pytest.raises(ValueError, match="n="):
+        llm.ood_calibration_windows(tokens, 51, 100)
+
+
+def test_out_of_domain_text_missing_source_is_a_clear_error(monkeypatch):
+    import importlib.util
+    from lectures.llm import text
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(FileNotFoundError, match="argparse"):
+        text.ood_text()
+
+
 def test_corpus_is_the_language_reference():
     from pydoc_data.topics import topics
     text = llm.corpus_text()

@@ -9,7 +9,9 @@ Loading (:mod:`lectures.llm.checkpoint`)
     is missing; ``gguf_path()``, ``gguf_tensor_types()`` for the file itself.
 Text (:mod:`lectures.llm.text`)
     ``corpus_tokens(tokenizer)``: CPython's language reference, tokenized;
-    ``eval_windows(tokens, n, seq_len)`` and ``calibration_windows(...)``: disjoint, fixed.
+    ``eval_windows(tokens, n, seq_len)`` and ``calibration_windows(...)``: disjoint, fixed;
+    ``ood_tokens(tokenizer)``, ``ood_calibration_windows(...)``: another stdlib document
+    (the source of ``argparse``) for out-of-domain calibration.
 Perplexity (:mod:`lectures.llm.evaluate`)
     ``perplexity(model, windows)``, ``window_nll(model, windows)``;
     ``paired_ratio(nll_a, nll_b)``: B's perplexity over A's with a 95% interval over windows.
@@ -59,7 +61,9 @@ from lectures.llm.hooks import (LINEAR_KINDS, LinearInputs, capture_linear_input
 from lectures.llm.lab import Lab, open_lab
 from lectures.llm.quantizers import ActFormat, WeightFormat, kv_quantizer, model_bits_per_weight
 from lectures.llm.results import load_results, save_results
-from lectures.llm.text import SEQ_LEN, calibration_windows, corpus_text, corpus_tokens, eval_windows
+from lectures.llm.text import (OOD_MODULE, SEQ_LEN, calibration_windows, corpus_text,
+                               corpus_tokens, eval_windows, ood_calibration_windows, ood_text,
+                               ood_tokens)
 from lectures.llm.workload import FULL, QUICK, Workload
 
 __all__ = [
@@ -69,7 +73,8 @@ __all__ = [
     "capture_linear_inputs", "decoder_linears", "layer_of", "quantized_inputs", "quantized_kv",
     "quantized_weight_tensors", "quantized_weights", "swapped_weights", "ActFormat",
     "WeightFormat", "kv_quantizer", "model_bits_per_weight", "SEQ_LEN", "calibration_windows",
-    "corpus_text", "corpus_tokens", "eval_windows", "INPUT_GROUPS", "calibrate_layers",
+    "corpus_text", "corpus_tokens", "eval_windows", "OOD_MODULE", "ood_calibration_windows",
+    "ood_text", "ood_tokens", "INPUT_GROUPS", "calibrate_layers",
     "map_items", "one_blas_thread", "workers", "FULL", "QUICK", "Workload", "Lab", "open_lab",
     "load_results", "save_results",
 ]

@@ -15,6 +15,13 @@ The windows
     Fine-tuning (lecture 11) takes its *training* windows from the token positions that the
     evaluation and calibration windows it uses leave untouched (:func:`training_windows`):
     the same stream, never a token of the text it is scored on.
+
+Out-of-domain calibration
+    A second document that ships with CPython, the source code of its ``argparse`` module
+    (:func:`ood_text`: Python code and its docstrings, about 100 kB, read from the file the
+    import system finds), calibrates where lecture 09 asks what calibrating on the evaluation
+    text's own domain buys. It shares no document with the language reference;
+    :func:`ood_calibration_windows` cuts it into windows as the calibration windows are cut.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 SEQ_LEN = 512        # tokens per window (lecture 08's perplexity uses 4 windows of 512)
+OOD_MODULE = "argparse"   # the out-of-domain calibration text: this stdlib module's source
 
 
 def corpus_text() -> str:
@@ -33,6 +41,31 @@ def corpus_text() -> str:
 def corpus_tokens(tokenizer) -> np.ndarray:
     """Token ids of :func:`corpus_text`, int64, shape (N,), no special tokens added."""
     ids = tokenizer(corpus_text(), add_special_tokens=False)["input_ids"]
+    return np.asarray(ids, dtype=np.int64)
+
+
+def ood_text() -> str:
+    """The out-of-domain calibration text: the source of the stdlib module :data:`OOD_MODULE`.
+
+    Raises
+    ------
+    FileNotFoundError
+        If this Python installation ships the module without its source file.
+    """
+    import importlib.util
+    spec = importlib.util.find_spec(OOD_MODULE)
+    origin = None if spec is None else spec.origin
+    if not origin or not origin.endswith(".py"):
+        raise FileNotFoundError(f"the source of the stdlib module {OOD_MODULE!r} is not "
+                                f"installed (found {origin!r}); lecture 09's out-of-domain "
+                                "calibration reads it")
+    with open(origin, encoding="utf-8") as f:
+        return f.read()
+
+
+def ood_tokens(tokenizer) -> np.ndarray:
+    """Token ids of :func:`ood_text`, int64, shape (N,), no special tokens added."""
+    ids = tokenizer(ood_text(), add_special_tokens=False)["input_ids"]
     return np.asarray(ids, dtype=np.int64)
 
 
@@ -71,6 +104,13 @@ def calibration_windows(tokens, n: int = 8, seq_len: int = SEQ_LEN) -> np.ndarra
 
     Disjoint from every :func:`eval_windows` of the same ``seq_len``. Raises as it does.
     """
+    return _windows(tokens, n, seq_len, 1)
+
+
+def ood_calibration_windows(tokens, n: int = 4, seq_len: int = SEQ_LEN) -> np.ndarray:
+    """``n`` windows of ``seq_len`` tokens of another text (:func:`ood_tokens`): int64, shape
+    (n, seq_len), the odd-numbered windows spread evenly, as :func:`calibration_windows` takes
+    them (so a workload calibrates on as many tokens of either text). Raises as it does."""
     return _windows(tokens, n, seq_len, 1)
 
 
