@@ -338,6 +338,7 @@ def _fit(lab: Lab, states: States, modules: dict, params: list, lr: float):
     def evaluate():
         n = tail_nll(lab, states)
         nll.setdefault("start", n)
+        nll.setdefault("all", []).append(n)
         nll["last"] = n
         return ppl_of(n)
 
@@ -345,6 +346,7 @@ def _fit(lab: Lab, states: States, modules: dict, params: list, lr: float):
     with replaced_modules(lab.ck.model, modules):
         r = train(lab.ck.model, w.first, params, states.train, lab.train_windows, w.steps,
                   lr, evaluate, eval_at)
+    r.extra["curve_nll"] = nll["all"]          # per-window NLL at each point of r.curve
     return r, nll["last"], nll["start"]
 
 
@@ -415,7 +417,7 @@ def qat_run(lab: Lab, start: Start, learn_scale: bool = False) -> Run:
                         for n, m in modules.items()) if learn_scale else 0.0)
     return Run(method, r.curve, nll, nll0, count, r.cpu_s, r.tokens, start.bits_per_weight,
                {"codes_changed": changed, "codes": total, "packed_nll": packed_nll,
-                "scale_change": scale_change, "train": r,
+                "scale_change": scale_change, "train": r, "curve_nll": r.extra["curve_nll"],
                 "max_move": max(largest_move(m.weight, masters[n], start.tail[n].scales,
                                              start.group) for n, m in modules.items()),
                 "on_grid": start.label == "GPTQ"})
@@ -756,8 +758,8 @@ def on_grid_line(r: Results, run: Run) -> str:
                  "leave GPTQ's grid in {steps} steps.").format(
             method=label(run.method), move=move, steps=w.steps, lr=w.lr_full)
     return _("{method} started on grid points: its largest weight moved {move:.2f} of its "
-             "group's step, and {n:,} codes changed (a code changes only past half a step).").format(
-        method=label(run.method), move=move, n=n)
+             "group's step, and {n:,} codes changed (a code changes only past half a step)."
+             ).format(method=label(run.method), move=move, n=n)
 
 
 def demo3_rows(r: Results) -> list:
@@ -861,7 +863,9 @@ def show_demo5(r: Results, rows: list) -> None:
                  for m, b, n, c, p, _nll in rows])
     spreads = [compare(run.nll, r.float_nll).noise_ppl for run in r.runs()]
     first = r.qat[next(iter(r.qat))]
-    half = [p for s, p in first.curve if s <= r.workload.steps // 2][-1]
+    at_half = [i for i, (s, _p) in enumerate(first.curve) if s <= r.workload.steps // 2][-1]
+    half = first.curve[at_half][1]
+    second = compare(first.nll, first.info["curve_nll"][at_half])
     print_observations([
         _("Noise floor: twice the standard error of paired per-window differences is "
           "{lo:.2f} to {hi:.2f} perplexity here; smaller differences are not findings.").format(
@@ -869,11 +873,11 @@ def show_demo5(r: Results, rows: list) -> None:
         (_("A longer run: {method} still fell from {half:.2f} to {end:.2f} over the second "
            "half of its {steps} steps, so more steps and more tokens buy more (--steps runs a "
            "longer one); training more layers than the last {k} does too, at more CPU time per "
-           "token.") if first.ppl < half else
-         _("A longer run: {method} did not fall over the second half of its {steps} steps "
-           "({half:.2f} -> {end:.2f}); more tokens per step or a smaller learning rate would "
-           "come first (--steps runs a longer one); training more layers than the last {k} "
-           "buys more, at more CPU time per token.")).format(
+           "token.") if second.finding and first.ppl < half else
+         _("A longer run: {method} did not fall beyond the noise over the second half of its "
+           "{steps} steps ({half:.2f} -> {end:.2f}); more tokens per step or a smaller learning "
+           "rate would come first (--steps runs a longer one); training more layers than the "
+           "last {k} buys more, at more CPU time per token.")).format(
             method=label(first.method), half=half, end=first.ppl, steps=r.workload.steps,
             k=r.tail_layers),
     ])
