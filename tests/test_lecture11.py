@@ -70,6 +70,48 @@ def test_paired_comparison_by_hand():
     assert not L.compare(a, a + np.array([0.1, -0.1, 0.1, -0.1])).finding
 
 
+def test_largest_move_and_the_half_step_rule():
+    """A weight that starts on a grid point keeps its code while it moves less than half a
+    step (the codes recomputed here with numpy), and largest_move measures the move in steps."""
+    import torch
+    from numfmt.torch.lsq import GroupQuantLinear
+    rng = np.random.default_rng(0)
+    out, k, group, bits = 6, 40, 16, 3
+    scales = rng.uniform(0.01, 0.05, (out, 3)).astype(np.float16)
+    zeros = rng.integers(0, 2**bits, (out, 3))
+    codes = rng.integers(0, 2**bits, (out, k))
+    g = np.arange(k) // group
+    s = scales.astype(np.float64)[:, g]
+    w0 = ((codes - zeros[:, g]) * s).astype(np.float32)
+    frac = rng.uniform(-0.49, 0.49, (out, k))
+    w1 = (w0 + frac * s).astype(np.float32)
+    m = GroupQuantLinear(torch.from_numpy(w1), torch.from_numpy(scales.astype(np.float32)),
+                         torch.from_numpy(zeros), bits, group)
+    move = L.largest_move(m.weight, torch.from_numpy(w0), scales, group)
+    assert move == pytest.approx((np.abs(w1.astype(np.float64) - w0) / s).max(), rel=1e-12)
+    assert move < 0.5
+    np.testing.assert_array_equal(m.codes().numpy(), codes)
+    # past half a step (away from the grid's ends) the code changes
+    inner = (codes > 0) & (codes < 2**bits - 1)
+    w2 = np.where(inner, w0 + 0.6 * s, w0).astype(np.float32)
+    m2 = GroupQuantLinear(torch.from_numpy(w2), torch.from_numpy(scales.astype(np.float32)),
+                          torch.from_numpy(zeros), bits, group)
+    np.testing.assert_array_equal(m2.codes().numpy(), np.where(inner, codes + 1, codes))
+
+
+def test_on_grid_line_follows_the_measurement():
+    from types import SimpleNamespace
+    r = SimpleNamespace(workload=L.FULL)
+    still = SimpleNamespace(method="QAT INT3 g128 from GPTQ",
+                            info={"max_move": 0.04, "codes_changed": 0})
+    out = L.on_grid_line(r, still)
+    assert "no code changed" in out and "0.040" in out and f"{L.FULL.steps} × 2e-05" in out
+    moved = SimpleNamespace(method="QAT INT3 g128 from GPTQ",
+                            info={"max_move": 0.7, "codes_changed": 1234})
+    out = L.on_grid_line(r, moved)
+    assert "1,234 codes changed" in out and "0.70" in out
+
+
 def test_command_line(capsys):
     with pytest.raises(SystemExit) as e:
         L.parse_args(["--help"])
@@ -135,7 +177,7 @@ def test_demo1_gap(results):
 
 
 @pytest.mark.slow
-def test_demo2_qat_export_and_claims(results):
+def test_demo2_qat_export_and_claims(results, lab):
     rows = L.demo2_rows(results)
     assert rows
     for m, start, end, share, codes, packed, exact in rows:
@@ -150,6 +192,23 @@ def test_demo2_qat_export_and_claims(results):
         assert len(run.curve) == len(results.full.curve)
     out = printed(L.show_demo2, results, rows)
     assert f"({len(rows)} of {len(rows)} models)" in out
+    for m, run in results.qat.items():
+        assert 0 <= run.info["codes_changed"] <= run.info["codes"]
+        assert run.info["codes"] == sum(x.weight.numel() for x in lab.tail.values())
+        assert run.info["max_move"] >= 0
+
+
+@pytest.mark.slow
+def test_summary_saved_by_the_command_line_option(results, tmp_path):
+    import json
+    s = L.summary(results)
+    path = L.save_summary(s, tmp_path / "s.json")
+    assert json.loads(path.read_text()) == json.loads(json.dumps(s))
+    assert s["steps"] == L.QUICK.steps and s["float_ppl"] == results.float_ppl
+    for m, (changed, total) in s["codes_changed"].items():
+        run = results.qat[m]
+        assert (changed, total) == (run.info["codes_changed"], run.info["codes"])
+    assert L.parse_args(["--save", "x.json"]).save == "x.json"
 
 
 @pytest.mark.slow

@@ -64,3 +64,14 @@ def test_stored_run_is_complete():
     assert set(s["curves"]) <= set(methods)
     for curve in s["curves"].values():
         assert curve[0][0] == 0 and curve[-1][0] == s["steps"]
+
+
+def test_stored_run_is_the_full_workload():
+    s = W.load_summary()
+    w = W.L.FULL
+    assert (s["steps"], s["train_len"], s["n_eval"], s["eval_len"]) == \
+        (w.steps, w.train_len, w.n_eval, w.eval_len)
+    qat = {m for m in s["curves"] if m.startswith(("QAT", "LSQ"))}
+    assert set(s["codes_changed"]) == qat
+    for changed, total in s["codes_changed"].values():
+        assert 0 <= changed <= total

@@ -31,27 +31,15 @@ STORED = Path(__file__).with_name("lecture11_stored.json")
 
 
 def summary(r) -> dict:
-    """Plain data from ``L.run_all``'s Results: JSON-serialisable."""
+    """Plain data from ``L.run_all``'s Results: JSON-serialisable (``L.summary``)."""
     if not isinstance(r, L.Results):
         raise TypeError(f"expected the Results that L.run_all() returns, got {type(r).__name__}")
-    rows = L.demo5_rows(r)
-    return {
-        "steps": r.workload.steps, "train_len": r.workload.train_len,
-        "n_eval": r.workload.n_eval, "eval_len": r.workload.eval_len,
-        "float_ppl": r.float_ppl, "machine": r.machine,
-        "curves": {run.method: [[int(s), float(p)] for s, p in run.curve] for run in r.runs()},
-        "table": [[m, float(b), int(n), float(c), float(p)] for m, b, n, c, p, _nll in rows],
-        "noise": {run.method: L.compare(run.nll, r.float_nll).noise_ppl for run in r.runs()},
-    }
+    return L.summary(r)
 
 
 def save_summary(s: dict, path=STORED) -> Path:
     """Write ``s`` as JSON (a temporary file renamed into place: a reader never sees half)."""
-    path = Path(path)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(s, indent=1, sort_keys=True) + "\n")
-    tmp.replace(path)
-    return path
+    return L.save_summary(s, path)
 
 
 def load_summary(path=STORED) -> dict:
