@@ -9,8 +9,11 @@ The bandwidth is measured the way STREAM does (J. McCalpin, "Memory bandwidth an
 balance in current high performance computers", IEEE TCCA Newsletter, 1995): a triad
 ``a = b + s * c`` over arrays far larger than the caches, counted at 3 arrays' bytes; and a
 read-only pass (a sum), which is what reading weights is. The throughput is one square matmul
-per dtype: float32 and bfloat16 through ``torch.mm``, int8 through ``torch._int_mm`` (int32
-accumulation), where the CPU's torch build has the kernel.
+per dtype: float32 and bfloat16 through ``torch.mm``; int8 through the faster of torch's two
+int8 kernels on the machine, ``torch._int_mm`` (int32 accumulation) and fbgemm's dynamic int8
+linear (the kernel of lecture 12's W8A8 path). Which one is fast depends on the CPU: on an AVX2
+processor without AVX-512, ``torch._int_mm`` falls back to a loop about a hundred times slower
+than fbgemm, and a roofline drawn from it would sit below what the W8A8 path measures.
 """
 
 from __future__ import annotations
@@ -136,8 +139,11 @@ def stream_bandwidth(numel: int = 1 << 24, repeats: int = 5) -> dict:
 def matmul_throughput(dtype: str, n: int = 1024, repeats: int = 5) -> Spread:
     """Operations per second (2 n^3 per product) of one n x n x n matmul in ``dtype``.
 
-    "float32" and "bfloat16": ``torch.mm``; "int8": ``torch._int_mm`` (int8 operands, int32
-    result). Raises what torch raises where a dtype has no kernel on this machine.
+    "float32" and "bfloat16": ``torch.mm``; "int8": the faster (by median) of ``torch._int_mm``
+    (int8 operands, int32 result) and fbgemm's dynamic int8 linear
+    (:func:`lectures.llm.speed.int8_dynamic_module`, per-channel weights; it also quantizes its
+    float32 input per tensor).
+    Raises what torch raises where a dtype has no kernel on this machine.
 
     Raises
     ------
@@ -156,7 +162,18 @@ def matmul_throughput(dtype: str, n: int = 1024, repeats: int = 5) -> Spread:
     if dtype == "int8":
         a8 = torch.clamp(a * 32, -127, 127).to(torch.int8)
         b8 = torch.clamp(b * 32, -127, 127).to(torch.int8)
-        fn = lambda: torch._int_mm(a8, b8)  # noqa: E731
+        best = repeat_seconds(lambda: torch._int_mm(a8, b8), repeats).inverse(2.0 * n**3)
+        if "fbgemm" in torch.backends.quantized.supported_engines:
+            from lectures.llm.speed import int8_dynamic_module  # quiet, the lecture's engine
+            lin = torch.nn.Linear(n, n, bias=False)
+            with torch.no_grad():
+                lin.weight.copy_(b.t())
+            q = int8_dynamic_module(lin)
+            with torch.no_grad():
+                fbgemm = repeat_seconds(lambda: q(a), repeats).inverse(2.0 * n**3)
+            if fbgemm.median > best.median:
+                best = fbgemm
+        return best
     else:
         t = getattr(torch, dtype)
         a, b = a.to(t), b.to(t)

@@ -358,3 +358,28 @@ def test_chinese_prints_the_same_numbers(m, capsys):
     assert number_differences(en, zh) == []
     assert english_runs(zh.replace(m.cpu, "")) == []
     assert layout_problems(zh) == []
+
+
+def test_int8_ceiling_is_the_faster_of_torchs_two_int8_kernels(monkeypatch):
+    """The int8 roofline comes from whichever int8 kernel runs faster here: torch._int_mm is a
+    slow loop on AVX2 CPUs, where fbgemm's dynamic linear (lecture 12's W8A8 path) is fast."""
+    import torch
+    if "fbgemm" not in torch.backends.quantized.supported_engines:
+        pytest.skip("no fbgemm engine in this torch build")
+    seen = []
+
+    def fake_repeat(fn, repeats=5, warmup=1):
+        fn()
+        seen.append(fn)
+        # the first kernel timed (torch._int_mm) takes 1 s, the second (fbgemm) 0.25 s
+        return machine.Spread.of([1.0] if len(seen) == 1 else [0.25])
+
+    monkeypatch.setattr(machine, "repeat_seconds", fake_repeat)
+    r = machine.matmul_throughput("int8", n=64, repeats=1)
+    assert len(seen) == 2 and r.median == pytest.approx(2 * 64**3 / 0.25)
+    seen.clear()
+    monkeypatch.setattr(machine, "repeat_seconds",
+                        lambda fn, repeats=5, warmup=1: (seen.append(fn), fn(),
+                                                          machine.Spread.of([0.5 + len(seen)]))[2])
+    r = machine.matmul_throughput("int8", n=64, repeats=1)   # _int_mm 1.5 s, fbgemm 2.5 s
+    assert r.median == pytest.approx(2 * 64**3 / 1.5)
