@@ -112,25 +112,47 @@ def test_notebook_outputs_hold_under_a_second_blas(notebook):
     assert r.returncode == 0, r.stdout[-4000:]
 
 
+#: Five BF16 training steps of lecture 10's model, each loss printed to the last bit.
+LECTURE10_STEPS = """
+import torch
+from torch.nn import functional as F
+from lectures.tinylm.data import Batches, split
+from lectures.tinylm.model import TinyLM, TinyLMConfig
+torch.set_num_threads(1)
+cfg = TinyLMConfig()
+model = TinyLM(cfg, "bf16", seed=0)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
+batches = Batches(split(), 8, cfg.context, seed=0)
+for step in range(5):
+    x, y = batches.next()
+    loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    print(step, loss.item().hex())
+"""
+
+
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="lecture 10 trains in float32 (its emulation accumulates "
-                   "products in float32, as the hardware does), and ATen's scalar and AVX2 "
-                   "kernels round those sums differently: the --quick run's validation losses "
-                   "differ in the third decimal")
-def test_lecture10_quick_output_is_the_same_under_scalar_and_vector_kernels():
-    """Lecture 10's --quick run (the tests' workload) under ATen's scalar kernels and the best
-    ones this CPU has, one worker each."""
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="lecture 10 trains in float32 (its emulation accumulates "
+                   "products in float32, as the hardware does), and ATen's scalar and vector "
+                   "kernels round those sums differently: the first loss already differs in its "
+                   "last bits, and lecture 10's --quick validation losses in the third decimal")
+def test_lecture10_training_is_the_same_under_scalar_and_vector_kernels():
+    """Five BF16 training steps of lecture 10's model (its --quick run, compared the same way,
+    differs in 124 of 186 lines; this short run is the cheap witness) under ATen's scalar
+    kernels and the best ones this CPU has."""
     best = best_capability()
     if best == "default":
         pytest.skip("this CPU has only ATen's scalar kernels: nothing to compare")
-    script = ROOT / "lectures" / "10_low_precision_training.py"
     outputs = []
     for capability in ("default", best):
         env = environment(False)
         env["ATEN_CPU_CAPABILITY"] = capability
-        r = subprocess.run([sys.executable, str(script), "--quick", "--workers", "1"], cwd=ROOT,
-                           env=env, capture_output=True, text=True, timeout=1800)
-        assert r.returncode == 0, r.stderr[-2000:]
+        r = subprocess.run([sys.executable, "-c", LECTURE10_STEPS], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=600)
+        if r.returncode != 0 or len(r.stdout.splitlines()) != 5:   # not the expected failure
+            raise RuntimeError(r.stderr[-2000:])
         outputs.append(r.stdout)
     diff = list(difflib.unified_diff(outputs[0].splitlines(), outputs[1].splitlines(), "default",
                                      best, lineterm="", n=0))
