@@ -27,7 +27,7 @@ __all__ = [
     "OBSERVATIONS_WIDTH", "display_width", "is_numeric", "use_color",
     "format_title", "format_header", "format_table", "format_observations",
     "format_paragraph", "print_title", "print_header", "print_table", "print_observations",
-    "print_paragraph", "lecture_parser", "run_lecture",
+    "print_paragraph", "lecture_parser", "run_lecture", "ROUNDING_BOUND", "below_bound",
 ]
 
 HEADER_WIDTH = 72
@@ -36,6 +36,17 @@ OBSERVATIONS_WIDTH = 100
 _ = Domain("console", os.path.join(os.path.dirname(__file__), "locale")).gettext
 
 _BOLD, _CYAN, _RESET = "\x1b[1m", "\x1b[36m", "\x1b[0m"
+
+#: Two float64 computations of one result differ by float64 rounding, whose last digits depend
+#: on the BLAS kernel and the thread count: a lecture prints such a difference as this bound.
+ROUNDING_BOUND = 1e-13
+
+
+def below_bound(diff: float, bound: float = ROUNDING_BOUND) -> str:
+    """``"< 1e-13"`` where ``diff`` (a difference, absolute or relative, >= 0) is below
+    ``bound``, so that the printed text is the same on every machine; ``diff`` itself in three
+    significant digits (``"2.50e-10"``) where it is not rounding."""
+    return f"< {bound:.0e}" if diff < bound else f"{diff:.2e}"
 
 # A decimal number as a lecture table writes it: optional sign, optional thousands
 # separators, fraction, exponent, and one unit-free suffix (% or a ratio's x).

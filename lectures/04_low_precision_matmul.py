@@ -34,8 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from console import (lecture_parser, print_header, print_observations, print_table, print_title,
-                     run_lecture)
+from console import (ROUNDING_BOUND, below_bound, lecture_parser, print_header,  # noqa: F401
+                     print_observations, print_table, print_title, run_lecture)
 from console.i18n import N_
 from lectures.i18n import domain
 
@@ -59,10 +59,8 @@ from lectures import gpu_timing as bench
 SEED = 0
 M, K, N = 64, 256, 128      # GEMM shape of demos 2 and 3: K and N multiples of 16
 SPREAD_BITS = 16            # row magnitudes of x span 2^0 .. 2^16
-#: Demos 1 and 3 compare two float64 computations of the same product. Their difference is
-#: float64 rounding (below 1e-15 of the largest output here) and its last digits depend on the
-#: BLAS kernel and thread count, so the lecture prints it as a bound, the same on every machine.
-ROUNDING_BOUND = 1e-13
+# Demos 1 and 3 compare two float64 computations of the same product: their difference is
+# float64 rounding (below 1e-15 of the largest output here), printed as console's bound.
 
 
 def make_operands(m: int = M, k: int = K, n: int = N, spread_bits: float = SPREAD_BITS,
@@ -78,11 +76,6 @@ def make_operands(m: int = M, k: int = K, n: int = N, spread_bits: float = SPREA
 def _pct(v: float) -> str:
     return f"{100 * v:.3f}%"
 
-
-def below_bound(diff: float) -> str:
-    """``< 1e-13`` for a float64 rounding residue (relative), the number itself if larger."""
-    return _("< {bound:.0e}").format(bound=ROUNDING_BOUND) if diff < ROUNDING_BOUND \
-        else f"{diff:.2e}"
 
 
 def worst_row_error(y: torch.Tensor, ref: torch.Tensor) -> float:

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from console import (lecture_parser, print_header, print_observations, print_table, print_title,
-                     run_lecture)
+from console import (ROUNDING_BOUND, below_bound, lecture_parser, print_header,  # noqa: F401
+                     print_observations, print_table, print_title, run_lecture)
 from console.i18n import N_
 from lectures.i18n import domain
 from numfmt import (FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E5M2, FloatFormat, block_quantize,
@@ -44,10 +44,8 @@ from numfmt import (FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E5M2, FloatForma
 _ = domain("lecture05").gettext
 
 INT32_MAX = 2**31 - 1
-#: Demo 1 prints the integer pipeline's difference from dequantize-then-multiply as a bound:
-#: the difference itself is float64 rounding (a few 1e-15 here), and its last digits depend on
-#: the BLAS kernel and thread count, so printing it would differ from machine to machine.
-ROUNDING_BOUND = 1e-13
+# Demo 1 prints the integer pipeline's difference from dequantize-then-multiply as console's
+# bound: the difference itself is float64 rounding (a few 1e-15 here).
 #: NVIDIA H100 SXM5 dense tensor-core throughput, TFLOPS / TOPS (NVIDIA H100 Tensor Core GPU
 #: datasheet, 2023; the sparse figures are twice these).
 H100_DENSE = {"BF16": 989, "INT8": 1979}
@@ -153,11 +151,6 @@ def demo1_affine_and_integer_matmul(seed: int = 0) -> AffineResult:
     lowest = int(quantize_int(lo, 8, symmetric=False)[1].min())
     return AffineResult(rows, used, errs, r.acc_max, r.diff, r.output_error, pipes, zps, lowest)
 
-
-def below_bound(diff: float) -> str:
-    """``< 1e-13`` for a float64 rounding residue, the number itself if it is larger."""
-    return _("< {bound:.0e}").format(bound=ROUNDING_BOUND) if diff < ROUNDING_BOUND \
-        else f"{diff:.2e}"
 
 
 def show_demo1(r: AffineResult) -> None:
