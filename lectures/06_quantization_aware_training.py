@@ -37,6 +37,7 @@ import numpy as np  # noqa: E402
 
 from console import lecture_parser, run_lecture  # noqa: E402
 from console.i18n import N_  # noqa: E402
+from lectures import one_torch_thread  # noqa: E402
 from lectures.i18n import domain  # noqa: E402
 
 _ = domain("lecture06").gettext
@@ -356,8 +357,11 @@ def ptq_vs_qat(cfg: DigitsConfig | None = None, formats=WEIGHT_FORMATS, acts=(No
     size of a few test images and changes with the seed (:func:`seed_spread`).
     """
     cfg = cfg or DigitsConfig()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matmuls: one thread is faster and immune to busy cores
+    with one_torch_thread():  # tiny matmuls: one thread is faster and immune to busy cores
+        return _ptq_vs_qat(cfg, formats, acts, progress)
+
+
+def _ptq_vs_qat(cfg, formats, acts, progress) -> DigitsResult:
     torch.manual_seed(cfg.seed)
     torch.use_deterministic_algorithms(True)
     dev = device()
@@ -385,7 +389,6 @@ def ptq_vs_qat(cfg: DigitsConfig | None = None, formats=WEIGHT_FORMATS, acts=(No
             rows.append([weights, "INT8" if acts else "FP32",
                          f"{100 * acc[('PTQ', weights, acts)]:.1f}",
                          f"{100 * acc[('QAT', weights, acts)]:.1f}"])
-    torch.set_num_threads(threads)
     return DigitsResult(cfg, len(x_tr), len(x_te), accuracy(base, x_te, y_te),
                         accuracy(fp32, x_te, y_te), rows, acc, curves)
 

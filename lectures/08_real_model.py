@@ -44,7 +44,6 @@ Run
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import sys
 from collections import Counter
@@ -56,7 +55,7 @@ from console import (OBSERVATIONS_WIDTH, lecture_parser, print_header, print_obs
                      print_paragraph, print_table, print_title, run_lecture)
 from console.i18n import N_
 from console.progress import progress
-from lectures import llm
+from lectures import llm, one_torch_thread
 from lectures.i18n import domain
 
 _ = domain("lecture08").gettext
@@ -178,27 +177,10 @@ def main(argv=None) -> None:
                                               + (" --quick" if args.quick else "")})
 
 
-@contextlib.contextmanager
-def one_torch_thread():
-    """torch on one thread within the block, then back to its thread count.
-
-    A perplexity here is one forward pass over a few windows of 256-512 tokens through a
-    576-wide model: small GEMMs, which one thread computes nearly as fast as two on idle
-    cores, while on shared cores torch's extra threads spin waiting for each other and cost
-    several times the CPU time. The weights' quantization (numpy, in as many threads as
-    torch has) runs in one thread with it. No printed number depends on the thread count.
-    """
-    import torch
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 def measured(lab: Lab, demo, perplexities: int, *args):
-    """``demo(lab, *args)`` on one torch thread (:func:`one_torch_thread`), with a progress
+    """``demo(lab, *args)`` on one torch thread (:func:`lectures.one_torch_thread`: its small
+    GEMMs, and the weights' quantization, which runs in as many numpy threads as torch has),
+    with a progress
     log of its ``perplexities`` on stderr (a bar on a terminal, closed before the demo
     prints); what was printed before is flushed first, so a redirected run shows each demo as
     it finishes."""

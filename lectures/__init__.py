@@ -4,10 +4,11 @@ since a module name that starts with a digit cannot be written in an ``import`` 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from pathlib import Path
 
-__all__ = ["lecture"]
+__all__ = ["lecture", "one_torch_thread"]
 
 
 def lecture(number: int):
@@ -25,3 +26,22 @@ def lecture(number: int):
         raise ValueError(f"number: expected one lectures/{number:02d}_*.py, found "
                          f"{[p.name for p in found]}")
     return importlib.import_module(f"lectures.{found[0].stem}")
+
+
+@contextlib.contextmanager
+def one_torch_thread():
+    """torch on one thread within the block, then back to its thread count (also after an
+    error).
+
+    For lectures whose matrices are small (lecture 06's MLP, lecture 08's perplexities over a
+    few windows of a 576-wide model): one thread computes them nearly as fast as two on idle
+    cores, while on shared cores torch's idle threads spin waiting for each other and cost
+    several times the CPU time. No printed number depends on the thread count.
+    """
+    import torch
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
