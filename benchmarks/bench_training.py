@@ -5,9 +5,11 @@ d 128, 2 layers, SwiGLU 256, 8 x 64 = 512 tokens): forward, loss, backward with 
 three GEMMs fake-quantized under the recipe, and the AdamW update; one torch thread, median of
 several steps after a warm-up step, in this process. The ratio to the BF16 step is the cost of
 emulating the recipe's quantizers (the goal is at most 3x); on a machine that other jobs load,
-the ratio of CPU times is the steadier one. Lecture 10 itself uses these recipes and sizes.
+the ratio of CPU times is the steadier one. Lecture 10 itself uses these recipes and sizes, and
+computes in float64 (lectures/tinylm/loop.py says why); the float32 table is the library's
+default, the arithmetic a GPU's tensor cores would do.
 
-Run:  python benchmarks/bench_training.py [--repeat 7] [--threads 1]
+Run:  python benchmarks/bench_training.py [--repeat 7] [--threads 1] [--dtype float64 float32]
 """
 
 from __future__ import annotations
@@ -28,9 +30,11 @@ RECIPES = ["fp32", "bf16", "fp16", "fp8_delayed", "fp8_current", "fp8_blockwise"
            "mxfp8_floor", "mxfp8_rceil", "nvfp4", "mxfp4"]
 
 
-def step_seconds(recipe: str, cfg: TinyLMConfig, batch: int, repeat: int) -> tuple:
-    """Median wall and CPU seconds of one training step under ``recipe``."""
-    model = TinyLM(cfg, recipe, seed=0)
+def step_seconds(recipe: str, cfg: TinyLMConfig, batch: int, repeat: int,
+                 dtype: torch.dtype = torch.float64) -> tuple:
+    """Median wall and CPU seconds of one training step under ``recipe``, computing in
+    ``dtype``."""
+    model = TinyLM(cfg, recipe, seed=0).to(dtype)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
     batches = Batches(split(), batch, cfg.context, seed=0)
     rec = ntt.get_recipe(recipe)
@@ -58,17 +62,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--dtype", nargs="+", choices=["float64", "float32"],
+                        default=["float64", "float32"])
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     cfg, batch = TinyLMConfig(), 8
-    print_header(f"One training step, TinyLM d {cfg.d_model}, {cfg.n_layers} layers, "
-                 f"{batch * cfg.context} tokens, {args.threads} thread(s), median of "
-                 f"{args.repeat}")
-    times = {r: step_seconds(r, cfg, batch, args.repeat) for r in RECIPES}
-    base, base_cpu = times["bf16"]
-    print_table(["recipe", "ms/step (wall)", "ms/step (CPU)", "x BF16 (wall)", "x BF16 (CPU)"],
-                [[r, f"{w * 1e3:.0f}", f"{c * 1e3:.0f}", f"{w / base:.2f}", f"{c / base_cpu:.2f}"]
-                 for r, (w, c) in times.items()])
+    for dtype in args.dtype:
+        print_header(f"One training step in {dtype}, TinyLM d {cfg.d_model}, {cfg.n_layers} "
+                     f"layers, {batch * cfg.context} tokens, {args.threads} thread(s), median "
+                     f"of {args.repeat}")
+        times = {r: step_seconds(r, cfg, batch, args.repeat, getattr(torch, dtype))
+                 for r in RECIPES}
+        base, base_cpu = times["bf16"]
+        print_table(["recipe", "ms/step (wall)", "ms/step (CPU)", "x BF16 (wall)",
+                     "x BF16 (CPU)"],
+                    [[r, f"{w * 1e3:.0f}", f"{c * 1e3:.0f}", f"{w / base:.2f}",
+                      f"{c / base_cpu:.2f}"] for r, (w, c) in times.items()])
 
 
 if __name__ == "__main__":

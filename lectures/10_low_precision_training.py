@@ -28,12 +28,15 @@ How to read the output
     every stochastic-rounding and Hadamard draw. A difference between recipes is a finding only
     when it exceeds the spread across seeds, which is printed; otherwise the text says "within
     noise". Operand formats are emulated (fake quantization: values rounded onto the format's
-    grid, products accumulated in float32), so no timing here says anything about hardware.
+    grid), so no timing here says anything about hardware. The emulation computes in float64,
+    weights and optimizer state included, and quantizes each operand as its float32 rounding
+    would be: the FP32 run is the unquantized reference. Float64 is what makes every printed
+    loss the same on every CPU (lectures/tinylm/loop.py says why float32 would not).
 
 Run
     python lectures/10_low_precision_training.py            (full: 120 steps, 3 seeds, about
-                                                             8 min on 2 cores)
-    python lectures/10_low_precision_training.py --quick    (20 steps, 2 seeds, about 75 s:
+                                                             9 min on 2 cores)
+    python lectures/10_low_precision_training.py --quick    (20 steps, 2 seeds, about 90 s:
                                                              the tests' workload)
     Runs train on 2 worker processes with one torch thread each (the printed numbers do not
     depend on the number of threads); on CUDA they run one after another on the GPU. Each
@@ -266,7 +269,7 @@ def print_curves(runs: Runs, labels) -> None:
 class Probe:
     """The raw GEMM operands of every linear after ``step`` steps of FP32 training."""
     step: int
-    operands: dict      # layer name -> {"x": (N, in), "w": (out, in), "dy": (N, out)} float32
+    operands: dict      # layer name -> {"x": (N, in), "w": (out, in), "dy": (N, out)} float64
 
 
 def probe_run(w: Workload, device: str | None = None) -> Probe:
@@ -578,7 +581,7 @@ def why_demo(p: Probe, layer: str = "layers.0.mlp.down", draws=(1, 4, 16),
             sr_errors[k] = rel(acc / k)
     rows = [[k, f"{rel(rne):.2%}", f"{sr_errors[k]:.2%}"] for k in draws]
 
-    h = ntt.random_hadamard(16, generator=torch.Generator().manual_seed(seed))
+    h = ntt.random_hadamard(16, generator=torch.Generator().manual_seed(seed)).to(dyt.dtype)
     rows_out, n = dyt.shape
     dyh = (dyt.view(rows_out, n // 16, 16) @ h).view(rows_out, n)
     xh = (xt.view(xt.shape[0], n // 16, 16) @ h).view(xt.shape[0], n)
@@ -735,7 +738,7 @@ def print_summary(runs: Runs) -> None:
           "the block, averaged over the model's linears (layers kept in BF16 count 16). Native "
           "hardware: FP8 GEMMs on NVIDIA Hopper (H100 datasheet: 1,979 dense FP8 TFLOPS, twice "
           "BF16), MXFP8, MXFP4 and NVFP4 on Blackwell (NVIDIA Blackwell architecture technical "
-          "brief); these runs emulate all of them in float32."),
+          "brief); these runs emulate all of them, in float64."),
     ])
 
 

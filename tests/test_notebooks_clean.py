@@ -78,15 +78,31 @@ def test_tidy_rewrites_what_jupyterlab_would(tmp_path):
     assert tidy(p) is False
 
 
-def test_jupyterlab_news_is_off_in_the_shipped_settings():
-    """The "Jupyter news?" pop-up covers the bottom right of the figures; the repository ships
-    JupyterLab overrides that turn news and update checks off (installed with the package as
+def _lab_schema(extension: str, plugin: str):
+    """The installed JupyterLab's settings schema of ``@jupyterlab/extension:plugin``, or None
+    without JupyterLab."""
+    import sys
+    path = (Path(sys.prefix) / "share" / "jupyter" / "lab" / "schemas" / "@jupyterlab" / extension
+            / f"{plugin}.json")
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def test_shipped_jupyterlab_settings_turn_news_and_autosave_off():
+    """The "Jupyter news?" pop-up covers the bottom right of the figures, and autosave would
+    write every Run All's new outputs over the stored ones; the repository ships JupyterLab
+    overrides that turn news, update checks and autosave off (installed with the package as
     data files, or passed with ``--LabApp.app_settings_dir=jupyter``)."""
     import tomllib
 
     overrides = json.loads((ROOT / "jupyter" / "overrides.json").read_text())
     notification = overrides["@jupyterlab/apputils-extension:notification"]
     assert notification == {"fetchNews": "false", "checkForUpdates": False}
+    # Running a notebook changes its outputs in memory (new widget ids, redrawn figures);
+    # with autosave off nothing reaches the repository's files until the reader saves.
+    assert overrides["@jupyterlab/docmanager-extension:plugin"] == {"autosave": False}
+    schema = _lab_schema("docmanager-extension", "plugin")
+    if schema is not None:  # the setting exists under this name in the installed JupyterLab
+        assert schema["properties"]["autosave"]["type"] == "boolean"
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     data_files = pyproject["tool"]["setuptools"]["data-files"]
     assert data_files["share/jupyter/lab/settings"] == ["jupyter/overrides.json"]

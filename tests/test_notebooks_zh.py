@@ -143,6 +143,16 @@ def test_zh_notebook_is_generated_from_the_current_sources(nn):
          for c in want.cells]
 
 
+#: Notebooks that time the machine they run on: their cells that nbval does not compare print
+#: other speeds in every run, so there the Chinese numbers are not compared either.
+MEASURES_THE_MACHINE = {"12"}
+
+
+def _nbval_leaves_alone(source: str) -> bool:
+    first = source.lstrip().split("\n", 1)[0].strip()
+    return first in ("# NBVAL_IGNORE_OUTPUT", "# NBVAL_SKIP")
+
+
 @pytest.mark.parametrize("nn", TRANSLATED)
 def test_zh_notebook_has_the_english_code_and_numbers(nn):
     english = nbformat.read(zh.english_path(nn), as_version=4)
@@ -159,7 +169,8 @@ def test_zh_notebook_has_the_english_code_and_numbers(nn):
         # committed executed, except the cells the English notebook keeps unexecuted (a
         # real-model run stored in markdown instead)
         assert (zc.execution_count is None) == (en.execution_count is None), en.source
-        assert number_differences(_text(en.outputs), _text(zc.outputs)) == [], en.source
+        if not (nn in MEASURES_THE_MACHINE and _nbval_leaves_alone(en.source)):
+            assert number_differences(_text(en.outputs), _text(zc.outputs)) == [], en.source
         kinds = [sorted(o.data) for o in en.outputs if "data" in o]    # figures, widgets
         assert kinds == [sorted(o.data) for o in zc.outputs if "data" in o], en.source
         assert "missing from font" not in _text(zc.outputs)

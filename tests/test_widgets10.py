@@ -72,3 +72,27 @@ def test_explorer_trains_what_the_controls_say(monkeypatch):
     e.controls["dy"].value = "base"
     e.controls["sr"].value = "on"
     assert e.state["error"] is not None and "rounding" in e.state["error"]
+
+
+def test_plots_in_chinese(tiny):
+    from matplotlib.text import Text
+
+    from console.i18n import language
+    from lectures.widgets.fonts import use_language_fonts
+    from text_checks import english_runs
+    runs, probe = tiny
+
+    def cjk(text):
+        return any("\u4e00" <= ch <= "\u9fff" for ch in text)
+    with matplotlib.rc_context(), language("zh"):
+        use_language_fonts()   # Noto Sans SC, as a Chinese notebook draws
+        figs = [W.plot_loss_curves(runs), W.plot_gradient_histogram(probe),
+                W.plot_ablation(runs)]
+    for fig in figs:
+        for ax in fig.get_axes():
+            assert cjk(ax.get_title()) and cjk(ax.get_ylabel()), ax.get_title()
+        drawn = "\n".join(t.get_text() for t in fig.findobj(Text) if t.get_text())
+        assert english_runs(drawn) == [], drawn
+    ax = figs[2].axes[0]
+    assert cjk(ax.get_xlabel())
+    assert any(cjk(t.get_text()) for t in ax.get_xticklabels())   # the recipes' names

@@ -75,3 +75,71 @@ def test_stored_run_is_the_full_workload():
     assert set(s["codes_changed"]) == qat
     for changed, total in s["codes_changed"].values():
         assert 0 <= changed <= total
+
+
+def _old_cell_print(s) -> str:
+    """What notebook 11's first cell printed before print_summary existed: its f-strings,
+    written out here as the independent reference for the English bytes."""
+    lines = [f"float32: perplexity {s['float_ppl']:.2f} on {s['n_eval']} windows of "
+             f"{s['eval_len']} tokens; {s['steps']} steps of {s['train_len']} tokens per method"]
+    for method, bits, trainable, cpu, ppl in s["table"]:
+        lines.append(f"{method:32s} {bits:6.3f} bits/weight {trainable:>12,} trainable  "
+                     f"perplexity {ppl:6.2f}")
+    for method, (changed, total) in s["codes_changed"].items():
+        lines.append(f"{method}: {changed:,} of {total:,} trained codes changed")
+    return "\n".join(lines) + "\n"
+
+
+def _printed(s, lang) -> str:
+    import io
+    from contextlib import redirect_stdout
+
+    from console.i18n import language
+    buf = io.StringIO()
+    with language(lang), redirect_stdout(buf):
+        W.print_summary(s)
+    return buf.getvalue()
+
+
+def test_print_summary_english_bytes_and_chinese_numbers():
+    from console import display_width
+    from text_checks import english_runs, number_differences
+    s = W.load_summary()
+    en, zh = _printed(s, "en"), _printed(s, "zh")
+    assert en == _old_cell_print(s)
+    assert number_differences(en, zh) == [] and english_runs(zh) == []
+    assert sum("\u4e00" <= ch <= "\u9fff" for ch in zh) > 50
+    rows = zh.splitlines()[1:1 + len(s["table"])]
+    assert len({display_width(row) for row in rows}) == 1, rows   # the columns stay aligned
+    with pytest.raises(TypeError, match="summary"):
+        W.print_summary({"x": 1})
+
+
+def _is_cjk(text: str) -> bool:
+    return any("\u4e00" <= ch <= "\u9fff" for ch in text)
+
+
+def test_figures_and_explorer_in_chinese():
+    import matplotlib
+    from matplotlib.text import Text
+
+    from console.i18n import language
+    from lectures.widgets.fonts import use_language_fonts
+    from text_checks import english_runs
+    s = fake_summary()
+    with matplotlib.rc_context(), language("zh"):
+        use_language_fonts()   # Noto Sans SC: the explorer draws its figure
+        figs = [W.plot_curves(s), W.plot_summary(s)]
+        e = W.method_explorer(s)
+        figs.append(e.figure)
+        labels = e.controls["method"].options
+        description, title = e.controls["method"].description, e.title
+    for fig in figs:
+        ax = fig.axes[0]
+        assert _is_cjk(ax.get_title()) and _is_cjk(ax.get_xlabel()), ax.get_title()
+        drawn = "\n".join(t.get_text() for t in fig.findobj(Text) if t.get_text())
+        assert english_runs(drawn) == []
+    assert _is_cjk(figs[0].axes[0].get_ylabel())
+    assert _is_cjk(description) and _is_cjk(title)
+    assert [value for _label, value in labels] == list(s["curves"])
+    assert all(_is_cjk(label) for label, _value in labels)

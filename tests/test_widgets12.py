@@ -85,3 +85,39 @@ def test_plot_bytes_per_token():
 def test_decode_explorer_measures_the_machine_by_itself():
     e = W.decode_explorer()                 # as benchmarks/bench_explorers.py builds it
     assert e.state["tokens_per_s"] > 0 and e.state["bound"] in ("memory", "compute")
+
+
+def _is_cjk(text: str) -> bool:
+    return any("\u4e00" <= ch <= "\u9fff" for ch in text)
+
+
+def _drawn(fig) -> str:
+    from matplotlib.text import Text
+    return "\n".join(t.get_text() for t in fig.findobj(Text) if t.get_text())
+
+
+def test_figures_and_explorer_in_chinese(m):
+    from console.i18n import language
+    from lectures.widgets.fonts import use_language_fonts
+    from text_checks import english_runs
+    c = speed.pass_cost(L.SMOLLM2, 32, new_tokens=16, all_logits=True)
+    pts = [L.OperatingPoint("float32", 1, 16, False, c, 50e9, fixed(20e9), "compute")]
+    ops = L.OperatingResult(pts, {"float32": 5.0}, 20e9, {"float32": 100e9}, "test CPU")
+    with matplotlib.rc_context(), language("zh"):
+        use_language_fonts()   # Noto Sans SC: the explorer draws its figure
+        figs = [W.plot_roofline(m, ops), W.plot_bytes_per_token(
+            L.demo2_bytes_per_token(L.SMOLLM2, 20e9))]
+        e = W.decode_explorer(m)
+        figs.append(e.figure)
+        controls = {k: (w.description, getattr(w, "options", ())) for k, w in e.controls.items()}
+        title = e.title
+    for fig in figs:
+        ax = fig.axes[0]
+        assert _is_cjk(ax.get_title()) or "test CPU" in ax.get_title()
+        assert _is_cjk(ax.get_xlabel()) and _is_cjk(ax.get_ylabel()), ax.get_xlabel()
+        assert english_runs(_drawn(fig)) == []
+    assert _is_cjk(figs[0].axes[0].get_title())
+    assert _is_cjk(title) and all(_is_cjk(d) for d, _ in controls.values())
+    weights = controls["weights"][1]
+    assert [v for _, v in weights] == list(L.format_bits())
+    assert any(_is_cjk(label) for label, _ in weights)     # "INT4, groups of 32" and the like

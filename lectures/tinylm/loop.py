@@ -1,14 +1,22 @@
 """A short, seeded training loop for :class:`~lectures.tinylm.model.TinyLM`, and a way to run
 many of them on worker processes.
 
-One run: AdamW (Loshchilov and Hutter 2019) on float32 master weights, linear warmup then
-cosine decay, gradient-norm clipping at 1, and, when the recipe asks for it (FP16), the
+One run: AdamW (Loshchilov and Hutter 2019), linear warmup then cosine decay, gradient-norm
+clipping at 1, and, when the recipe asks for it (FP16), the
 :class:`numfmt.torch.train.DynamicLossScaler`. The loss is reported in bits per byte
 (cross-entropy in nats / ln 2). Validation runs on fixed windows at a few steps.
 
 Determinism: a run sets torch to one thread, so its numbers do not depend on how many cores the
 machine has or how many runs share it; the data order, the initial weights and every
-quantizer's random draws come from the run's seed.
+quantizer's random draws come from the run's seed. And by default a run computes in float64:
+the weights, the optimizer state, every activation and gradient, and the GEMMs, whose operands
+the recipe quantizes exactly as it would FP32 ones (the library's float64 emulation, see
+:class:`numfmt.torch.train.QuantLinear`). In float32 the printed losses would depend on the
+CPU: AVX2 and AVX-512 kernels (ATen's, MKL's) add in different orders, a last-bit difference
+moves a value across a rounding boundary of some quantizer, and training amplifies it into the
+third decimal of the loss. In float64 the kernels still differ in the last bits, but a float64
+last bit is 2^-29 of a float32 one: no quantizer's decision moves, and the loss stays the same
+to every printed digit.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ class TrainConfig:
     seed: int = 0
     spike: tuple | None = None     # (step, layer name, factor): that step's input to the layer
                                    # is multiplied by factor (demo 2's outlier)
+    dtype: str = "float64"         # what the run computes in: "float64" or "float32"
 
     def schedule(self, step: int) -> float:
         """Learning-rate multiplier at ``step`` (0-based): linear warmup, cosine to 10%."""
@@ -103,7 +112,10 @@ def train(recipe, cfg: TrainConfig = TrainConfig(), model_cfg: TinyLMConfig = Ti
     if threads is not None:
         torch.set_num_threads(threads)
     rec = ntt.get_recipe(recipe)
-    model = TinyLM(model_cfg, rec, seed=cfg.seed).to(device)
+    if cfg.dtype not in ("float32", "float64"):
+        raise ValueError(f"TrainConfig.dtype must be 'float32' or 'float64', got {cfg.dtype!r}")
+    model = TinyLM(model_cfg, rec, seed=cfg.seed).to(device=device,
+                                                      dtype=getattr(torch, cfg.dtype))
     for m in model.linears().values():
         m.capture = capture
     data = split()

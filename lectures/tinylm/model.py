@@ -162,7 +162,7 @@ class TinyLM(nn.Module):
                     continue
                 residual = name.endswith((".attn.o.weight", ".mlp.down.weight"))
                 s = std / math.sqrt(2 * self.cfg.n_layers) if residual else std
-                p.copy_(torch.randn(p.shape, generator=g) * s)
+                p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) * s)
 
     def linears(self) -> dict[str, nn.Module]:
         """Every QuantLinear by its name, in forward order."""

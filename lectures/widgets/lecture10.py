@@ -18,10 +18,12 @@ from matplotlib.figure import Figure
 
 import numfmt
 import numfmt.torch.train as ntt
+from lectures.i18n import domain
 from lectures.tinylm.loop import TrainConfig, train
 from lectures.widgets.explorer import Explorer, check_result, explorer_figure
 
 L = importlib.import_module("lectures.10_low_precision_training")
+_ = domain("lecture10").gettext     # the recipes' names are in its catalog (lecture 10's N_())
 
 EXPLORER_STEPS = 12          # a short run: a few seconds per recipe on one core
 
@@ -94,11 +96,13 @@ def plot_loss_curves(runs, labels=("FP32", "BF16", "FP16, no loss scaling",
         tr = np.mean([r.train_loss for r in rs], axis=0)
         k = min(10, len(tr))
         ax1.plot(np.arange(k, len(tr) + 1), np.convolve(tr, np.ones(k) / k, "valid"),
-                 label=label)
-        ax2.plot(rs[0].val_steps, np.mean([r.val_loss for r in rs], axis=0), "o-", label=label)
-    ax1.set(title="Training loss (10-step mean)", xlabel="step", ylabel="bits per byte")
-    ax2.set(title=f"Validation loss, mean of {len(runs.workload.seeds)} seeds", xlabel="step",
-            ylabel="bits per byte")
+                 label=_(label))
+        ax2.plot(rs[0].val_steps, np.mean([r.val_loss for r in rs], axis=0), "o-",
+                 label=_(label))
+    ax1.set(title=_("Training loss (10-step mean)"), xlabel=_("step"),
+            ylabel=_("bits per byte"))
+    ax2.set(title=_("Validation loss, mean of {n} seeds").format(n=len(runs.workload.seeds)),
+            xlabel=_("step"), ylabel=_("bits per byte"))
     ax1.legend(fontsize=8)
     ax2.legend(fontsize=8)
     return fig
@@ -111,21 +115,23 @@ def plot_gradient_histogram(probe, fig=None) -> Figure:
     dy = np.concatenate([o["dy"].numpy().ravel() for o in probe.operands.values()])
     a = np.abs(dy[dy != 0]).astype(np.float64)
     fig, ax = explorer_figure(fig, (10, 4.5))
-    ax.hist(np.log2(a), bins=120, color="0.6", label="|dy|, all linears")
+    ax.hist(np.log2(a), bins=120, color="0.6", label=_("|dy|, all linears"))
     top = np.log2(a.max())
     spans = [("FP16", *format_range("FP16"), 0.0), ("BF16", *format_range("BF16"), 0.0)]
     for name in ("E4M3", "E5M2"):
         sub, low, high = format_range(name)
         shift = top - np.log2(high)          # per-tensor scale: amax lands on the format's max
-        spans.append((name + " (scaled)", sub, low, high, shift))
+        spans.append((_("{format} (scaled)").format(format=name), sub, low, high, shift))
     ymax = ax.get_ylim()[1]
     for k, (name, sub, low, high, shift) in enumerate(spans):
         y = ymax * (0.95 - 0.08 * k)
         ax.plot([np.log2(sub) + shift, np.log2(low) + shift], [y, y], ":", color=f"C{k}", lw=2)
         ax.plot([np.log2(low) + shift, min(np.log2(high) + shift, top + 8)], [y, y], "-",
-                color=f"C{k}", lw=3, label=f"{name}: subnormal (dotted), normal (solid)")
-    ax.set(title=f"Gradients dy after {probe.step} steps against each format's range",
-           xlabel="log2 |dy|", ylabel="count", xlim=(np.log2(a.min()) - 2, top + 4))
+                color=f"C{k}", lw=3,
+                label=_("{format}: subnormal (dotted), normal (solid)").format(format=name))
+    ax.set(title=_("Gradients dy after {steps} steps against each format's range").format(
+               steps=probe.step),
+           xlabel="log2 |dy|", ylabel=_("count"), xlim=(np.log2(a.min()) - 2, top + 4))
     ax.legend(fontsize=7, loc="upper left")
     return fig
 
@@ -140,11 +146,11 @@ def plot_ablation(runs, fig=None) -> Figure:
     fig, ax = explorer_figure(fig, (10, 4.5))
     pos = np.arange(len(labels))
     ax.bar(pos, mean, yerr=err, capsize=4, color=["0.5"] + ["C0"] * len(L.LADDER) + ["C3"],
-           label="mean over seeds (bar), seed range (whiskers)")
-    ax.set_xticks(pos, [label.replace(" + ", "\n+ ") for label in labels], fontsize=7)
+           label=_("mean over seeds (bar), seed range (whiskers)"))
+    ax.set_xticks(pos, [_(label).replace(" + ", "\n+ ") for label in labels], fontsize=7)
     lo = float(min(v.min() for v in f))
-    ax.set(title="NVFP4 one technique at a time, against BF16 and MXFP4",
-           xlabel="recipe", ylabel="final validation bits per byte",
+    ax.set(title=_("NVFP4 one technique at a time, against BF16 and MXFP4"),
+           xlabel=_("recipe"), ylabel=_("final validation bits per byte"),
            ylim=(lo - 0.05, float(max(v.max() for v in f)) + 0.05))
     ax.legend(fontsize=8, loc="upper left")
     return fig
@@ -178,15 +184,15 @@ def _draw_explore(s, fig=None):
     fig, ax = explorer_figure(fig, (9, 4))
     if s["error"]:
         ax.text(0.5, 0.5, s["error"], ha="center", va="center", wrap=True, fontsize=8)
-        ax.set(title="This combination is not a valid recipe", xlabel="step",
-               ylabel="bits per byte")
+        ax.set(title=_("This combination is not a valid recipe"), xlabel=_("step"),
+               ylabel=_("bits per byte"))
         return fig
-    for label, r in (("BF16", s["bf16"]), ("your recipe", s["run"])):
+    for label, r in (("BF16", s["bf16"]), (_("your recipe"), s["run"])):
         ax.plot(np.arange(1, len(r.train_loss) + 1), r.train_loss,
-                label=f"{label}: validation {r.final_val:.3f}")
+                label=_("{recipe}: validation {loss:.3f}").format(recipe=label, loss=r.final_val))
     d = s["recipe"].describe()
-    ax.set(title=f"x/W: {d['fprop']}\ndy: {s['recipe'].wgrad[0].describe()}", xlabel="step",
-           ylabel="training loss, bits per byte")
+    ax.set(title=f"x/W: {d['fprop']}\ndy: {s['recipe'].wgrad[0].describe()}", xlabel=_("step"),
+           ylabel=_("training loss, bits per byte"))
     ax.title.set_fontsize(8)
     ax.legend(fontsize=8)
     return fig
@@ -195,17 +201,17 @@ def _draw_explore(s, fig=None):
 def recipe_explorer() -> Explorer:
     """Base recipe, element format of x, W and dy, SR and RHT on or off -> a short run's
     training loss against BF16 (each change trains one short run: a few seconds)."""
-    fmts = ["base", "bf16", "e4m3", "e5m2", "e2m1"]
+    # (label, value): the label is what the reader sees, the value what explore() is given
+    fmts = [(_("base"), "base")] + [(f, f) for f in ("bf16", "e4m3", "e5m2", "e2m1")]
+    flags = [(_("base"), "base"), (_("on"), "on"), (_("off"), "off")]
     controls = {
         "base": widgets.Dropdown(options=list(ntt.RECIPES), value="fp8_current",
-                                 description="recipe"),
+                                 description=_("recipe")),
         "x": widgets.Dropdown(options=fmts, value="base", description="x"),
         "w": widgets.Dropdown(options=fmts, value="base", description="W"),
         "dy": widgets.Dropdown(options=fmts, value="base", description="dy"),
-        "sr": widgets.ToggleButtons(options=["base", "on", "off"], value="base",
-                                    description="SR on dy"),
-        "rht": widgets.ToggleButtons(options=["base", "on", "off"], value="base",
-                                     description="RHT"),
+        "sr": widgets.ToggleButtons(options=flags, value="base", description=_("SR on dy")),
+        "rht": widgets.ToggleButtons(options=flags, value="base", description="RHT"),
     }
-    return Explorer("Build a recipe and train it for a few steps", controls, explore,
+    return Explorer(_("Build a recipe and train it for a few steps"), controls, explore,
                     _draw_explore)

@@ -9,6 +9,9 @@ A thin layer over lecture 12's demo functions:
 - ``decode_explorer(machine)`` builds an :class:`Explorer` whose callback is
   ``L.decode_point``: context length, batch, weight and cache format -> the roofline's tokens/s
   and the cache's size. Nothing is measured in a callback.
+
+Text goes through lecture 12's catalog (domain ``lecture12``); the weight formats' names are
+those of lecture 08's catalog, as lecture 12 prints them.
 """
 
 from __future__ import annotations
@@ -19,13 +22,21 @@ import ipywidgets as widgets
 import numpy as np
 from matplotlib.figure import Figure
 
+from lectures.i18n import domain
 from lectures.widgets.explorer import Explorer, check_result, explorer_figure
 
 L = importlib.import_module("lectures.12_time_and_memory")
+_ = domain("lecture12").gettext
+_08 = domain("lecture08").gettext        # lecture 08's format names, in its own catalog
 
 GB = 1e9
 CONTEXTS = (0, 256, 512, 1024, 2048, 4096, 8192)
 BATCHES = (1, 2, 4, 8, 16, 32, 64)
+
+
+def _weights(label: str) -> str:
+    """A weight format's name in the current language (lecture 08's names, else lecture 12's)."""
+    return _08(label) if label in {f.label for f in L.WEIGHT_FORMATS} else _(label)
 
 
 def plot_roofline(m, points=None) -> Figure:
@@ -40,23 +51,26 @@ def plot_roofline(m, points=None) -> Figure:
     bw = m.best_bandwidth
     for dtype in m.matmul:
         peak = m.peak(dtype)
-        ax.plot(x, np.minimum(peak, x * bw) / GB, label=f"{dtype} roofline "
-                f"(ridge {m.ridge(dtype):.1f} op/B)")
+        ax.plot(x, np.minimum(peak, x * bw) / GB,
+                label=_("{dtype} roofline (ridge {ridge:.1f} op/B)").format(
+                    dtype=dtype, ridge=m.ridge(dtype)))
     if points is not None:
         for i, path in enumerate(dict.fromkeys(p.path for p in points.points)):
             pts = [p for p in points.points if p.path == path]
             for p in pts:
                 ax.plot(p.cost.intensity, p.measured.median / GB, "o" if p.decode else "s",
                         color=f"C{i + len(m.matmul)}", ms=7)
-                ax.annotate("decode" if p.decode else f"{p.batch}x{p.tokens}",
+                ax.annotate(_("decode") if p.decode else f"{p.batch}x{p.tokens}",
                             (p.cost.intensity, p.measured.median / GB), fontsize=7,
                             xytext=(4, -10), textcoords="offset points")
-            ax.plot([], [], "o", color=f"C{i + len(m.matmul)}", label=f"{path} (measured)")
+            ax.plot([], [], "o", color=f"C{i + len(m.matmul)}",
+                    label=_("{path} (measured)").format(path=_(path)))
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity (operations per byte moved)")
-    ax.set_ylabel("G op/s (10^9 operations per second)")
-    ax.set_title(f"Roofline of {m.cpu} ({m.cores} cores), measured")
+    ax.set_xlabel(_("arithmetic intensity (operations per byte moved)"))
+    ax.set_ylabel(_("G op/s (10^9 operations per second)"))
+    ax.set_title(_("Roofline of {cpu} ({cores} cores), measured").format(cpu=m.cpu,
+                                                                          cores=m.cores))
     ax.legend(fontsize=7)
     return fig
 
@@ -73,14 +87,15 @@ def plot_bytes_per_token(r) -> Figure:
     lin = np.array([r.linear_bytes[k] for k in labels]) / L.MB
     head = np.full(len(labels), r.head_bytes / L.MB)
     kv = np.array([r.token_bytes[k, c] - r.token_bytes[k, 0] for k in labels]) / L.MB
-    ax.barh(y, lin, label="decoder linears")
-    ax.barh(y, head, left=lin, label="output projection (BF16)")
-    ax.barh(y, kv, left=lin + head, label=f"K/V cache (BF16) at {c:,} tokens")
-    ax.set_yticks(y, [f"{k} ({r.bits[k]:.2f} b)" for k in labels], fontsize=7)
+    ax.barh(y, lin, label=_("decoder linears"))
+    ax.barh(y, head, left=lin, label=_("output projection (BF16)"))
+    ax.barh(y, kv, left=lin + head, label=_("K/V cache (BF16) at {c:,} tokens").format(c=c))
+    ax.set_yticks(y, [_("{format} ({bits:.2f} b)").format(format=_weights(k), bits=r.bits[k])
+                      for k in labels], fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlabel("MB read per decoded token")
-    ax.set_ylabel("weight format (bits per weight)")
-    ax.set_title("SmolLM2-135M: what one decoded token reads")
+    ax.set_xlabel(_("MB read per decoded token"))
+    ax.set_ylabel(_("weight format (bits per weight)"))
+    ax.set_title(_("SmolLM2-135M: what one decoded token reads"))
     ax.legend(fontsize=8)
     return fig
 
@@ -95,12 +110,13 @@ def decode_explorer(m=None) -> Explorer:
     formats = list(L.format_bits())
     kvs = [label for label, _ in L.KV_FORMATS]
     controls = {
-        "weights": widgets.Dropdown(options=formats, value="INT4, groups of 32",
-                                    description="weights"),
-        "kv": widgets.Dropdown(options=kvs, value="BF16", description="K/V cache"),
+        "weights": widgets.Dropdown(options=[(_weights(f), f) for f in formats],
+                                    value="INT4, groups of 32", description=_("weights")),
+        "kv": widgets.Dropdown(options=[(_(k), k) for k in kvs], value="BF16",
+                               description=_("K/V cache")),
         "context": widgets.SelectionSlider(options=CONTEXTS, value=1024,
-                                           description="context"),
-        "batch": widgets.SelectionSlider(options=BATCHES, value=1, description="batch"),
+                                           description=_("context")),
+        "batch": widgets.SelectionSlider(options=BATCHES, value=1, description=_("batch")),
     }
     bandwidth, peak = m.best_bandwidth, m.peak("float32")
 
@@ -110,26 +126,27 @@ def decode_explorer(m=None) -> Explorer:
         return {"weights": weights, "kv": kv, "context": context, "batch": batch, **point,
                 "float32_tokens_per_s": base["tokens_per_s"]}
 
-    return Explorer("Decode speed by the roofline: format, context, batch", controls,
+    return Explorer(_("Decode speed by the roofline: format, context, batch"), controls,
                     compute, _draw_point, rows=[["weights", "kv"], ["context", "batch"]])
 
 
 def _draw_point(s: dict, fig: Figure | None = None) -> Figure:
     fig, axes = explorer_figure(fig, (8, 3.2), 1, 2)
     ax = axes[0]
-    ax.bar([0, 1], [s["weight_mb"], s["kv_mb"]], color=["C0", "C2"], label="MB per step")
-    ax.set_xticks([0, 1], ["weights", "K/V cache read"])
-    ax.set_xlabel("what a decode step reads")
-    ax.set_ylabel("MB per step")
-    ax.set_title(f"{s['weights']}, K/V {s['kv']}", fontsize=9)
+    ax.bar([0, 1], [s["weight_mb"], s["kv_mb"]], color=["C0", "C2"], label=_("MB per step"))
+    ax.set_xticks([0, 1], [_("weights"), _("K/V cache read")])
+    ax.set_xlabel(_("what a decode step reads"))
+    ax.set_ylabel(_("MB per step"))
+    ax.set_title(_("{weights}, K/V {kv}").format(weights=_weights(s["weights"]), kv=_(s["kv"])),
+                 fontsize=9)
     ax.legend(fontsize=8)
     ax = axes[1]
     ax.bar([0, 1], [s["float32_tokens_per_s"], s["tokens_per_s"]], color=["C7", "C1"],
-           label=f"{s['bound']}-bound")
-    ax.set_xticks([0, 1], ["float32", "chosen"])
-    ax.set_xlabel("weights")
-    ax.set_ylabel("tokens/s (all sequences)")
-    ax.set_title(f"batch {s['batch']}, context {s['context']:,}: "
-                 f"cache {s['kv_cache_mb']:.0f} MB", fontsize=9)
+           label=_("{bound}-bound").format(bound=_(s["bound"])))
+    ax.set_xticks([0, 1], ["float32", _("chosen")])
+    ax.set_xlabel(_("weights"))
+    ax.set_ylabel(_("tokens/s (all sequences)"))
+    ax.set_title(_("batch {batch}, context {context:,}: cache {cache:.0f} MB").format(
+        batch=s["batch"], context=s["context"], cache=s["kv_cache_mb"]), fontsize=9)
     ax.legend(fontsize=8)
     return fig

@@ -519,8 +519,10 @@ def quantize_operand(t: torch.Tensor, spec: OperandSpec, *, generator=None, amax
 
     Parameters
     ----------
-    t : torch.Tensor, float32, shape (rows, inner)
-        The operand laid out with the GEMM's inner dimension last.
+    t : torch.Tensor, float32 or float64, shape (rows, inner)
+        The operand laid out with the GEMM's inner dimension last. A float64 operand (a float64
+        emulation, see :class:`QuantLinear`) is quantized as its float32 rounding would be
+        (after the RHT, which runs in float64), except under fp32, which leaves it unrounded.
     spec : OperandSpec
     generator : torch.Generator, optional
         Draws for stochastic rounding (on ``t``'s device) and, when ``hadamard_matrix`` is not
@@ -539,7 +541,7 @@ def quantize_operand(t: torch.Tensor, spec: OperandSpec, *, generator=None, amax
 
     Returns
     -------
-    torch.Tensor, float32, shape (rows, inner), on ``t``'s device
+    torch.Tensor, float32 (float64 for a float64 ``t``), shape (rows, inner), on ``t``'s device
         fp32 returns ``t`` itself; bf16 and fp16 are torch's casts (``t.to(torch.bfloat16)``,
         IEEE overflow to Inf); scaled formats are numfmt.torch's quantizers: per tensor,
         ``tensor_scaled``'s exact scale ``amax / fmt.max`` (or the given one) and its scaled
@@ -566,12 +568,20 @@ def quantize_operand(t: torch.Tensor, spec: OperandSpec, *, generator=None, amax
         raise ValueError(f"t must be a 2-D tensor (rows, inner), got "
                          f"{getattr(t, 'shape', type(t))}")
     t = t.detach()
-    if t.dtype != torch.float32:
-        t = t.to(torch.float32)
+    out = torch.float64 if t.dtype == torch.float64 else torch.float32
+    if spec.fmt == "fp32" and out == torch.float64:
+        return t  # a float64 emulation's unquantized operand: nothing is rounded
     if spec.rht:
         if hadamard_matrix is None:
             hadamard_matrix = random_hadamard(RHT_SIZE, generator=_cpu(generator))
-        t = apply_rht(t, hadamard_matrix)
+        t = apply_rht(t if out == torch.float64 else t.to(torch.float32), hadamard_matrix)
+    if t.dtype != torch.float32:
+        t = t.to(torch.float32)  # the operand as the FP32 activation or weight it would be
+    return _quantize32(t, spec, generator, amax, scale, margin).to(out)
+
+
+def _quantize32(t, spec, generator, amax, scale, margin):
+    """quantize_operand's body for a float32 operand (after any RHT)."""
     if spec.scale == "none":
         dtype = _CASTS[spec.fmt]
         return t if dtype is None else t.to(dtype).to(torch.float32)
@@ -709,7 +719,7 @@ class AmaxHistory:
 
 # ------------------------------------------------------------------------------ the layer
 class _QuantLinearFunction(torch.autograd.Function):
-    """The three GEMMs with quantized operands; float32 products and accumulation."""
+    """The three GEMMs with quantized operands, accumulated in the operands' dtype."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, layer):
@@ -803,20 +813,25 @@ class QuantLinear(nn.Module):
 
     Attributes
     ----------
-    weight : nn.Parameter (out_features, in_features), float32 master weights
+    weight : nn.Parameter (out_features, in_features), master weights, float32 (float64 after ``.double()``)
     capture : bool
         When True, :attr:`last_operands` keeps the raw operands of the last step:
-        ``{"x": (N, in), "w": (out, in), "dy": (N, out)}`` (float32 copies).
+        ``{"x": (N, in), "w": (out, in), "dy": (N, out)}`` (copies, in the layer's dtype).
     step : int
         Training steps taken (forward passes with grad enabled in training mode).
 
     Notes
     -----
     The input may have any leading shape ``(..., in_features)``; it is flattened to
-    ``(N, in_features)`` tokens for the GEMMs. Products are accumulated in float32 (on CUDA
-    with TF32 as torch's ``allow_tf32`` setting says: off by default for matmul). With every
-    operand FP32 the forward and backward are those of ``torch.nn.functional.linear`` bit for
-    bit. Delayed scaling keeps an :class:`AmaxHistory` for x, W and dy; it advances on
+    ``(N, in_features)`` tokens for the GEMMs, in the weight's dtype. In float32 (the default)
+    products are accumulated in float32, as a tensor core does (on CUDA with TF32 as torch's
+    ``allow_tf32`` setting says: off by default for matmul), and with every operand FP32 the
+    forward and backward are those of ``torch.nn.functional.linear`` bit for bit. After
+    ``.double()`` the layer is a float64 emulation: each operand is quantized as its float32
+    rounding would be (FP32 operands are left unrounded) and products are accumulated in
+    float64, more exactly than any tensor core; what it buys is results that do not depend on
+    the CPU's kernels, whose float32 sums differ in the last bits from one instruction set to
+    another. Delayed scaling keeps an :class:`AmaxHistory` for x, W and dy; it advances on
     training steps only, so evaluation does not change a run.
     """
 
@@ -882,10 +897,10 @@ class QuantLinear(nn.Module):
                                                                    recipe.margin))
             # This step's amax enters the history after the step (TE updates the scales
             # after the forward and after the backward): it scales the next steps.
-            amax = float(t.detach().abs().amax())
+            amax = float(t.detach().abs().amax().to(torch.float32))  # the operand's FP32 amax
             self._pending.setdefault(operand, amax)
             if not math.isfinite(amax):  # as quantize_operand: a diverged operand is NaN
-                return torch.full_like(t, float("nan"), dtype=torch.float32)
+                return torch.full_like(t, float("nan"))
             return quantize_operand(t, spec, scale=hist.scale(spec.format))
         return quantize_operand(t, spec, generator=generator, margin=0,
                                 hadamard_matrix=hadamard_matrix)
@@ -908,8 +923,8 @@ class QuantLinear(nn.Module):
                              f"got shape {tuple(x.shape)}")
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
-        if x2.dtype != torch.float32:
-            x2 = x2.to(torch.float32)
+        if x2.dtype != self.weight.dtype:
+            x2 = x2.to(self.weight.dtype)
         training = self.training and torch.is_grad_enabled()
         _check_shapes(self.effective_recipe, x2.shape[0], self.in_features, self.out_features,
                       self.name)
