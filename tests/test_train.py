@@ -626,3 +626,37 @@ def test_lecture10_model_trains_on_cuda(device):
         r = train(name, TrainConfig(steps=2, batch=2, warmup=1, eval_steps=(2,),
                                     val_windows=2, seed=0), cfg, device=device)
         assert np.isfinite(r.train_loss).all() and np.isfinite(r.val_loss).all(), name
+
+
+# --------------------------------------------------------------------- the float64 emulation
+def test_float64_operand_is_quantized_as_its_float32_rounding():
+    """A float64 operand is rounded to float32 first (the FP32 activation it stands for), then
+    quantized; under fp32 it is returned unrounded. Reference: torch's own float32 cast."""
+    g = torch.Generator().manual_seed(3)
+    t = torch.randn(32, 64, generator=g, dtype=torch.float64) * 3
+    for name in ("bf16", "fp8_current", "mxfp8_rceil", "nvfp4"):
+        spec = ntt.RECIPES[name].fprop[0]
+        got = ntt.quantize_operand(t, spec)
+        want = ntt.quantize_operand(t.to(torch.float32), spec)
+        assert got.dtype == torch.float64 and torch.equal(got, want.double()), name
+    assert torch.equal(ntt.quantize_operand(t, ntt.RECIPES["fp32"].fprop[0]), t)
+    assert not torch.equal(t.float().double(), t)          # the fp32 case really skips a rounding
+
+
+def test_float64_fp32_layer_is_torch_linear_in_float64():
+    """After ``.double()`` an all-FP32 layer is float64 ``F.linear``, forward and backward."""
+    layer = ntt.QuantLinear(64, 32, "fp32", bias=True, seed=1).double()
+    x = torch.randn(16, 64, dtype=torch.float64, generator=torch.Generator().manual_seed(2),
+                    requires_grad=True)
+    x2 = x.detach().clone().requires_grad_(True)
+    w = layer.weight.detach().clone().requires_grad_(True)
+    b = layer.bias.detach().clone().requires_grad_(True)
+    y = layer(x)
+    ref = torch.nn.functional.linear(x2, w, b)
+    assert y.dtype == torch.float64 and torch.equal(y, ref)
+    dy = torch.randn(16, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    y.backward(dy)
+    ref.backward(dy)
+    assert torch.allclose(x.grad, x2.grad, rtol=0, atol=1e-12)
+    assert torch.allclose(layer.weight.grad, w.grad, rtol=0, atol=1e-12)
+    assert torch.equal(layer.bias.grad, b.grad)

@@ -813,7 +813,8 @@ class QuantLinear(nn.Module):
 
     Attributes
     ----------
-    weight : nn.Parameter (out_features, in_features), master weights, float32 (float64 after ``.double()``)
+    weight : nn.Parameter (out_features, in_features)
+        Master weights: float32, or float64 after ``.double()``.
     capture : bool
         When True, :attr:`last_operands` keeps the raw operands of the last step:
         ``{"x": (N, in), "w": (out, in), "dy": (N, out)}`` (copies, in the layer's dtype).
