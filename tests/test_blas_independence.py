@@ -108,7 +108,7 @@ def test_lecture_output_is_the_same_under_a_second_blas(script):
 def test_notebook_outputs_hold_under_a_second_blas(notebook):
     """nbval compares the stored outputs (made with the normal BLAS) with a run under the
     second configuration."""
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0",
                         "--nbval", "--nbval-current-env", str(notebook)], cwd=ROOT,
                        env=environment(True), capture_output=True, text=True, timeout=1200)
     assert r.returncode == 0, r.stdout[-4000:]

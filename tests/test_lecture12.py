@@ -20,7 +20,11 @@ from numfmt import cost
 
 L = importlib.import_module("lectures.12_time_and_memory")
 from lectures import machine  # noqa: E402
+
 from lectures.llm import speed  # noqa: E402
+
+# Speeds measured here are checked against ceilings measured here: no other test may run meanwhile.
+pytestmark = pytest.mark.alone
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = L.Workload(repeats=3, prompt=8, new_tokens=2, decode_repeats=2, slow_tokens=1,
