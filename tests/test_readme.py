@@ -137,3 +137,40 @@ def test_history_check_can_fail(tmp_path):
     f.write_text("# measured this round, see ../shared/reviews/a.md\n", encoding="utf-8")
     (tmp_path / "y.md").write_text("Fixed in Issue 12.\nload averages\n", encoding="utf-8")
     assert len(history_in([tmp_path])) == 3 and history_in([f]) != []
+
+
+def set_up(path: Path) -> str:
+    """The README's set-up section, line breaks as spaces (inline code may wrap)."""
+    text = path.read_text(encoding="utf-8")
+    start = text.index("\n## ", 0) + 1
+    return " ".join(text[start:text.index("\n## ", start)].split())
+
+
+@pytest.mark.parametrize("path", [EN, ZH], ids=["README.md", "README.zh.md"])
+def test_cpu_torch_comes_before_the_first_line_that_installs_torch(path):
+    """A reader runs the lines in order: the CPU build of the pinned torch has to be named
+    before the first line whose extra brings torch, or pip has already fetched the CUDA one."""
+    import tomllib
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    pins = {req for reqs in extras.values() for req in reqs if req.startswith("torch==")}
+    assert len(pins) == 1, pins                         # one torch version for every extra
+    section = set_up(path)
+    cpu = section.find(f"pip install {pins.pop()} --index-url https://download.pytorch.org/whl/cpu")
+    assert cpu >= 0, "the CPU build of the pinned torch is named in the set-up"
+    with_torch = [name for name, reqs in extras.items() if any(r.startswith("torch") for r in reqs)]
+    first = min(i for i in (section.find(f'pip install -e ".[{n}') for n in with_torch) if i >= 0)
+    assert cpu < first
+
+
+@pytest.mark.parametrize("path", [EN, ZH], ids=["README.md", "README.zh.md"])
+def test_model_line_names_every_lecture_that_needs_the_model(path):
+    """The set-up line for the real model says which lectures need it: every lecture whose
+    script stops or skips without it (it catches ModelUnavailableError)."""
+    needs = [p.name[:2] for p in sorted((ROOT / "lectures").glob("[0-9][0-9]_*.py"))
+             if "ModelUnavailableError" in p.read_text(encoding="utf-8")]
+    assert len(needs) >= 4, needs
+    section = set_up(path)
+    opening = section.rindex("```bash", 0, section.index('pip install -e ".[model,'))
+    said = re.findall(r"\d\d", section[section.rindex("```", 0, opening):opening])  # its prose
+    assert set(needs) <= set(said), (needs, said)

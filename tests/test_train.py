@@ -660,3 +660,32 @@ def test_float64_fp32_layer_is_torch_linear_in_float64():
     assert torch.allclose(x.grad, x2.grad, rtol=0, atol=1e-12)
     assert torch.allclose(layer.weight.grad, w.grad, rtol=0, atol=1e-12)
     assert torch.equal(layer.bias.grad, b.grad)
+
+
+def test_an_interrupt_cancels_the_runs_not_yet_started(tmp_path):
+    """Kernel > Interrupt during notebook 10's full run raised KeyboardInterrupt in the caller,
+    but leaving the process pool waited for every submitted run (minutes). Now the runs not
+    yet started are cancelled: of 16 jobs on 2 workers, interrupted at the first result, only
+    those already handed to a worker ran (the pool queues at most workers + 1 ahead)."""
+    from lectures.tinylm.loop import in_processes
+    from pool_jobs import mark_and_wait
+    seen = []
+
+    def interrupt(i, result):
+        seen.append(result)
+        raise KeyboardInterrupt
+
+    jobs = [(str(tmp_path), i) for i in range(16)]
+    with pytest.raises(KeyboardInterrupt):
+        in_processes(mark_and_wait, jobs, 2, interrupt)
+    started = sorted(tmp_path.glob("started.*"))
+    assert len(seen) == 1 and 1 <= len(started) <= 2 + 3, started
+
+
+def test_in_processes_returns_every_result_by_index(tmp_path):
+    from lectures.tinylm.loop import in_processes
+    from pool_jobs import mark_and_wait
+    got = {}
+    in_processes(mark_and_wait, [(str(tmp_path), i) for i in range(5)], 2,
+                 lambda i, r: got.__setitem__(i, r))
+    assert got == {i: i for i in range(5)} and len(list(tmp_path.glob("started.*"))) == 5

@@ -195,17 +195,34 @@ def train_many(jobs, *, workers: int = 2, device: str = "cpu", progress=None,
             if on_result:
                 on_result(i, results[-1])
         return results
+    results = [None] * len(jobs)
+
+    def done(i, result):
+        results[i] = result
+        if progress:
+            progress(result)
+        if on_result:
+            on_result(i, result)
+    in_processes(_train_job, jobs, workers, done)
+    return results
+
+
+def in_processes(fn, jobs, workers: int, on_done) -> None:
+    """``fn(job)`` for each job on ``workers`` spawned processes; ``on_done(index, result)``
+    as each finishes, in completion order.
+
+    An interrupt (Ctrl-C, or Kernel > Interrupt in a notebook) or an exception, from a job or
+    from ``on_done``, cancels the jobs not yet started, so it takes effect once the running
+    ones end; the pool's own exit would otherwise wait for every job submitted.
+    """
     import concurrent.futures as cf
     import multiprocessing as mp
     # spawn, not fork: a forked child would inherit torch's thread pools mid-state.
     with cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-        futures = {pool.submit(_train_job, job): i for i, job in enumerate(jobs)}
-        results = [None] * len(jobs)
-        for fut in cf.as_completed(futures):
-            i = futures[fut]
-            results[i] = fut.result()
-            if progress:
-                progress(results[i])
-            if on_result:
-                on_result(i, results[i])
-    return results
+        futures = {pool.submit(fn, job): i for i, job in enumerate(jobs)}
+        try:
+            for fut in cf.as_completed(futures):
+                on_done(futures[fut], fut.result())
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
