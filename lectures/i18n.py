@@ -44,6 +44,7 @@ DOMAINS = {
                                         f"lectures/widgets/lecture{n:02d}.py"])
        for n in range(1, 13)},
     "llm": (LOCALE_DIR, ["lectures/llm/*.py"]),
+    "widgets": (LOCALE_DIR, ["lectures/widgets/explorer.py"]),    # what every explorer says
     # the notebooks that have a Chinese edition: markdown, and code cells' _() (i18n_notebooks)
     **{f"notebook{nn}": (LOCALE_DIR, [f"notebooks/{nn}_*.ipynb"])
        for nn in NOTEBOOKS_TRANSLATED},

@@ -591,3 +591,21 @@ def test_results_round_trip_exactly(tmp_path):
         llm.load_results(tmp_path / "other.json", module)
     with pytest.raises(ValueError, match="does not define"):
         llm.load_results(path, types.SimpleNamespace(__name__="empty"))
+
+
+def test_llama_cpp_status_names_the_install_command_in_the_current_language(monkeypatch):
+    """Without the llama.cpp binding the reason a lecture prints has the command to run, in
+    English or in Chinese; with it, None."""
+    from console.i18n import language
+    from lectures.llm import speed
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "llama_cpp" else real(name, *a))
+    en = speed.llama_cpp_status()
+    with language("zh"):
+        zh = speed.llama_cpp_status()
+    assert en.startswith("llama-cpp-python is not installed (pip install llama-cpp-python;")
+    assert "pip install llama-cpp-python" in zh and any("\u4e00" <= ch <= "\u9fff" for ch in zh)
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: object() if name == "llama_cpp" else real(name, *a))
+    assert speed.llama_cpp_status() is None

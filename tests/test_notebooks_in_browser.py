@@ -58,7 +58,9 @@ LAB_SETTINGS = {
 # which this machine's closed network refuses.
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-EXPLORER_TEXT = ": interactive, needs a running Jupyter kernel]"
+#: The line an Explorer stores beside its widget view ends so, in English or in Chinese.
+EXPLORER_TEXTS = (": interactive, needs a running Jupyter kernel]",
+                  "：可交互，需要运行中的 Jupyter 内核]")
 RUN_TIMEOUT_MS = 240_000     # all cells of one notebook; the slowest (06) takes ~15 s alone
 REDRAW_TIMEOUT_MS = 60_000   # one explorer redraw after a slider step
 
@@ -100,7 +102,8 @@ def _stored_outputs(path: Path) -> list[dict]:
         data = [out.get("data", {}) for out in cell.get("outputs", [])]
         kinds = {k for d in data for k in d}
         # lectures.widgets.Explorer stores this plain-text line beside its widget view.
-        explorer = any(EXPLORER_TEXT in "".join(d.get("text/plain", "")) for d in data)
+        explorer = any(end in "".join(d.get("text/plain", "")) for d in data
+                       for end in EXPLORER_TEXTS)
         rows.append({"figure": "image/png" in kinds, "explorer": explorer,
                      "widget": "application/vnd.jupyter.widget-view+json" in kinds})
     return rows

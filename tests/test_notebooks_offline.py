@@ -19,7 +19,7 @@ pytest.importorskip("matplotlib")
 ROOT = Path(__file__).resolve().parents[1]
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 FIGURES = {"08_real_model.ipynb": 5, "09_ptq_algorithms.ipynb": 1,
-           "zh/08_real_model.ipynb": 5}
+           "zh/08_real_model.ipynb": 5, "zh/09_ptq_algorithms.ipynb": 1}
 # Notebooks whose code loads the real model (a new one is found, not listed by hand).
 LOADS_MODEL = ("load_checkpoint", "open_lab", "load_model")
 MODEL_NOTEBOOKS = sorted(

@@ -192,10 +192,11 @@ def test_zh_notebook_stores_its_own_figures_in_markdown(nn):
                 assert stored[key]["image/png"] != att["image/png"], key
 
 
-def test_regenerating_keeps_the_chinese_figures():
-    english = nbformat.read(zh.english_path("08"), as_version=4)
-    chinese = nbformat.read(zh.zh_path("08"), as_version=4)
-    rebuilt = zh.build("08", english=english)
+@pytest.mark.parametrize("nn", ["08", "09"])     # the notebooks that store figures in markdown
+def test_regenerating_keeps_the_chinese_figures(nn):
+    english = nbformat.read(zh.english_path(nn), as_version=4)
+    chinese = nbformat.read(zh.zh_path(nn), as_version=4)
+    rebuilt = zh.build(nn, english=english)
     assert zh.keep_attachments(rebuilt, chinese) == sum(
         1 for c in english.cells if c.cell_type == "markdown" and c.get("attachments"))
     assert [c.get("attachments") for c in rebuilt.cells if c.cell_type == "markdown"] == [

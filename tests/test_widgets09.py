@@ -53,3 +53,53 @@ def test_plot_perplexity():
     assert len(fig.axes[0].lines) == 3             # RTN, GPTQ, float reference
     with pytest.raises(TypeError):
         W.plot_perplexity("rows")
+
+
+def _is_cjk(text: str) -> bool:
+    return any("\u4e00" <= ch <= "\u9fff" for ch in text)
+
+
+def _drawn(fig) -> str:
+    from matplotlib.text import Text
+    return "\n".join(t.get_text() for t in fig.findobj(Text) if t.get_text())
+
+
+def test_figures_and_explorer_in_chinese():
+    """In Chinese every title, axis label and control description the widgets compose is
+    Chinese, and no run of English words is drawn (method names and format labels aside)."""
+    import matplotlib
+
+    from console.i18n import language
+    from lectures.widgets.fonts import use_language_fonts
+    from text_checks import english_runs
+    rows = [["float32 (reference)", "32", "15.82", "—"],
+            ["RTN INT4 g128", "4.169", "21.85", "none"],
+            ["GPTQ INT4 g128", "4.169", "20.83", "2048 tokens, Hessians, sequential"]]
+    with matplotlib.rc_context(), language("zh"):
+        use_language_fonts()
+        figs = [W.plot_output_error(L.demo1_output_error()), W.plot_perplexity(rows)]
+        e = W.gptq_explorer()
+        figs.append(e.figure)
+        descriptions = [w.description for k, w in e.controls.items() if k != "act_order"]
+        options = e.controls["group"].options
+        title = e.title
+    for fig in figs:
+        for ax in fig.axes:
+            assert _is_cjk(ax.get_title()) and _is_cjk(ax.get_xlabel()), ax.get_title()
+        assert english_runs(_drawn(fig)) == [], _drawn(fig)
+    assert _is_cjk(figs[0].axes[0].get_ylabel()) and _is_cjk(figs[0]._suptitle.get_text())
+    assert all(map(_is_cjk, descriptions)) and _is_cjk(title)
+    assert options[0] == ("逐行", "per row") and options[1] == ("32", 32)
+    assert e.state["group"] == "per row"          # the values stay the English keys
+
+
+def test_missing_model_message_in_chinese(monkeypatch, capsys):
+    from console.i18n import language
+    from lectures import llm
+
+    def unavailable(*args, **kwargs):
+        raise llm.ModelUnavailableError("no model")
+    monkeypatch.setattr(L, "load_model", unavailable)
+    with language("zh"):
+        assert W.load_model_or_explain() is None
+    assert _is_cjk(capsys.readouterr().out)

@@ -96,3 +96,39 @@ def test_plots_in_chinese(tiny):
     ax = figs[2].axes[0]
     assert cjk(ax.get_xlabel())
     assert any(cjk(t.get_text()) for t in ax.get_xticklabels())   # the recipes' names
+
+
+def test_invalid_combinations_explained_in_chinese():
+    """Each ValueError custom_recipe can raise (SR on a plain cast; RHT on one wgrad operand)
+    gets the explorer's own sentence, Chinese in Chinese; the state keeps numfmt's message."""
+    from console.i18n import language
+    from text_checks import english_runs
+    errors = []
+    for args in (("bf16", None, None, None, True, None),      # SR on dy, a BF16 cast
+                 ("nvfp4", None, None, "bf16", None, None)):  # RHT left on x alone
+        with pytest.raises(ValueError) as err:
+            W.custom_recipe(*args)
+        errors.append(str(err.value))
+    assert "rounding" in errors[0] and "rht" in errors[1]
+    for message in errors:
+        assert W.invalid_reason(message) != message           # recognized, English sentence
+        with language("zh"):
+            reason = W.invalid_reason(message)
+        assert any("\u4e00" <= ch <= "\u9fff" for ch in reason), reason
+        assert english_runs(reason) == [], reason
+    with language("zh"):
+        assert "BF16" in W.invalid_reason(errors[0])          # the format it names
+        assert W.invalid_reason("some other message") == "some other message"
+
+
+def test_operand_labels_in_chinese():
+    """An operand's label: describe()'s text in English; in Chinese its words translated, the
+    format names, block shapes and abbreviations kept."""
+    from console.i18n import language
+    delayed = ntt.RECIPES["fp8_delayed"].fprop[0]
+    nvfp4_dy = ntt.RECIPES["nvfp4"].wgrad[0]
+    assert W.spec_label(delayed) == "E4M3 tensor fp32 delayed"     # as describe() reads
+    assert W.spec_label(nvfp4_dy) == "E2M1 1x16 e4m3 SR RHT"
+    with language("zh"):
+        assert W.spec_label(delayed) == "E4M3 逐张量 fp32 延迟缩放"
+        assert W.spec_label(nvfp4_dy) == "E2M1 1x16 e4m3 SR RHT"

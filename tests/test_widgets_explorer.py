@@ -216,3 +216,17 @@ def test_label_sizes_are_remembered_per_font_state():
         assert _label_size("0.0001", prop, 100) == (w, h), size
         seen.add((w, h))
     assert len(seen) == 3  # three sizes, three measurements
+
+
+def test_stored_line_is_in_the_current_language():
+    """The plain-text line a notebook stores beside an explorer: the English bytes as before,
+    Chinese in a Chinese notebook (the title is the explorer's, already translated)."""
+    from console.i18n import language
+    e = Explorer("A title", {"int": widgets.IntSlider(value=1)}, lambda int: {"int": int},
+                 figure_of)
+    assert e._repr_mimebundle_()["text/plain"] == \
+        "[A title: interactive, needs a running Jupyter kernel]"
+    with language("zh"):
+        zh = Explorer("标题", {"int": widgets.IntSlider(value=1)}, lambda int: {"int": int},
+                      figure_of)
+        assert zh._repr_mimebundle_()["text/plain"] == "[标题：可交互，需要运行中的 Jupyter 内核]"

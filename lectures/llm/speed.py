@@ -21,8 +21,11 @@ from dataclasses import dataclass
 from typing import Callable
 
 from numfmt import cost
+from lectures.i18n import domain
 from lectures.llm.hooks import decoder_linears
 from lectures.machine import Spread, repeat_seconds
+
+_ = domain("llm").gettext      # what a lecture prints of this module: why a path cannot run
 
 __all__ = ["ModelShape", "PassCost", "pass_cost", "QuantizedPath", "PathUnavailable",
            "int8_dynamic", "int8_dynamic_module", "dynamic_input_qparams",
@@ -288,8 +291,8 @@ def import_torchao_quietly() -> bool:
 def llama_cpp_status() -> str | None:
     """None when the llama.cpp binding (llama-cpp-python) is importable, else why not."""
     if importlib.util.find_spec("llama_cpp") is None:
-        return (f"llama-cpp-python is not installed ({LLAMA_CPP_INSTALL}; PyPI has no wheel "
-                "for this platform, so pip builds llama.cpp from source)")
+        return _("llama-cpp-python is not installed ({command}; PyPI has no wheel for this "
+                 "platform, so pip builds llama.cpp from source)").format(command=LLAMA_CPP_INSTALL)
     return None
 
 

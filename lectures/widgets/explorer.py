@@ -44,6 +44,10 @@ from matplotlib.layout_engine import ConstrainedLayoutEngine
 from matplotlib import ticker
 from PIL import Image
 
+from lectures.i18n import domain
+
+_ = domain("widgets").gettext
+
 
 def plain_log_ticks(axis) -> None:
     """Label a log axis 0.1, 0.2, 0.5, 1, 2, 5, ... instead of powers of ten in mathtext
@@ -276,6 +280,12 @@ def layout_key(fig: Figure):
     return tuple(key)
 
 
+def placeholder(title: str) -> str:
+    """The line a notebook stores for an explorer beside its widget view (what a reader sees
+    without a running kernel), in the current language."""
+    return _("{title}: interactive, needs a running Jupyter kernel").format(title=title)
+
+
 class Explorer:
     """Widget controls over one pure computation and one figure.
 
@@ -387,5 +397,5 @@ class Explorer:
     def _repr_mimebundle_(self, **kwargs) -> dict:
         bundle = self.box._repr_mimebundle_(**kwargs)
         # The widget's own repr lists every control; a fixed line keeps stored outputs stable.
-        bundle["text/plain"] = f"[{self.title}: interactive, needs a running Jupyter kernel]"
+        bundle["text/plain"] = "[" + placeholder(self.title) + "]"
         return bundle

@@ -7,6 +7,9 @@ A thin layer over lecture 09's demo functions:
 - ``gptq_explorer()`` builds an :class:`Explorer` whose callback quantizes a small synthetic
   layer (lecture 09's recipe, smaller) with RTN and GPTQ at the chosen bits, group, act-order
   and input correlation, and keeps the errors in ``explorer.state``.
+
+Text goes through lecture 09's catalog (domain ``lecture09``); the methods' names are the row
+labels lecture 09 prints (``L.label``).
 """
 
 from __future__ import annotations
@@ -17,12 +20,15 @@ import ipywidgets as widgets
 import numpy as np
 from matplotlib.figure import Figure
 
+from console.i18n import N_
 from lectures import lecture
+from lectures.i18n import domain
 from lectures.widgets.explorer import Explorer, check_result, explorer_figure
 from numfmt import rel_error
 from numfmt.ptq import gptq, hessian, rtn
 
 L = lecture(9)
+_ = domain("lecture09").gettext
 
 
 def load_model_or_explain():
@@ -32,13 +38,13 @@ def load_model_or_explain():
     try:
         return L.load_model()
     except llm.ModelUnavailableError as err:
-        print("The model is not installed, so demos 2-6 are not rerun; the stored tables and "
-              "figure above are a full run of the script.\n" + err.wrapped())
+        print(_("The model is not installed, so demos 2-6 are not rerun; the stored tables and "
+                "figure above are a full run of the script.") + "\n" + err.wrapped())
         return None
 
 
 EXPLORER_SHAPE = (64, 256)     #: (out, in) of the explorer's layer: fast enough for a slider
-GROUPS = ("per row", 32, 64, 128)
+GROUPS = (N_("per row"), 32, 64, 128)   # "per row" translated where shown
 
 
 def plot_output_error(r) -> Figure:
@@ -46,18 +52,20 @@ def plot_output_error(r) -> Figure:
     check_result(r, L.OutputErrorResult, "demo1_output_error")
     fig = Figure(figsize=(10, 4))
     axes = fig.subplots(1, 2, sharey=True)
-    for ax, rows, title in ((axes[0], r.rows, "correlated inputs, 8 outlier channels"),
-                            (axes[1], r.iid_rows, "i.i.d. inputs, 8 outlier channels")):
-        names = [row[0] for row in rows]
+    titles = (_("correlated inputs, {count} outlier channels"),
+              _("i.i.d. inputs, {count} outlier channels"))
+    for ax, rows, title in ((axes[0], r.rows, titles[0]), (axes[1], r.iid_rows, titles[1])):
+        names = [L.label(row[0]) for row in rows]
         x = np.arange(len(rows))
-        ax.bar(x - 0.2, [row[1] * 100 for row in rows], 0.4, label="weight error")
-        ax.bar(x + 0.2, [row[3] * 100 for row in rows], 0.4, label="output error (held out)")
-        ax.set_xticks(x, [n.replace(", ", ",\n") for n in names], fontsize=8)
-        ax.set_title(title)
-        ax.set_xlabel("method")
+        ax.bar(x - 0.2, [row[1] * 100 for row in rows], 0.4, label=_("weight error"))
+        ax.bar(x + 0.2, [row[3] * 100 for row in rows], 0.4, label=_("output error (held out)"))
+        ax.set_xticks(x, [n.replace(", ", ",\n").replace("，", "，\n") for n in names],
+                      fontsize=8)
+        ax.set_title(title.format(count=r.outlier_count))
+        ax.set_xlabel(_("method"))
         ax.legend(fontsize=8)
-    axes[0].set_ylabel("relative error (%)")
-    fig.suptitle("Round to nearest minimises the weight error; GPTQ the output error")
+    axes[0].set_ylabel(_("relative error (%)"))
+    fig.suptitle(_("Round to nearest minimises the weight error; GPTQ the output error"))
     fig.tight_layout()
     return fig
 
@@ -104,29 +112,33 @@ def explorer_point(bits: int, group, act_order: bool, correlated: bool, seed: in
 def gptq_explorer(seed: int = 0) -> Explorer:
     """Bits, group size, act-order and correlation -> RTN and GPTQ weight and output errors."""
     controls = {
-        "bits": widgets.IntSlider(value=4, min=2, max=8, description="bits"),
-        "group": widgets.Dropdown(options=GROUPS, value="per row", description="group"),
+        "bits": widgets.IntSlider(value=4, min=2, max=8, description=_("bits")),
+        "group": widgets.Dropdown(options=[(_(g) if isinstance(g, str) else str(g), g)
+                                           for g in GROUPS],
+                                  value="per row", description=_("group")),
         "act_order": widgets.Checkbox(value=False, description="act-order"),
-        "correlated": widgets.Checkbox(value=True, description="correlated inputs"),
+        "correlated": widgets.Checkbox(value=True, description=_("correlated inputs")),
     }
 
     def compute(bits, group, act_order, correlated):
         return explorer_point(bits, group, act_order, correlated, seed)
 
-    return Explorer("RTN against GPTQ on a synthetic layer", controls, compute, _draw_point)
+    return Explorer(_("RTN against GPTQ on a synthetic layer"), controls, compute, _draw_point)
 
 
 def _draw_point(s: dict, fig: Figure | None = None) -> Figure:
     fig, ax = explorer_figure(fig, (6, 3.5))
     x = np.arange(2)
-    ax.bar(x - 0.2, [s["rtn"][0] * 100, s["gptq"][0] * 100], 0.4, label="weight error")
+    ax.bar(x - 0.2, [s["rtn"][0] * 100, s["gptq"][0] * 100], 0.4, label=_("weight error"))
     ax.bar(x + 0.2, [s["rtn"][1] * 100, s["gptq"][1] * 100], 0.4,
-           label="output error (held out)")
+           label=_("output error (held out)"))
     ax.set_xticks(x, ["RTN", "GPTQ" + (" act-order" if s["act_order"] else "")])
-    ax.set_xlabel("method")
-    ax.set_ylabel("relative error (%)")
-    ax.set_title(f"INT{s['bits']}, group {s['group']}, "
-                 + ("correlated" if s["correlated"] else "i.i.d.") + " inputs")
+    ax.set_xlabel(_("method"))
+    ax.set_ylabel(_("relative error (%)"))
+    group = _(s["group"]) if isinstance(s["group"], str) else s["group"]
+    title = (_("INT{bits}, group {group}, correlated inputs") if s["correlated"]
+             else _("INT{bits}, group {group}, i.i.d. inputs"))
+    ax.set_title(title.format(bits=s["bits"], group=group))
     ax.legend(fontsize=8)
     return fig
 
@@ -139,16 +151,16 @@ def plot_perplexity(rows: list) -> Figure:
     ax = fig.add_subplot()
     ref = float(rows[0][2])
     methods = {}
-    for label, bpw, p, _ in rows[1:]:
+    for label, bpw, p, _calibration in rows[1:]:
         methods.setdefault(label.split(" ")[0], []).append((float(bpw), float(p)))
     for name, pts in methods.items():
         pts.sort()
-        ax.plot([b for b, _ in pts], [p for _, p in pts], "o-", label=name)
+        ax.plot([b for b, _p in pts], [p for _b, p in pts], "o-", label=name)
     ax.axhline(ref, color="k", ls="--", lw=0.8, label=f"float32 ({ref:.2f})")
     ax.set_yscale("log")
-    ax.set_xlabel("storage (bits per weight)")
-    ax.set_ylabel("perplexity (log scale)")
-    ax.set_title("SmolLM2-135M: weight-only PTQ methods")
+    ax.set_xlabel(_("storage (bits per weight)"))
+    ax.set_ylabel(_("perplexity (log scale)"))
+    ax.set_title(_("SmolLM2-135M: weight-only PTQ methods"))
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig

@@ -4,11 +4,16 @@
 returns a ``matplotlib.figure.Figure``; nothing is recomputed. :func:`recipe_explorer` returns an
 :class:`Explorer` whose callback trains a short run under a recipe built from its controls
 (:func:`custom_recipe`, a pure function) and draws the loss curve against a stored BF16 run.
+
+What the explorer shows a reader is composed here and translated (lecture 10's catalog): an
+operand's label (:func:`spec_label`) and why a combination is not a recipe
+(:func:`invalid_reason`). numfmt's own error messages stay English; the state keeps them.
 """
 
 from __future__ import annotations
 
 import importlib
+import re
 from dataclasses import replace
 from functools import lru_cache
 
@@ -18,6 +23,7 @@ from matplotlib.figure import Figure
 
 import numfmt
 import numfmt.torch.train as ntt
+from console.i18n import N_
 from lectures.i18n import domain
 from lectures.tinylm.loop import TrainConfig, train
 from lectures.widgets.explorer import Explorer, check_result, explorer_figure
@@ -26,6 +32,22 @@ L = importlib.import_module("lectures.10_low_precision_training")
 _ = domain("lecture10").gettext     # the recipes' names are in its catalog (lecture 10's N_())
 
 EXPLORER_STEPS = 12          # a short run: a few seconds per recipe on one core
+
+#: The words of an operand's label (``OperandSpec.describe()``) that are not format names,
+#: block shapes or abbreviations (SR, RHT), translated where the explorer shows the label.
+SPEC_WORDS = {"tensor": N_("tensor"), "row": N_("row"), "delayed": N_("delayed")}
+
+#: The ValueErrors custom_recipe can raise (numfmt's, recognized by the field they name), each
+#: with the explanation the explorer shows instead: (pattern, message with the named groups).
+INVALID_REASONS = (
+    (re.compile(r"OperandSpec\.rounding='stochastic' is not available for fmt='(?P<fmt>\w+)'"),
+     N_("Stochastic rounding (SR) applies to the scaled formats (E4M3, E5M2, E2M1), not to a "
+        "plain cast: here dy is {fmt}. Turn SR on dy off, or give dy a scaled format.")),
+    (re.compile(r"Recipe\.wgrad has rht on one operand only"),
+     N_("The random Hadamard transform (RHT) cancels only when both wgrad operands, dy and x, "
+        "take it; here one of them is a plain cast. Turn RHT off, or give both a scaled "
+        "format.")),
+)
 
 
 # ------------------------------------------------------------------------------ pure helpers
@@ -77,6 +99,23 @@ def custom_recipe(base: str = "fp8_current", x: str | None = None, w: str | None
     if rht is not None:
         new["wgrad"] = [replace(s, rht=rht) for s in new["wgrad"]]
     return replace(r, name="custom", **{g: tuple(v) for g, v in new.items()})
+
+
+def spec_label(spec) -> str:
+    """An operand's label, ``spec.describe()`` ("E4M3 tensor fp32 delayed"), with its words
+    in the current language."""
+    return " ".join(_(SPEC_WORDS[word]) if word in SPEC_WORDS else word
+                    for word in spec.describe().split(" "))
+
+
+def invalid_reason(message: str) -> str:
+    """What the explorer says, in the current language, about the ValueError `message` of
+    :func:`custom_recipe`; the message itself where it is none of :data:`INVALID_REASONS`."""
+    for pattern, reason in INVALID_REASONS:
+        m = pattern.match(message)
+        if m:
+            return _(reason).format(**{k: v.upper() for k, v in m.groupdict().items()})
+    return message
 
 
 def format_range(fmt: str) -> tuple[float, float, float]:
@@ -183,15 +222,17 @@ def explore(base: str = "fp8_current", x: str = "base", w: str = "base", dy: str
 def _draw_explore(s, fig=None):
     fig, ax = explorer_figure(fig, (9, 4))
     if s["error"]:
-        ax.text(0.5, 0.5, s["error"], ha="center", va="center", wrap=True, fontsize=8)
+        ax.text(0.5, 0.5, invalid_reason(s["error"]), ha="center", va="center", wrap=True,
+                fontsize=8)
         ax.set(title=_("This combination is not a valid recipe"), xlabel=_("step"),
                ylabel=_("bits per byte"))
         return fig
     for label, r in (("BF16", s["bf16"]), (_("your recipe"), s["run"])):
         ax.plot(np.arange(1, len(r.train_loss) + 1), r.train_loss,
                 label=_("{recipe}: validation {loss:.3f}").format(recipe=label, loss=r.final_val))
-    d = s["recipe"].describe()
-    ax.set(title=f"x/W: {d['fprop']}\ndy: {s['recipe'].wgrad[0].describe()}", xlabel=_("step"),
+    fprop, dy = s["recipe"].fprop, s["recipe"].wgrad[0]
+    ax.set(title=f"x/W: x: {spec_label(fprop[0])}, w: {spec_label(fprop[1])}\n"
+                 f"dy: {spec_label(dy)}", xlabel=_("step"),
            ylabel=_("training loss, bits per byte"))
     ax.title.set_fontsize(8)
     ax.legend(fontsize=8)
