@@ -6,6 +6,7 @@ nbval executes them like the English notebooks (pyproject's testpaths include no
 
 from __future__ import annotations
 
+import collections
 import copy
 import re
 import warnings
@@ -219,3 +220,21 @@ def test_every_translated_notebook_has_a_catalog_domain():
         d for d in i18n.DOMAINS if d.startswith("notebook")]
     assert sorted(p.name for p in zh.ZH_DIR.glob("*.ipynb")) == sorted(
         zh.zh_path(nn).name for nn in TRANSLATED)
+
+
+#: A number as the lectures print it: 393,856 / 3.915 / 1.21e-10 / 2^16's 16.
+NUMBER = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?(?:e[+-]?\d+)?")
+
+
+@pytest.mark.parametrize("nn", TRANSLATED)
+def test_stored_runs_in_markdown_carry_the_english_numbers(nn):
+    """A run kept as text in a markdown cell (a real-model run, lecture 10's full training run)
+    is printed in Chinese with every number of the English one, as many times."""
+    english = nbformat.read(zh.english_path(nn), as_version=4)
+    chinese = {c.get("id"): c for c in nbformat.read(zh.zh_path(nn), as_version=4).cells}
+    stored = [c for c in english.cells if c.cell_type == "markdown" and "```text" in c.source]
+    for cell in stored:
+        want = collections.Counter(NUMBER.findall(cell.source))
+        got = collections.Counter(NUMBER.findall(chinese[cell.get("id")].source))
+        assert got == want, (cell.get("id"), (want - got).most_common(5),
+                             (got - want).most_common(5))
