@@ -349,7 +349,7 @@ def demo4_nvfp4_vs_tensor(n: int = 1 << 20, seed: int = 0) -> NvfpResult:
 def show_demo4(r: NvfpResult) -> None:
     print_header(_("Demo 4: NVFP4 against one tensor scale, {n:,} Student-t(5) × 0.02 "
                    "values").format(n=r.n))
-    print_table([_("format"), _("bits/value"), _("rel. error"), "SQNR (dB)", _("flushed to 0")],
+    print_table([_("format"), _("bits/element"), _("rel. error"), "SQNR (dB)", _("flushed to 0")],
                 [[_(d["name"]), f"{d['bits']:g}", f"{d['error'] * 100:.2f}%", f"{d['sqnr']:.1f}",
                   f"{d['flushed'] * 100:.2f}%"] for d in r.rows])
     fp4, nv, fp8 = r.rows

@@ -722,7 +722,7 @@ def show_demo5(r: KVResult) -> None:
     print_header(_("Demo 5: the KV cache"))
     say(_("K and V of every layer (3 heads of 64 per token) quantized; weights float32. Bits per "
           "element count an FP16 scale per token and head where there is one."))
-    print_table([_("K and V in"), _("bits / element"), _("perplexity"), _("x reference")],
+    print_table([_("K and V in"), _("bits/element"), _("perplexity"), _("x reference")],
                 [[_(row[0])] + row[1:] for row in r.rows])
     if not _complete(r.ppl, KV):
         return

@@ -325,7 +325,7 @@ def show_demo2(r: BytesResult) -> None:
             bw=r.bandwidth / GB))
     kv_rows = [[_(label), f"{8 * b / (2 * s.layers * s.kv_heads * s.head_dim):.2f}", f"{b:,.0f}"]
                + [f"{b * c / MB:.1f}" for c in r.contexts] for label, b in r.kv.items()]
-    print_table([_("K/V cache in"), _("bits / element"), _("bytes / token")]
+    print_table([_("K/V cache in"), _("bits/element"), _("bytes / token")]
                 + [_("MB at {c:,}").format(c=c) for c in r.contexts], kv_rows)
     f32, int4 = r.token_bytes["float32", c0], r.token_bytes["INT4, groups of 32", c0]
     kv_long = r.kv["BF16"] * c1
