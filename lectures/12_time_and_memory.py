@@ -78,6 +78,13 @@ def say(text: str) -> None:
     print_paragraph(text, width=OBSERVATIONS_WIDTH)
 
 
+
+def op_per_byte(x: float) -> str:
+    """A ridge point in op/B, one decimal, or two significant digits below 1 (a dtype that
+    this CPU multiplies slowly, bfloat16 without AVX-512 BF16, has its ridge near 0.04 op/B,
+    which one decimal would print as 0.0)."""
+    return f"{x:.1f}" if x >= 0.95 else f"{x:.2g}"
+
 def span(s: machine.Spread, unit: float = 1.0) -> str:
     """"median [low-high]" of a spread, divided by ``unit``, each to three significant digits
     (whole numbers from 100 on): a machine several times faster keeps the tables as wide."""
@@ -174,7 +181,7 @@ def show_demo1(r: MachineResult) -> None:
     print_table([_("memory pass"), _("GB/s")],
                 [[_("triad a = b + s·c (3 arrays)"), span(r.bandwidth["triad"], GB)],
                  [_("read (sum of one array)"), span(r.bandwidth["read"], GB)]])
-    rows = [[dtype, span(r.matmul[dtype], GB), f"{r.ridge(dtype):.1f}"] for dtype in r.matmul]
+    rows = [[dtype, span(r.matmul[dtype], GB), op_per_byte(r.ridge(dtype))] for dtype in r.matmul]
     rows += [[dtype, _("not timed: {why}").format(why=why), ""] for dtype, why in
              r.missing.items()]
     print_table([_("matmul {n}³").format(n=r.n), _("G op/s"), _("ridge (op/B)")], rows)
@@ -651,7 +658,7 @@ def show_demo4(r: OperatingResult) -> None:
     say(_("Each pass on {cpu}: operations per byte it must move (weights once, the K/V cache) "
           "and operations per second, predicted by the roofline and measured (median "
           "[least-most]). Ridge points: {ridges}.").format(
-            cpu=r.cpu, ridges=", ".join(f"{k} {v:.1f} op/B" for k, v in r.ridge.items())))
+            cpu=r.cpu, ridges=", ".join(f"{k} {op_per_byte(v)} op/B" for k, v in r.ridge.items())))
     rows = []
     for p in r.points:
         what = (_("decode step") if p.decode else

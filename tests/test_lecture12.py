@@ -387,3 +387,10 @@ def test_int8_ceiling_is_the_faster_of_torchs_two_int8_kernels(monkeypatch):
                                                           machine.Spread.of([0.5 + len(seen)]))[2])
     r = machine.matmul_throughput("int8", n=64, repeats=1)   # _int_mm 1.5 s, fbgemm 2.5 s
     assert r.median == pytest.approx(2 * 64**3 / 1.5)
+
+
+def test_ridge_points_keep_two_digits_below_one():
+    """bfloat16 on a CPU without native BF16 matmul has its ridge near 0.04 op/B: printed with
+    one decimal it read 0.0."""
+    assert [L.op_per_byte(x) for x in (0.0432, 0.5, 0.94, 0.96, 5.66, 16.25)] == \
+        ["0.043", "0.5", "0.94", "1.0", "5.7", "16.2"]

