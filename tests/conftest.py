@@ -19,16 +19,6 @@ os.environ["LANG"] = "C.UTF-8"
 # result (it is how long idle threads spin, not how work is split).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-# Under pytest-xdist, each worker gets its share of the cores for torch's and the BLAS libraries'
-# threads (and passes it on to the lectures, notebooks' kernels and subprocesses it starts):
-# two workers of two threads each on two cores would wait on each other's threads, which cost
-# a fifth more CPU time than one thread each. No printed number depends on the thread count
-# (tests/test_blas_independence.py); tests that compare thread counts set their own.
-if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
-    _share = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
-    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        os.environ.setdefault(_var, str(_share))
-
 
 @pytest.fixture(scope="session")
 def checkpoint():
