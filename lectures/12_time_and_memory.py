@@ -78,12 +78,12 @@ def say(text: str) -> None:
     print_paragraph(text, width=OBSERVATIONS_WIDTH)
 
 
-
 def op_per_byte(x: float) -> str:
     """A ridge point in op/B, one decimal, or two significant digits below 1 (a dtype that
     this CPU multiplies slowly, bfloat16 without AVX-512 BF16, has its ridge near 0.04 op/B,
     which one decimal would print as 0.0)."""
     return f"{x:.1f}" if x >= 0.95 else f"{x:.2g}"
+
 
 def span(s: machine.Spread, unit: float = 1.0) -> str:
     """"median [low-high]" of a spread, divided by ``unit``, each to three significant digits
