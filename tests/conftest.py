@@ -1,4 +1,5 @@
-"""Shared fixtures: the real model (lectures 08-09), loaded once per test session.
+"""Shared fixtures: the real model (lectures 08-09), loaded once per test session, and
+the lectures' plain English runs, made once and shared by the tests that compare with them.
 
 The tests read the lectures' English text, so the session runs in the C locale whatever the
 machine's language (a Chinese LANG would otherwise print the lectures in Chinese); tests of
@@ -41,6 +42,18 @@ def corpus(checkpoint):
     """The token ids of the language reference (int64, about 113k)."""
     from lectures import llm
     return llm.corpus_tokens(checkpoint.tokenizer)
+
+
+@pytest.fixture(scope="session")
+def english_run(request, tmp_path_factory):
+    """``english_run(script)``: the stdout of ``python lectures/<script>`` in English on this
+    machine's kernels, made once per session and shared by the xdist workers
+    (tests/lecture_runs.py)."""
+    from lecture_runs import english_run as run
+    base = tmp_path_factory.getbasetemp()
+    shared = (base.parent if hasattr(request.config, "workerinput") else base) / "lecture-runs"
+    shared.mkdir(exist_ok=True)
+    return lambda script: run(script, shared)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -18,12 +18,13 @@ which no two machines share.
 """
 
 import difflib
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+import lecture_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 LECTURES = sorted(p for p in (ROOT / "lectures").glob("[0-9][0-9]_*.py") if int(p.name[:2]) <= 7)
@@ -35,20 +36,9 @@ SECOND_BLAS = {"OPENBLAS_CORETYPE": "Prescott", "OPENBLAS_NUM_THREADS": "1",
 
 
 def environment(second: bool) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in SECOND_BLAS}
-    env.update({"LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "NO_COLOR": "1"})
-    env.pop("LANGUAGE", None)
-    env.pop("LC_ALL", None)
-    if second:
-        env.update(SECOND_BLAS)
-    return env
-
-
-def run(script: Path, second: bool) -> str:
-    r = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=environment(second),
-                       capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stderr[-2000:]
-    return r.stdout
+    """The environment of the lectures' reference runs (tests/lecture_runs.py), with the second
+    configuration when ``second``."""
+    return lecture_runs.environment(**(SECOND_BLAS if second else {}))
 
 
 #: The values of ATen's CPU capability, in order: its scalar loops and its AVX2 and AVX-512
@@ -66,7 +56,7 @@ def best_capability() -> str:
 
 
 @pytest.mark.slow
-def test_lecture06_output_is_the_same_under_every_aten_cpu_capability():
+def test_lecture06_output_is_the_same_under_every_aten_cpu_capability(english_run):
     """Lecture 06 trains networks with torch; QAT's latent weights sit at rounding boundaries,
     so in float32 arithmetic one last bit of a sum moved its INT2 accuracy by points between
     the scalar, AVX2 and AVX-512 kernels. Runs every capability this CPU has (AVX-512 needs a
@@ -77,15 +67,11 @@ def test_lecture06_output_is_the_same_under_every_aten_cpu_capability():
     capabilities = CAPABILITIES[:CAPABILITIES.index(best) + 1]
     if len(capabilities) < 2:
         pytest.skip("this CPU has only ATen's scalar kernels: nothing to compare")
-    script = ROOT / "lectures" / "06_quantization_aware_training.py"
-    outputs = {}
-    for capability in capabilities:
-        env = environment(False)
-        env["ATEN_CPU_CAPABILITY"] = capability
-        r = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env,
-                           capture_output=True, text=True, timeout=900)
-        assert r.returncode == 0, r.stderr[-2000:]
-        outputs[capability] = r.stdout
+    script = "06_quantization_aware_training.py"
+    outputs = {best: english_run(script)}      # left to itself, ATen picks the best
+    for capability in capabilities[:-1]:
+        outputs[capability] = lecture_runs.run(
+            script, env=lecture_runs.environment(ATEN_CPU_CAPABILITY=capability))
     assert "Demo 3:" in outputs["default"]
     for capability in capabilities[1:]:
         diff = list(difflib.unified_diff(outputs["default"].splitlines(),
@@ -96,8 +82,9 @@ def test_lecture06_output_is_the_same_under_every_aten_cpu_capability():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("script", LECTURES, ids=lambda p: p.name[:2])
-def test_lecture_output_is_the_same_under_a_second_blas(script):
-    normal, second = run(script, False), run(script, True)
+def test_lecture_output_is_the_same_under_a_second_blas(script, english_run):
+    normal = english_run(script.name)
+    second = lecture_runs.run(script.name, env=environment(True))
     diff = list(difflib.unified_diff(normal.splitlines(), second.splitlines(), "normal BLAS",
                                      "second BLAS", lineterm="", n=0))
     assert not diff, "\n".join(diff[:40])

@@ -170,11 +170,11 @@ def run_lecture(script: str, args=(), env=None) -> str:
 
 
 @pytest.fixture(scope="module", params=FAST_LECTURES)
-def outputs(request):
-    """One lecture printed three times: English (LANG=C.UTF-8), Chinese by ``--lang zh``,
-    and Chinese by ``LANG=zh_CN.UTF-8``."""
+def outputs(request, english_run):
+    """One lecture printed three times: English (LANG=C.UTF-8, the session's shared run),
+    Chinese by ``--lang zh``, and Chinese by ``LANG=zh_CN.UTF-8``."""
     script = request.param
-    return (script, run_lecture(script, env={"LANG": "C.UTF-8"}),
+    return (script, english_run(script),
             run_lecture(script, ["--lang", "zh"]),
             run_lecture(script, env={"LANG": "zh_CN.UTF-8"}))
 

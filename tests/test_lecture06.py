@@ -125,12 +125,11 @@ def test_main_opens_with_the_title_and_labels_every_demo(ste, master, digits, sp
 
 
 @pytest.mark.slow
-def test_script_output_is_identical_from_root_and_from_lectures_dir():
+def test_script_output_is_identical_from_root_and_from_lectures_dir(english_run):
+    import lecture_runs
     script = "06_quantization_aware_training.py"
-    a = subprocess.run([sys.executable, f"lectures/{script}"], cwd=ROOT, capture_output=True,
-                       text=True, check=True).stdout
-    b = subprocess.run([sys.executable, script], cwd=ROOT / "lectures", capture_output=True,
-                       text=True, check=True).stdout
+    a = english_run(script)                                 # python lectures/06_... from ROOT
+    b = lecture_runs.run(script, cwd=ROOT / "lectures")     # python 06_... from lectures/
     assert a == b and a.startswith("#") and "Demo 3:" in a
 
 
