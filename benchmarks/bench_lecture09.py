@@ -60,6 +60,16 @@ DEMOS = (("demo1_output_error", "demo 1: synthetic layer"),
          ("demo5_calibration", "demo 5: calibrators"), ("demo6_summary", "demo 6: summary"))
 
 
+LECTURE, CALIBRATE = "lectures.09_ptq_algorithms", "lectures.llm.calibrate"
+#: (module, function, clock): the functions timed inside the demos, in the module whose
+#: namespace their callers read them from; the calls that run on the quantizing threads are
+#: timed in thread time, the rest (which run alone, on several threads) in process time.
+TIMED = ((LECTURE, "gptq", time.thread_time), (LECTURE, "hessian", time.thread_time),
+         (LECTURE, "awq_search", time.thread_time), (LECTURE, "weight_rtn", time.thread_time),
+         (LECTURE, "nll", time.process_time), (LECTURE, "map_items", time.process_time),
+         (CALIBRATE, "first_layer_inputs", time.process_time))
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the tests' workload")
@@ -68,14 +78,13 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     import torch
     print(f"Before: {load_avg()}; torch threads {torch.get_num_threads()}")
-    lec = importlib.import_module("lectures.09_ptq_algorithms")
     tally, steps = Tally(), Tally()
-    # main() looks every function up in the lecture's namespace when it calls it: wrapped
+    # main() looks every function up in its module's namespace when it calls it: wrapped
     # there, each call is timed and the lecture runs (and prints) exactly as it does alone
-    for name in ("gptq", "hessian", "awq_search", "weight_rtn"):
-        setattr(lec, name, tally.wrap(name, getattr(lec, name)))
-    for name in ("ppl", "_first_layer_inputs", "map_items"):
-        setattr(lec, name, tally.wrap(name, getattr(lec, name), clock=time.process_time))
+    for module, name, clock in TIMED:
+        mod = importlib.import_module(module)
+        setattr(mod, name, tally.wrap(name, getattr(mod, name), clock=clock))
+    lec = importlib.import_module(LECTURE)
     for name, _ in DEMOS:
         setattr(lec, name, steps.wrap(name, getattr(lec, name), clock=time.process_time))
     c, w = time.process_time(), time.perf_counter()
@@ -91,8 +100,8 @@ def main(argv=None) -> None:
     print_table(["function", "calls", "CPU s"],
                 [[n, str(tally.calls[n]), f"{s:.1f}"] for n, s in tally.seconds.items()])
     print("gptq, hessian, awq_search and weight_rtn in the threads that ran them (summed); "
-          "weight_rtn includes its calls inside awq_search and map_items; ppl includes its "
-          "activation quantizers; the rest in process time.")
+          "weight_rtn includes its calls inside awq_search and map_items; nll (every "
+          "perplexity) includes its activation quantizers; the rest in process time.")
     print(f"After: {load_avg()}")
 
 
