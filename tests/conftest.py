@@ -46,14 +46,14 @@ def corpus(checkpoint):
 
 @pytest.fixture(scope="session")
 def english_run(request, tmp_path_factory):
-    """``english_run(script)``: the stdout of ``python lectures/<script>`` in English on this
-    machine's kernels, made once per session and shared by the xdist workers
+    """``english_run(script, *args)``: the stdout of ``python lectures/<script> *args`` in
+    English on this machine's kernels, made once per session and shared by the xdist workers
     (tests/lecture_runs.py)."""
     from lecture_runs import english_run as run
     base = tmp_path_factory.getbasetemp()
     shared = (base.parent if hasattr(request.config, "workerinput") else base) / "lecture-runs"
     shared.mkdir(exist_ok=True)
-    return lambda script: run(script, shared)
+    return lambda script, *args: run(script, shared, args)
 
 
 # ---------------------------------------------------------------------------------------------

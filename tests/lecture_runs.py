@@ -50,22 +50,23 @@ def run(script: str, args=(), env: dict | None = None, cwd: Path = ROOT) -> str:
 _memo: dict[str, str] = {}
 
 
-def english_run(script: str, shared: Path) -> str:
-    """The stdout of ``python lectures/<script>`` in the reference environment, made once per
-    test session: ``shared`` is a directory every worker of the session sees (conftest's
+def english_run(script: str, shared: Path, args=()) -> str:
+    """The stdout of ``python lectures/<script> *args`` in the reference environment, made once
+    per test session: ``shared`` is a directory every worker of the session sees (conftest's
     ``english_run`` fixture passes it)."""
-    if script not in _memo:
-        out = shared / f"{script}.out"
-        with open(shared / f"{script}.lock", "a+") as lock:
+    key = "".join([script, *(f"_{a.lstrip('-')}" for a in args)])
+    if key not in _memo:
+        out = shared / f"{key}.out"
+        with open(shared / f"{key}.lock", "a+") as lock:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
             try:
                 if out.exists():
-                    _memo[script] = out.read_text(encoding="utf-8")
+                    _memo[key] = out.read_text(encoding="utf-8")
                 else:
-                    _memo[script] = run(script)
-                    partial = shared / f"{script}.partial"
-                    partial.write_text(_memo[script], encoding="utf-8")
+                    _memo[key] = run(script, args)
+                    partial = shared / f"{key}.partial"
+                    partial.write_text(_memo[key], encoding="utf-8")
                     partial.replace(out)
             finally:
                 fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
-    return _memo[script]
+    return _memo[key]

@@ -1,5 +1,5 @@
-"""Every number a lecture prints is the same on any machine: lectures 01-07 and notebooks
-01-07 give the same bytes under a second BLAS configuration.
+"""Every number a lecture prints is the same on any machine: lectures 01-07, lecture 09's
+synthetic demo and notebooks 01-07 give the same bytes under a second BLAS configuration.
 
 The second configuration changes what a machine can change: OpenBLAS's kernels (numpy's BLAS:
 ``OPENBLAS_CORETYPE=Prescott``, SSE3 instead of the AVX2 kernels picked on this kind of CPU),
@@ -12,9 +12,9 @@ Lecture 06 also runs under every ATen CPU capability the machine has (scalar, AV
 each alone, since its training is where the vector width once showed.
 
 Lecture 10 is checked on a short run of its training loop (its full runs take minutes): in
-float64 the losses agree, and a float32 witness shows why it computes in float64. Lectures
-08-09 are left out: they need the model and minutes of CPU each. Lecture 12 prints timings,
-which no two machines share.
+float64 the losses agree, and a float32 witness shows why it computes in float64. The
+real-model demos of lectures 08, 09 and 11 are left out: they need the model and minutes of CPU
+each. Lecture 12 prints timings, which no two machines share.
 """
 
 import difflib
@@ -28,6 +28,9 @@ import lecture_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 LECTURES = sorted(p for p in (ROOT / "lectures").glob("[0-9][0-9]_*.py") if int(p.name[:2]) <= 7)
+#: (script, arguments): lectures 01-07 whole, and lecture 09's synthetic demo (its real-model
+#: demos need minutes of CPU each).
+RUNS = [(p.name, ()) for p in LECTURES] + [("09_ptq_algorithms.py", ("--synthetic",))]
 NOTEBOOKS = sorted(p for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")
                    if int(p.name[:2]) <= 7)
 SECOND_BLAS = {"OPENBLAS_CORETYPE": "Prescott", "OPENBLAS_NUM_THREADS": "1",
@@ -81,10 +84,10 @@ def test_lecture06_output_is_the_same_under_every_aten_cpu_capability(english_ru
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("script", LECTURES, ids=lambda p: p.name[:2])
-def test_lecture_output_is_the_same_under_a_second_blas(script, english_run):
-    normal = english_run(script.name)
-    second = lecture_runs.run(script.name, env=environment(True))
+@pytest.mark.parametrize("script, args", RUNS, ids=[s[:2] + "".join(a) for s, a in RUNS])
+def test_lecture_output_is_the_same_under_a_second_blas(script, args, english_run):
+    normal = english_run(script, *args)
+    second = lecture_runs.run(script, args, env=environment(True))
     diff = list(difflib.unified_diff(normal.splitlines(), second.splitlines(), "normal BLAS",
                                      "second BLAS", lineterm="", n=0))
     assert not diff, "\n".join(diff[:40])
