@@ -84,6 +84,10 @@ SLOWEST_FIRST = (
     "tests/test_lecture12.py",
     "tests/test_widgets12.py",
     "tests/test_lecture06.py",
+    "notebooks/08_real_model.ipynb",
+    "notebooks/zh/08_real_model.ipynb",
+    "notebooks/06_quantization_aware_training.ipynb",
+    "notebooks/zh/06_quantization_aware_training.ipynb",
 )
 
 
