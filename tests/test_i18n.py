@@ -8,7 +8,6 @@ computed once by the session fixtures (tests/test_lecture08.py, tests/test_lectu
 from __future__ import annotations
 
 import gettext
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ from console import format_observations
 from console.i18n import (Domain, current_language, language, resolve_language,
                           set_language)
 from lectures import i18n
+import lecture_runs
 from text_checks import english_runs, layout_problems, number_differences
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -159,24 +159,14 @@ def test_fuzzy_and_untranslated_entries_are_not_used(tmp_path):
 FAST_LECTURES = sorted(p.name for p in (ROOT / "lectures").glob("0[1-7]_*.py"))
 
 
-def run_lecture(script: str, args=(), env=None) -> str:
-    clean = {k: v for k, v in os.environ.items() if k not in LANG_VARS}
-    clean.update({"PYTHONIOENCODING": "utf-8", "NO_COLOR": "1", "PYTHONPATH": str(ROOT)},
-                 **(env or {}))
-    r = subprocess.run([sys.executable, f"lectures/{script}", *args], cwd=ROOT, env=clean,
-                       capture_output=True, text=True, encoding="utf-8", timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return r.stdout
-
-
 @pytest.fixture(scope="module", params=FAST_LECTURES)
 def outputs(request, english_run):
     """One lecture printed three times: English (LANG=C.UTF-8, the session's shared run),
     Chinese by ``--lang zh``, and Chinese by ``LANG=zh_CN.UTF-8``."""
     script = request.param
     return (script, english_run(script),
-            run_lecture(script, ["--lang", "zh"]),
-            run_lecture(script, env={"LANG": "zh_CN.UTF-8"}))
+            lecture_runs.run(script, ["--lang", "zh"]),
+            lecture_runs.run(script, env=lecture_runs.environment(LANG="zh_CN.UTF-8")))
 
 
 def test_zh_prints_the_english_numbers(outputs):
