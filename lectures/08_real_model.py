@@ -21,14 +21,15 @@ The question
 
 How to read the output
     Every number is computed when the script runs. Perplexity is exp(mean negative
-    log-likelihood per token) over fixed windows of the text (lower is better; the float32
+    log-likelihood per token) over fixed windows of the text (lower is better; the unquantized
     model's value is the reference). A change in brackets, +4.0% [-1.2%, +9.5%], is one
     perplexity against another with its 95% interval over the evaluation windows, paired window
     by window: an interval that contains 0 is within noise. "Bits per weight" counts codes and
     scales, averaged over every decoder linear. Quantization is plain round-to-nearest with
     scales from the data (no GPTQ, no AWQ: that is lecture 09), always through numfmt. "What to
     notice" closes each demo, and each demo prints as soon as it is measured (progress on
-    stderr). The output is the same on every run.
+    stderr). The output is the same on every run and on every machine: the model computes in
+    float64 on its float32 weights (lectures.llm.lab says why).
 
 Run
     python lectures/08_real_model.py            (4 windows of 512 tokens per perplexity, 34
@@ -137,10 +138,10 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     workload = QUICK if args.quick else FULL
     windows = (_("Each perplexity scores {n} windows of {seq_len} tokens (--quick). Lower is "
-                 "better; the float32 model is the reference. Round-to-nearest throughout.")
+                 "better; the unquantized model is the reference. Round-to-nearest throughout.")
                if args.quick else
                _("Each perplexity scores {n} windows of {seq_len} tokens. Lower is better; the "
-                 "float32 model is the reference. Round-to-nearest throughout."))
+                 "unquantized model is the reference. Round-to-nearest throughout."))
     print_title(_("Lecture 08: a real language model in low precision"), [
         _("SmolLM2-135M-Instruct, quantized with numfmt, scored by perplexity on CPython's "
           "language reference. Six demos: the model and its Q4_1 origin; weight-only formats; "
@@ -149,6 +150,11 @@ def main(argv=None) -> None:
         _("A change in brackets, +4.0% [-1.2%, +9.5%], is one perplexity against another with "
           "its 95% interval over the evaluation windows (paired window by window, Student's t): "
           "an interval that contains 0 is within noise."),
+        _("The model computes in float64 on its float32 weights. In float32, CPUs and BLAS "
+          "libraries round the forward pass differently, and an activation quantizer turns a "
+          "last-bit difference into another code, so the perplexities of demos 4 and 5 would "
+          "change from machine to machine. In float64 every figure here is the same on any "
+          "machine."),
     ])
     try:
         lab = open_lab(workload)
@@ -204,7 +210,7 @@ class ModelResult:
     storage: list              # [GGUF storage type, tensors, what they are]
     tokens: int                # tokens in the whole text
     eval_tokens: int           # tokens scored per perplexity (n_eval * (seq_len - 1))
-    reference: float           # perplexity of the float32 model
+    reference: float           # perplexity of the unquantized model
     max_distinct: int          # most distinct values in any block of 32 of any linear
     full_blocks: float         # fraction of blocks with exactly 16 distinct values
     emb_max_distinct: int      # most distinct values in a block of 32 of the embedding
@@ -228,7 +234,7 @@ def weight_error(lab: Lab, tensors: dict) -> float:
     ``tensors`` maps every linear's name to its quantized float32 weight. Differences are
     taken in float32 (one rounding, a relative 2^-24 at most) and squared and summed in
     float64; ||W||² is computed once per lab."""
-    linears = llm.decoder_linears(lab.model)
+    linears = llm.decoder_linears(lab.float32_model)
     if lab._weight_norm2 is None:
         lab._weight_norm2 = sum(_sum_squares(lin.weight.detach().cpu().numpy())
                                 for lin in linears.values())
@@ -327,7 +333,7 @@ class WeightOnlyResult:
     sensitivity_format: str
     share: dict                # linear kind -> fraction of the decoder's linear weights
     nll: dict = field(default_factory=dict)   # label or linear kind -> NLL per window
-    reference_nll: object = None              # the float32 model's NLL per window
+    reference_nll: object = None              # the unquantized model's NLL per window
 
 
 def demo2_weight_formats(lab: Lab, reference: float, formats=WEIGHT_FORMATS,
@@ -460,7 +466,7 @@ class OutlierResult:
     absmax: dict               # name -> per-channel absmax (float64), every decoder linear
     token_absmax: dict         # name -> per-token absmax
     static_amax: dict          # name -> max |input| over all channels: demo 4's static scales
-    peak_inputs: object        # float32 (N, K): the inputs of the linear with the peak
+    peak_inputs: object        # float64 (N, K): the inputs of the linear with the peak
     seq_len: int
     channel_stats: dict = field(default_factory=dict)  # name -> (largest, median channel absmax)
 

@@ -408,14 +408,14 @@ def test_every_perplexity_batches_the_windows_and_equals_one_at_a_time(lab, monk
         acts_one = real(lab.model, lab.eval, batch_size=1)
     with L.llm.quantized_kv(lab.model, kv, kv):
         kv_one = real(lab.model, lab.eval, batch_size=1)
-    # float32 matmul blocking is all that batching changes (see the test below)
+    # matmul blocking is all that batching changes (see the test below)
     assert lab.ppl(acts=act) == pytest.approx(acts_one, rel=1e-6)
     assert lab.ppl(kv=(kv, kv)) == pytest.approx(kv_one, rel=1e-6)
 
 
 def test_batched_and_single_window_perplexity_agree(lab):
     """The weight-only shortcut's premise: batching the windows leaves the perplexity of the
-    float32 model as it is one window at a time (to float32 rounding of the logits)."""
+    model as it is one window at a time (to the rounding of the logits)."""
     one = L.llm.perplexity(lab.model, lab.eval, batch_size=1)
     assert lab.ppl() == pytest.approx(one, rel=1e-6)
 
@@ -437,7 +437,7 @@ def test_weight_formats_are_quantized_once_per_run(lab):
     a = fresh.weight_tensors(int8)
     b = fresh.weight_tensors(L.W8A8[0][1])            # the same format under another label
     assert b is a and not fresh._weights              # kept for its second use, then dropped
-    ref = L.llm.quantized_weight_tensors(lab.model, int8)
+    ref = L.llm.quantized_weight_tensors(lab.float32_model, int8)
     assert ref.keys() == a.keys() and all(torch.equal(a[n], ref[n]) for n in ref)
     assert fresh.weight_tensors(int8) is not a and not fresh._weights   # no plan left
 

@@ -91,7 +91,8 @@ def test_explorer_measures_what_its_menus_say(W, lab):
     s = ex.state
     fmt = llm.WeightFormat("", "int", 3, "group", 128)
     names = list(llm.decoder_linears(lab.model, ["down_proj"]))
-    with llm.quantized_weights(lab.model, fmt, names), \
+    stored = llm.quantized_weight_tensors(lab.float32_model, fmt, names)   # float32 values
+    with llm.swapped_weights(lab.model, stored), \
             llm.quantized_inputs(lab.model, llm.ActFormat("", "int8")):
         expected = llm.perplexity(lab.model, lab.eval)
     assert s["ppl"] == expected and s["reference"] == lab.reference

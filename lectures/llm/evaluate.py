@@ -21,15 +21,16 @@ def window_nll(model, windows, batch_size: int = 1) -> np.ndarray:
     Each window of T tokens is one independent sequence (no state carried over): the model
     predicts tokens 1..T-1 from their prefixes, so every window scores T - 1 tokens, and
     ``nll[i] = -mean_t log p(w[i, t] | w[i, :t])``, with log p from a float64 log-softmax of
-    the model's float32 logits over the vocabulary. (float32 log-softmax, or
-    ``cross_entropy`` on the (B, V, T) layout, moves the mean by up to 1e-4 nats here.)
+    the model's logits over the vocabulary (float32 for a float32 model). (A float32
+    log-softmax, or ``cross_entropy`` on the (B, V, T) layout, moves the mean by up to 1e-4 nats
+    here.)
 
     Parameters
     ----------
     model : a transformers causal LM (``model(input_ids).logits`` of shape (B, T, V))
     windows : integer array or tensor, shape (n, T), T >= 2
     batch_size : int, windows per forward pass (a speed/memory trade-off; results agree to
-        float32 rounding across batch sizes)
+        the model's rounding across batch sizes)
 
     Raises
     ------
@@ -47,7 +48,7 @@ def window_nll(model, windows, batch_size: int = 1) -> np.ndarray:
     with torch.inference_mode():
         for i in range(0, len(ids), batch_size):
             batch = ids[i:i + batch_size].to(device)                     # (B, T)
-            logits = model(input_ids=batch, use_cache=False).logits      # (B, T, V) float32
+            logits = model(input_ids=batch, use_cache=False).logits      # (B, T, V)
             for row, seq in zip(logits, batch):
                 out.append(float(token_nll(row[:-1], seq[1:]).mean()))
     return np.array(out, dtype=np.float64)
@@ -61,7 +62,7 @@ def token_nll(logits, targets):
 
     Parameters
     ----------
-    logits : float32 tensor (N, V), the scores of N positions over the vocabulary
+    logits : float tensor (N, V), the scores of N positions over the vocabulary
     targets : integer tensor (N,), the token that follows each position
 
     Returns

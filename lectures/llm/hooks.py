@@ -81,7 +81,7 @@ class LinearInputs:
     token_absmax: np.ndarray      #: float64 (N,): max |x| over channels, per token, window order
     n_tokens: int                 #: N, tokens seen
     hessian: np.ndarray | None    #: float64 (K, K): sum over tokens of x xᵀ (GPTQ's H / 2)
-    inputs: np.ndarray | None     #: float32 (N, K): the inputs themselves
+    inputs: np.ndarray | None     #: (N, K) in the model's dtype: the inputs themselves
 
 
 def capture_linear_inputs(model, windows, names=None, hessian: bool = False,
@@ -97,10 +97,10 @@ def capture_linear_inputs(model, windows, names=None, hessian: bool = False,
         Also accumulate ``H = Σ_tokens x xᵀ`` in float64 (K² × 8 bytes per linear: 2.6 MB for
         K = 576, 19 MB for K = 1536; linears that share an input share nothing here).
     keep_inputs : bool
-        Also keep the raw inputs, float32 (N, K) per linear.
+        Also keep the raw inputs, (N, K) per linear, in the model's dtype.
     batch_size : int
         Windows per forward pass. Tokens are recorded in window order either way, and the
-        absmax statistics and inputs do not depend on it (up to float32 matmul blocking);
+        absmax statistics and inputs do not depend on it (up to the matmuls' rounding);
         ``H`` is summed per batch, so its float64 rounding does.
 
     Returns
@@ -168,7 +168,7 @@ def swapped_weights(model, weights: dict):
     ----------
     model : transformers model
     weights : dict name -> tensor or array of the linear's weight shape (out, in); cast to the
-        weight's dtype (float32) and device. The original tensors are put back on exit.
+        weight's dtype and device. The original tensors are put back on exit.
 
     Raises
     ------
@@ -198,11 +198,12 @@ def swapped_weights(model, weights: dict):
 def quantized_weight_tensors(model, quantize: Callable, names=None) -> dict:
     """``{name: quantize(weight, name)}`` for the chosen linears, cast to the weight's dtype.
 
-    ``quantize`` gets the float32 weight (out, in) and returns the dequantized weight in any
-    real dtype (numfmt's is float64); the result is rounded to float32 here, as the model will
-    hold it. Names default to every decoder linear. The linears are quantized in
-    ``torch.get_num_threads()`` threads (numfmt's numpy work releases the GIL; every tensor is
-    independent, so the result does not depend on the thread count).
+    ``quantize`` gets the weight (out, in) and returns the dequantized weight in any real dtype
+    (numfmt's is float64); the result is cast to the weight's dtype here, as the model will
+    hold it (rounded to float32 for a float32 model). Names default to every decoder linear.
+    The linears are quantized in ``torch.get_num_threads()`` threads (numfmt's numpy work
+    releases the GIL; every tensor is independent, so the result does not depend on the thread
+    count).
     """
     import torch
     from concurrent.futures import ThreadPoolExecutor
@@ -236,7 +237,7 @@ def quantized_inputs(model, quantize: Callable, names=None, share: bool = True,
                      threads: int = 1):
     """Within the block, the input x of each chosen linear is replaced by ``quantize(x, name)``.
 
-    ``x`` is passed one sequence at a time, as float32 of shape (T, K), so a "channel"
+    ``x`` is passed one sequence at a time, shape (T, K) in the model's dtype, so a "channel"
     granularity in numfmt means one scale per token and a per-tensor scale spans one window,
     however many windows a forward pass holds (a batched perplexity then equals the perplexity
     of one window at a time). With ``share`` (the default),
@@ -323,7 +324,7 @@ def quantized_kv(model, quantize_k: Callable | None, quantize_v: Callable | None
 
     Each is called as ``quantize(t, layer_index)`` with ``t`` of shape (B, H_kv, T, D): the keys
     after the rotary embedding and the values, exactly what a KV cache stores; it returns the
-    dequantized tensor of the same shape. ``None`` leaves that one in float32. The attention
+    dequantized tensor of the same shape. ``None`` leaves that one unquantized. The attention
     itself is transformers' SDPA, registered under :data:`KV_ATTENTION`.
     """
     from transformers import AttentionInterface

@@ -4,11 +4,20 @@
 :class:`~lectures.llm.workload.Workload`, and measures perplexity with any mix of quantized
 weights, linear inputs and KV cache in place (:meth:`Lab.ppl`). Quantized weights can be kept
 for planned reuse, so a lecture that uses one format in several demos quantizes it once.
+
+Every perplexity is computed in float64, on a float64 copy of the float32 model (the same
+weight values). In float32 the matmuls, reductions and exponentials of the forward pass round
+differently on different CPUs, BLAS libraries and thread counts, and a quantizer of the
+activations or the KV cache turns a last-bit difference of its input into another code: lecture
+08's W4A4 perplexity moved from 61.69 to 57.17 between two kernel configurations of one machine.
+In float64 the same differences are 2^29 times smaller, and the printed figures are the same
+on every machine (tests/test_blas_independence.py runs them under a second configuration).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
@@ -18,7 +27,7 @@ import numpy as np
 from lectures.llm.checkpoint import Checkpoint, load_checkpoint
 from lectures.llm.evaluate import window_nll
 from lectures.llm.hooks import (quantized_inputs, quantized_kv, quantized_weight_tensors,
-                                quantized_weights, swapped_weights)
+                                swapped_weights)
 from lectures.llm.quantizers import WeightFormat
 from lectures.llm.text import calibration_windows, corpus_tokens, eval_windows
 from lectures.llm.workload import FULL, Workload
@@ -36,35 +45,63 @@ class Lab:
     eval: np.ndarray = field(init=False)           # (n_eval, seq_len) token ids
     calib: np.ndarray = field(init=False)          # (n_calib, seq_len), disjoint from eval
     progress: object = None                        # a console.progress bar, or None
+    #: the forward pass's dtype: "float64" (the lectures), or "float32" to run the checkpoint's
+    #: model itself (whose quantized perplexities depend on the CPU's kernels)
+    dtype: str = "float64"
     _reference: np.ndarray | None = field(default=None, init=False, repr=False)
     _weight_norm2: float | None = field(default=None, init=False, repr=False)  # Σ W² (float64)
     #: weight format (label blanked) -> planned uses left; a lecture fills it from its plan
     reuse: Counter = field(default_factory=Counter, repr=False)
     _weights: dict = field(default_factory=dict, init=False, repr=False)  # format -> tensors
+    _model64: object = field(default=None, init=False, repr=False)
 
     def __post_init__(self):
+        if self.dtype not in ("float64", "float32"):
+            raise ValueError(f"dtype must be 'float64' or 'float32', got {self.dtype!r}")
         w = self.workload
         self.eval = eval_windows(self.tokens, w.n_eval, w.seq_len)
         self.calib = calibration_windows(self.tokens, w.n_calib, w.seq_len)
 
     @property
     def model(self):
+        """The model every measurement runs: a float64 copy of the checkpoint's float32 model,
+        with the same weight values (made on first use; the checkpoint's model is not
+        changed), or with ``dtype="float32"`` the checkpoint's model. Hooks for activations
+        and the KV cache go on this one."""
+        if self.dtype == "float32":
+            return self.checkpoint.model
+        if self._model64 is None:
+            import torch
+            self._model64 = copy.deepcopy(self.checkpoint.model).to(torch.float64)
+        return self._model64
+
+    @property
+    def float32_model(self):
+        """The checkpoint's float32 model: the weights as stored, which quantizers read."""
         return self.checkpoint.model
 
     @property
     def reference_nll(self) -> np.ndarray:
-        """The float32 model's NLL per evaluation window (computed once)."""
+        """The unquantized model's NLL per evaluation window (computed once)."""
         if self._reference is None:
             self._reference = self.nll()
         return self._reference
 
     @property
     def reference(self) -> float:
-        """The float32 model's perplexity on the evaluation windows."""
+        """The unquantized model's perplexity on the evaluation windows."""
         return float(np.exp(self.reference_nll.mean()))
 
+    def quantized(self, fmt, names=None) -> dict:
+        """``{name: float32 tensor}``: the chosen linears' weights (default: every decoder
+        linear) quantized with ``fmt`` (a WeightFormat or any ``quantize(weight, name)``), from
+        the float32 weights and rounded to float32, as a float32 model would hold them. The
+        float64 forward pass then reads them exactly."""
+        return quantized_weight_tensors(self.float32_model, fmt, names)
+
     def weight_tensors(self, fmt: WeightFormat) -> dict:
-        """Every decoder linear's weight quantized with ``fmt``: {name: float32 tensor}.
+        """Every decoder linear's weight quantized with ``fmt``: {name: float32 tensor}
+        (:meth:`quantized`).
 
         Formats are told apart by every field but the label. A format with planned uses left
         in :attr:`reuse` is kept until its last one, so a run quantizes each format once (the
@@ -73,7 +110,7 @@ class Lab:
         key = dataclasses.replace(fmt, label="")
         tensors = self._weights.pop(key, None)
         if tensors is None:
-            tensors = quantized_weight_tensors(self.model, fmt)
+            tensors = self.quantized(fmt)
         if self.reuse[key] > 0:
             self.reuse[key] -= 1
         if self.reuse[key] > 0:
@@ -89,16 +126,17 @@ class Lab:
         """Mean NLL per evaluation window (float64 (n_eval,), nats per token), with the given
         quantizers in place.
 
-        ``weights`` is a WeightFormat or a prepared {name: tensor} dict (swapped in for the
-        linears ``names`` or all of them); ``acts`` an ActFormat for every linear's input;
-        ``kv`` a pair of K and V quantizers.
+        ``weights`` is a WeightFormat (quantized by :meth:`quantized`) or a prepared
+        {name: tensor} dict (swapped in for the linears ``names`` or all of them); ``acts`` an
+        ActFormat for every linear's input; ``kv`` a pair of K and V quantizers. The forward
+        pass is in float64 (:attr:`model`).
         """
         with contextlib.ExitStack() as stack:
             if isinstance(weights, dict):
                 chosen = weights if names is None else {n: weights[n] for n in names}
                 stack.enter_context(swapped_weights(self.model, chosen))
             elif weights is not None:
-                stack.enter_context(quantized_weights(self.model, weights, names))
+                stack.enter_context(swapped_weights(self.model, self.quantized(weights, names)))
             if acts is not None:
                 stack.enter_context(quantized_inputs(self.model, acts))
             if kv is not None:

@@ -241,7 +241,7 @@ def _measure(lab, kind, bits, granularity, symmetric, layers, activations) -> di
     fmt, act = weight_format(kind, bits, granularity, symmetric), act_format(activations)
     names = list(llm.decoder_linears(lab.model, None if layers == LAYERS[0] else [layers]))
     shapes = [tuple(llm.decoder_linears(lab.model)[n].weight.shape) for n in names]
-    tensors = llm.quantized_weight_tensors(lab.model, fmt, names)
+    tensors = lab.quantized(fmt, names)
     return {"format": fmt, "act": act, "ppl": lab.ppl(tensors, acts=act),
             "reference": lab.reference, "bits_per_weight": llm.model_bits_per_weight(fmt, shapes),
             "layers": layers}
