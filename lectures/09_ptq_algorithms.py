@@ -23,7 +23,8 @@ The question
 
 How to read the output
     Demo 1 uses synthetic data with fixed seeds. Demos 2-6 use the model and text of lecture 08
-    (lectures/llm: the GGUF checkpoint dequantized to float32; CPython's language reference,
+    (lectures/llm: the GGUF checkpoint dequantized to float32 and run in float64, so that the
+    figures do not depend on the CPU's float32 kernels; CPython's language reference,
     4 evaluation windows of 512 tokens, 4 disjoint calibration windows of 512 tokens; for the
     out-of-domain rows, 4 windows of 512 tokens of the source of CPython's argparse module).
     Perplexity is exp(mean negative log-likelihood) per token: lower is better. Errors are
@@ -46,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import dataclasses
 import sys
 import re
@@ -141,7 +143,8 @@ def main(argv=None) -> None:
           "of numfmt.ptq that each act on that difference; demos 2-6 measure them on "
           "SmolLM2-135M."),
         _("Errors are relative, in percent; perplexity is exp(mean NLL per token), lower is "
-          "better. Every run prints the same numbers."),
+          "better. Every run prints the same numbers on any machine: the model calibrates and "
+          "computes in float64 on its float32 weights (lecture 08 says why)."),
     ])
     show_demo1(demo1_output_error())
     if not args.synthetic:
@@ -322,28 +325,39 @@ def show_demo1(r: OutputErrorResult) -> None:
 # ---------------------------------------------------------------------------------------------
 @dataclass
 class Model:
-    """The loaded reference model with its fixed windows (see lectures/llm)."""
+    """The loaded reference model with its fixed windows (see lectures/llm).
+
+    ``model`` is a float64 copy of the checkpoint's float32 model (the same weight values), as
+    lecture 08's Lab: calibration and evaluation run in float64, so that a last-bit difference
+    between two CPUs' float32 kernels cannot turn into another code of GPTQ's sequential
+    rounding or of an activation quantizer (in float32, GPTQ INT3 g128's perplexity moved from
+    76.27 to 60.89 between two BLAS configurations of one machine). Quantized weights still
+    compute rounded to float32, as the checkpoint would hold them."""
 
     ck: object               # lectures.llm.Checkpoint
     eval_windows: np.ndarray  # (n_eval, seq_len) token ids
     calib_windows: np.ndarray  # (n_calib, seq_len) token ids
     reference_ppl: float
     workload: Workload = FULL
-    reference_nll: object = None  # float64 (n_eval,): the float32 model's NLL per window
+    reference_nll: object = None  # float64 (n_eval,): the unquantized model's NLL per window
     ood_windows: np.ndarray | None = None  # (n_calib, seq_len): out-of-domain calibration
+    model: object = None     # the float64 copy of ck.model that every demo runs
 
 
 def load_model(ck=None, workload: Workload = FULL) -> Model:
     """SmolLM2-135M through the harness (``ck``: an already loaded lectures.llm.Checkpoint),
-    with the evaluation and calibration windows of ``workload`` and its reference perplexity."""
+    with the evaluation and calibration windows of ``workload`` and its reference perplexity,
+    on a float64 copy of the checkpoint's model (which is left as it is)."""
+    import torch
     ck = llm.load_checkpoint() if ck is None else ck
     tokens = llm.corpus_tokens(ck.tokenizer)
     w = workload
     ev = llm.eval_windows(tokens, w.n_eval, w.seq_len)
     cal = llm.calibration_windows(tokens, w.n_calib, w.seq_len)
     ood = llm.ood_calibration_windows(llm.ood_tokens(ck.tokenizer), w.n_calib, w.seq_len)
-    ref = llm.window_nll(ck.model, ev, batch_size=len(ev))
-    return Model(ck, ev, cal, float(np.exp(ref.mean())), w, ref, ood)
+    model = copy.deepcopy(ck.model).to(torch.float64)
+    ref = llm.window_nll(model, ev, batch_size=len(ev))
+    return Model(ck, ev, cal, float(np.exp(ref.mean())), w, ref, ood, model)
 
 
 def ppl(m: Model, weights: dict | None = None, inputs=None) -> float:
@@ -355,22 +369,26 @@ def ppl(m: Model, weights: dict | None = None, inputs=None) -> float:
 
 def nll(m: Model, weights: dict | None = None, inputs=None) -> np.ndarray:
     """Mean NLL per evaluation window (float64 (n_eval,), nats per token), as :func:`ppl`."""
+    import torch
     with contextlib.ExitStack() as stack:
         if weights:
-            stack.enter_context(llm.swapped_weights(m.ck.model, weights))
+            # rounded to float32 as the checkpoint would hold them; the float64 pass reads them
+            # exactly
+            held = {n: torch.as_tensor(w).to(torch.float32) for n, w in weights.items()}
+            stack.enter_context(llm.swapped_weights(m.model, held))
         if inputs is not None:
-            stack.enter_context(llm.quantized_inputs(m.ck.model, inputs, threads=workers()))
+            stack.enter_context(llm.quantized_inputs(m.model, inputs, threads=workers()))
         # All windows in one forward pass, as lecture 08's Lab.ppl: the same numbers as one
         # window at a time here (tests/test_lecture09.py), about half the CPU time; the
         # activation hooks quantize each window of the batch on its own, the windows on
         # torch's threads at once (the quantizers are numpy's, which release the GIL).
-        return llm.window_nll(m.ck.model, m.eval_windows, batch_size=len(m.eval_windows))
+        return llm.window_nll(m.model, m.eval_windows, batch_size=len(m.eval_windows))
 
 
 def float_weights(m: Model) -> dict:
     """Every decoder linear's weight as float64 (out, in), by harness name."""
     return {n: mod.weight.detach().double().cpu().numpy()
-            for n, mod in llm.decoder_linears(m.ck.model).items()}
+            for n, mod in llm.decoder_linears(m.model).items()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -412,7 +430,7 @@ def demo2_gptq(m: Model, settings=None) -> GPTQRealResult:
         nlls[("RTN", bits, group)] = nll(m, rtn)
         for act in (False, True):
             key = ("GPTQ-act" if act else "GPTQ", bits, group)
-            new = calibrate_layers(m.ck.model, m.calib_windows, gptq_quantizer(bits, group, act),
+            new = calibrate_layers(m.model, m.calib_windows, gptq_quantizer(bits, group, act),
                                    desc=f"GPTQ INT{bits} g{group}" + (" act-order" if act else ""))
             nlls[key] = nll(m, new)
             if act and (bits, group) == settings[0]:    # kept for the tests (850 MB each)
@@ -424,7 +442,7 @@ def demo2_gptq(m: Model, settings=None) -> GPTQRealResult:
                      llm.paired_ratio(nlls[("RTN", bits, group)],
                                       nlls[("GPTQ-act", bits, group)]).percent()])
     order = settings[-1]
-    new = calibrate_layers(m.ck.model, m.calib_windows, gptq_quantizer(*order, True, True),
+    new = calibrate_layers(m.model, m.calib_windows, gptq_quantizer(*order, True, True),
                            desc=f"GPTQ INT{order[0]} g{order[1]} act-order, static groups")
     nlls[("GPTQ-static", *order)] = nll(m, new)
     out[("GPTQ-static", *order)] = float(np.exp(nlls[("GPTQ-static", *order)].mean()))
@@ -434,8 +452,8 @@ def demo2_gptq(m: Model, settings=None) -> GPTQRealResult:
 
 def show_demo2(r: GPTQRealResult) -> None:
     print_header(_("Demo 2: GPTQ on SmolLM2-135M (every decoder linear, asymmetric)"))
-    print(_("Reference (float32) perplexity: {reference:.2f}. Calibration: {calib} tokens, layer "
-            "by layer;\nevaluation: {evaluation} other tokens.").format(
+    print(_("Reference (unquantized) perplexity: {reference:.2f}. Calibration: {calib} tokens, "
+            "layer by layer;\nevaluation: {evaluation} other tokens.").format(
         reference=r.reference, calib=r.tokens[0], evaluation=r.tokens[1]))
     print_table([_("weights"), _("bits/weight"), "RTN", "GPTQ", _("GPTQ act-order"),
                  _("act-order against RTN")],
@@ -549,7 +567,7 @@ def demo3_awq(m: Model, gptq_result: GPTQRealResult | None = None,
 
     # AWQ calibrates on the float model's inputs: one pass serves every setting
     found = {}
-    new = calibrate_layers(m.ck.model, m.calib_windows, {s: awq_quantizer(*s) for s in settings},
+    new = calibrate_layers(m.model, m.calib_windows, {s: awq_quantizer(*s) for s in settings},
                            sequential=False,
                            desc="AWQ " + ", ".join(f"INT{b} g{g}" for b, g in settings),
                            results=found)
@@ -572,11 +590,11 @@ def demo3_awq(m: Model, gptq_result: GPTQRealResult | None = None,
     if m.ood_windows is not None:
         ood = bits, group = settings[-1]
         nlls[("AWQ-ood", *ood)] = nll(m, calibrate_layers(
-            m.ck.model, m.ood_windows, awq_quantizer(*ood), sequential=False,
+            m.model, m.ood_windows, awq_quantizer(*ood), sequential=False,
             desc=f"AWQ INT{bits} g{group}, out-of-domain"))
         if gptq_result is not None:
             nlls[("GPTQ-act-ood", *ood)] = nll(m, calibrate_layers(
-                m.ck.model, m.ood_windows, gptq_quantizer(*ood, True),
+                m.model, m.ood_windows, gptq_quantizer(*ood, True),
                 desc=f"GPTQ INT{bits} g{group} act-order, out-of-domain"))
         out.update({k: float(np.exp(v.mean())) for k, v in nlls.items() if k[0].endswith("-ood")})
     return AWQRealResult(rows, out, alphas, nlls, (m.calib_windows.size, m.calib_windows.size),
@@ -679,7 +697,7 @@ SMOOTHED = ("attn_in", "mlp_in")   # linears after an RMSNorm, where s folds int
 def _linear_stats(m: Model) -> dict:
     """Per-input-channel absmax of every decoder linear on the calibration windows."""
     return {n: s.absmax for n, s in
-            llm.capture_linear_inputs(m.ck.model, m.calib_windows).items()}
+            llm.capture_linear_inputs(m.model, m.calib_windows).items()}
 
 
 def _per_tensor(x, bits: int = 8):
@@ -714,7 +732,7 @@ class ActivationResult:
 def _smoothing_scales(m: Model, stats: dict, weights: dict, alpha: float) -> dict:
     """SmoothQuant's s per linear name (shared by the linears that read one RMSNorm output)."""
     scales = {}
-    for li in range(len(m.ck.model.model.layers)):
+    for li in range(len(m.model.model.layers)):
         for g in SMOOTHED:
             names = [f"model.layers.{li}.{n}" for n in INPUT_GROUPS[g]]
             wmax = np.max([np.abs(weights[n]).max(axis=0) for n in names], axis=0)
@@ -816,15 +834,15 @@ def demo4_activations(m: Model) -> ActivationResult:
     smooth_rows = [["none" if a is None else f"{a:.2f}", v] for a, v in smooth.items()]
     rot_nll = {r: w4a4(m, weights, r) for r in progress((False, True), "W4A4")}
     rot_nll["GPTQ"] = w4a4(m, weights, True, prepared=calibrate_layers(
-        m.ck.model, m.calib_windows, rotated_gptq(4, 32), desc="GPTQ INT4 g32, rotated"))
+        m.model, m.calib_windows, rotated_gptq(4, 32), desc="GPTQ INT4 g32, rotated"))
     rot = {r: float(np.exp(v.mean())) for r, v in rot_nll.items()}
     rotation_rows = [["W4A4 INT4 g32", rot[False], rot[True]],
                      ["W4A4 INT4 g32, GPTQ weights", None, rot["GPTQ"]]]
 
-    last = f"model.layers.{len(m.ck.model.model.layers) - 1}.mlp.down_proj"
+    last = f"model.layers.{len(m.model.model.layers) - 1}.mlp.down_proj"
     # one pass over the first calibration window for the last down_proj and the table's
     # linears (the last down_proj is among them)
-    inputs = llm.capture_linear_inputs(m.ck.model, m.calib_windows[:1],
+    inputs = llm.capture_linear_inputs(m.model, m.calib_windows[:1],
                                        [f"model.layers.{li}.{n}" for li in (0, 15, 29)
                                         for n in ("self_attn.q_proj", "mlp.down_proj")],
                                        keep_inputs=True)
@@ -945,7 +963,7 @@ def demo5_calibration(m: Model, tokens: int = 512,
     wq = map_items(lambda n, w: rtn_values(w, 8, symmetric=True), weights)   # as in demo 4
     names = [n for n in weights if any(n.endswith(ns[0]) for ns in INPUT_GROUPS.values())]
     windows = m.calib_windows[:max(1, tokens // m.calib_windows.shape[1])]
-    caps = llm.capture_linear_inputs(m.ck.model, windows, names, keep_inputs=True)
+    caps = llm.capture_linear_inputs(m.model, windows, names, keep_inputs=True)
     nlls, ratio = {}, {}
     for method in progress(CALIBRATORS, _("calibrators")):
         calibrate, threaded = CALIBRATORS[method]
@@ -1060,14 +1078,14 @@ def rtn_weights(m: Model, bits: int, group: int) -> dict:
 def g_idx_bits(m: Model) -> float:
     """Act-order's extra storage: one 32-bit group index per input column of every decoder
     linear (GPTQ's g_idx, numfmt.packing.gptq), per weight."""
-    shapes = [tuple(mod.weight.shape) for mod in llm.decoder_linears(m.ck.model).values()]
+    shapes = [tuple(mod.weight.shape) for mod in llm.decoder_linears(m.model).values()]
     return sum(32 * i for _o, i in shapes) / sum(o * i for o, i in shapes)
 
 
 def bits_per_weight(m: Model, bits: int, group: int) -> float:
     """Storage of every decoder linear with an FP16 scale and a b-bit zero point per row and
     group (GPTQ's checkpoint layout, numfmt.packing.gptq), averaged over all their weights."""
-    shapes = [tuple(mod.weight.shape) for mod in llm.decoder_linears(m.ck.model).values()]
+    shapes = [tuple(mod.weight.shape) for mod in llm.decoder_linears(m.model).values()]
     total = sum(o * i for o, i in shapes)
     meta = sum(o * -(-i // group) * (16 + bits) for o, i in shapes)
     return bits + meta / total

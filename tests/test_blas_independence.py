@@ -13,18 +13,21 @@ each alone, since its training is where the vector width once showed.
 
 Lecture 10 is checked on a short run of its training loop (its full runs take minutes): in
 float64 the losses agree, and a float32 witness shows why it computes in float64. Lecture 08's
-harness (lectures.llm.Lab) is checked the same way on a small workload: its forward pass is in
-float64, and a float32 witness shows why. The whole real-model lectures need minutes of CPU
-each and are run by hand with ``--quick``:
+harness (lectures.llm.Lab) and lecture 09's sequential GPTQ and SmoothQuant are checked the
+same way on a small workload: their forward passes are in float64, each window's NLL stays
+within 1e-7 of the other configuration's (float64 sums still round their last bits
+differently: :data:`NLL_RTOL`), and float32 witnesses show why. The whole real-model lectures
+need minutes of CPU each and are run by hand with ``--quick``:
 
 - lecture 08 prints the same bytes under the second configuration (in float32 its activation-
   and KV-quantized perplexities moved: MXFP4 W4A4 61.69 against 57.17);
 - lecture 11 prints the same perplexities (only its timing column differs, as it says);
-- lecture 09 does not: its reference and RTN rows agree, but GPTQ, AWQ, SmoothQuant and the
-  calibrators move (GPTQ INT3 g128 76.27 against 60.89), and so do verdicts (in-domain
-  calibration of GPTQ act-order, within noise against beyond it) and SmoothQuant's best alpha.
-  It calibrates and evaluates on the float32 model; GPTQ's error feedback carries a last-bit
-  difference of its inputs into other codes. Open: a float64 forward pass as lecture 08's.
+- lecture 09 does too since it calibrates and evaluates in float64 (lecture 09's Model). On
+  the float32 model its reference and RTN rows agreed, but GPTQ, AWQ, SmoothQuant and the
+  calibrators moved (GPTQ INT3 g128 76.27 against 60.89), and so did verdicts (in-domain
+  calibration of GPTQ act-order, within noise against beyond it) and SmoothQuant's best alpha:
+  GPTQ's error feedback carries a last-bit difference of its inputs into other codes. Its
+  calibration is checked here as lecture 08's harness is, on a small workload.
 
 Lecture 12 prints timings, which no two machines share.
 """
@@ -161,6 +164,33 @@ def test_lecture10_training_in_float32_would_depend_on_the_kernels():
         normal.splitlines(), second.splitlines(), "normal", "second", lineterm="", n=0))
 
 
+#: How far a real-model NLL may move between the two configurations, relative. Float64 sums
+#: still round differently in their last bits (lecture 08's reference moved by one ulp here,
+#: though on another machine it kept its bits), and GPTQ's Cholesky factor of the inverse
+#: Hessian amplifies such differences until, rarely, one weight's code flips (one window of
+#: lecture 09's GPTQ moved by 6e-9). The lectures print perplexities to 4 or 5 significant
+#: digits; in float32 the NLLs of these small runs moved by percents (W4A4 by 1.8%, GPTQ INT3
+#: by 3.7%).
+NLL_RTOL = 1e-7
+
+
+def nll_table(out: str) -> dict:
+    """The lines a run printed, "name... hex hex": {(name...): [NLL per window]}."""
+    table = {}
+    for line in out.splitlines():
+        words = line.split()
+        hexes = [w for w in words if w.startswith(("0x", "-0x"))]
+        table[tuple(words[:len(words) - len(hexes)])] = [float.fromhex(h) for h in hexes]
+    return table
+
+
+def moved(normal: dict, second: dict) -> dict:
+    """setting -> the largest relative change of a window's NLL between the configurations."""
+    assert normal.keys() == second.keys()
+    assert all(len(normal[k]) == len(second[k]) > 0 for k in normal)
+    return {k: max(abs(x - y) / abs(x) for x, y in zip(normal[k], second[k])) for k in normal}
+
+
 #: Lecture 08's measurements on a small workload (lectures/llm/lab.py): the settings named on
 #: the command line among the reference and one of each kind that quantizes what the forward
 #: pass computes (W4A4, per-token INT8 activations, a 4-bit KV cache), every NLL per window
@@ -185,23 +215,23 @@ for what in sys.argv[2].split(","):
 LAB_SETTINGS = "reference,W4A4-MXFP4,W8A8-INT8-per-token,KV-NVFP4"
 
 
-def lab_nll(second: bool, dtype: str, settings: str = LAB_SETTINGS) -> str:
+def lab_nll(second: bool, dtype: str, settings: str = LAB_SETTINGS) -> dict:
     r = subprocess.run([sys.executable, "-c", LAB_RUNS, dtype, settings], cwd=ROOT,
                        env=environment(second), capture_output=True, text=True, timeout=600)
     if r.returncode != 0 or len(r.stdout.splitlines()) != len(settings.split(",")):
         raise RuntimeError(r.stderr[-2000:])
-    return r.stdout
+    return nll_table(r.stdout)
 
 
 @pytest.mark.slow
 def test_lecture08_perplexities_are_the_same_under_a_second_blas(checkpoint):
     """Lecture 08 computes every perplexity in float64 (lectures.llm.Lab): with quantized
-    weights, activations and KV cache, the NLL of each window has the same bits under ATen's
-    scalar loops, OpenBLAS's Prescott and MKL's SSE4.2 kernels on one thread as under this
-    CPU's best kernels. (``checkpoint``: skips without the model, and the cache exists.)"""
-    normal, second = lab_nll(False, "float64"), lab_nll(True, "float64")
-    assert normal == second, "\n".join(difflib.unified_diff(
-        normal.splitlines(), second.splitlines(), "normal", "second", lineterm="", n=0))
+    weights, activations and KV cache, the NLL of each window under ATen's scalar loops,
+    OpenBLAS's Prescott and MKL's SSE4.2 kernels on one thread is within 1e-7 (relative) of
+    its value under this CPU's best kernels. (``checkpoint``: skips without the model, and the
+    cache exists.)"""
+    change = moved(lab_nll(False, "float64"), lab_nll(True, "float64"))
+    assert len(change) == 4 and max(change.values()) < NLL_RTOL, change
 
 
 @pytest.mark.slow
@@ -211,7 +241,65 @@ def test_lecture08_perplexities_are_the_same_under_a_second_blas(checkpoint):
 def test_lecture08_perplexities_in_float32_would_depend_on_the_kernels(checkpoint):
     """The witness for the float64 forward pass: W4A4 on the float32 model, compared the same
     way."""
-    normal = lab_nll(False, "float32", "W4A4-MXFP4")
-    second = lab_nll(True, "float32", "W4A4-MXFP4")
-    assert normal == second, "\n".join(difflib.unified_diff(
-        normal.splitlines(), second.splitlines(), "normal", "second", lineterm="", n=0))
+    change = moved(lab_nll(False, "float32", "W4A4-MXFP4"),
+                   lab_nll(True, "float32", "W4A4-MXFP4"))
+    assert len(change) == 1 and max(change.values()) < NLL_RTOL, change
+
+
+#: Lecture 09's calibrations on a small workload (one calibration window of 128 tokens, two
+#: evaluation windows): GPTQ INT3 g128 act-order calibrated layer by layer (each layer's
+#: Hessian from the inputs the quantized layers before it produce) and SmoothQuant's W8A8 at
+#: α = 0.5 (per-tensor INT8 activations) on lecture 09's float64 model, then GPTQ again on the
+#: checkpoint's float32 model (the witness), every NLL per window printed exactly (float.hex).
+PTQ_RUNS = """
+import dataclasses
+from lectures import lecture, llm
+L = lecture(9)
+ck = llm.load_checkpoint(device="cpu")
+m = L.load_model(ck, L.Workload(n_eval=2, n_calib=1, seq_len=128, settings=((3, 128),)))
+m32 = dataclasses.replace(m, model=ck.model)
+settings = {
+    "GPTQ-INT3-g128-act-order": lambda m: L.nll(m, L.calibrate_layers(
+        m.model, m.calib_windows, L.gptq_quantizer(3, 128, True))),
+    "SmoothQuant-W8A8-0.5": lambda m: L.w8a8_smoothquant(m, L._linear_stats(m),
+                                                         L.float_weights(m), 0.5),
+}
+for model, what in [(m, "GPTQ-INT3-g128-act-order"), (m, "SmoothQuant-W8A8-0.5"),
+                    (m32, "GPTQ-INT3-g128-act-order")]:
+    dtype = str(next(model.model.parameters()).dtype).removeprefix("torch.")
+    print(dtype, what, " ".join(float(v).hex() for v in settings[what](model)), flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def ptq_moved(checkpoint):
+    """{(dtype, setting): largest relative change of a window's NLL} between :data:`PTQ_RUNS`
+    under the normal and under the second configuration."""
+    out = []
+    for second in (False, True):
+        r = subprocess.run([sys.executable, "-c", PTQ_RUNS], cwd=ROOT, env=environment(second),
+                           capture_output=True, text=True, timeout=900)
+        if r.returncode != 0 or len(r.stdout.splitlines()) != 3:
+            raise RuntimeError(r.stderr[-2000:])
+        out.append(nll_table(r.stdout))
+    return moved(*out)
+
+
+@pytest.mark.slow
+def test_lecture09_calibrations_are_the_same_under_a_second_blas(ptq_moved):
+    """Lecture 09 calibrates and evaluates in float64: GPTQ's sequential calibration and
+    SmoothQuant's W8A8 give every window's NLL within 1e-7 (relative) under the second
+    configuration of what this CPU's best kernels give."""
+    change = {k: v for k, v in ptq_moved.items() if k[0] == "float64"}
+    assert len(change) == 2 and max(change.values()) < NLL_RTOL, change
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="in float32 the kernels round the "
+                   "calibration inputs differently, and GPTQ's error feedback carries the last "
+                   "bits into other codes (why lecture 09 computes in float64)")
+def test_lecture09_calibration_in_float32_would_depend_on_the_kernels(ptq_moved):
+    """The witness for lecture 09's float64: sequential GPTQ on the float32 model, compared the
+    same way."""
+    change = {k: v for k, v in ptq_moved.items() if k[0] == "float32"}
+    assert len(change) == 1 and max(change.values()) < NLL_RTOL, change

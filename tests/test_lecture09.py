@@ -139,11 +139,18 @@ def model(checkpoint):
 
 @pytest.mark.slow
 def test_batched_perplexity_equals_one_window_at_a_time(model):
-    """L.ppl runs all windows in one forward pass; the number is the one a window-by-window
-    run gives, also with a per-tensor activation quantizer (NVFP4's FP32 scale must not span
-    two windows: the hooks quantize each window alone)."""
+    """L.ppl runs all windows in one forward pass of the float64 model; the number is the one
+    a window-by-window run gives, also with a per-tensor activation quantizer (NVFP4's FP32
+    scale must not span two windows: the hooks quantize each window alone)."""
+    import torch
     from lectures import llm
-    lm, windows = model.ck.model, model.eval_windows
+    lm, windows = model.model, model.eval_windows
+    # the demos run a float64 copy of the checkpoint's model, whose float32 weights it holds
+    # exactly; the shared checkpoint stays float32
+    assert {p.dtype for p in lm.parameters()} == {torch.float64}
+    assert {p.dtype for p in model.ck.model.parameters()} == {torch.float32}
+    for a, b in zip(lm.parameters(), model.ck.model.parameters()):
+        assert torch.equal(a, b.double())
     assert L.ppl(model) == pytest.approx(llm.perplexity(lm, windows, batch_size=1), rel=1e-6)
     nvfp4 = llm.ActFormat("NVFP4", "nvfp4")
     with llm.quantized_inputs(lm, nvfp4):
@@ -199,7 +206,7 @@ def test_demo2_first_layer_is_gptq_on_the_harness_hessian(model, d2):
     # for rounding flips where the two float64 sums of 2048 terms differ in the last bits.
     from lectures import llm
     names = ["model.layers.0.self_attn.q_proj", "model.layers.0.mlp.down_proj"]
-    caps = llm.capture_linear_inputs(model.ck.model, model.calib_windows, names, hessian=True)
+    caps = llm.capture_linear_inputs(model.model, model.calib_windows, names, hessian=True)
     w = L.float_weights(model)
     for n in names:
         h = 2 * caps[n].hessian / caps[n].n_tokens
@@ -238,7 +245,7 @@ def test_demo4_claims(model, d4):
         assert 0.0 <= share < 0.5              # measured: at most 23% (layer 29 down_proj)
     # the share of float channels, recomputed from the harness's own absmax
     from lectures import llm
-    caps = llm.capture_linear_inputs(model.ck.model, model.calib_windows)
+    caps = llm.capture_linear_inputs(model.model, model.calib_windows)
     over = sum(int((c.absmax > 6.0).sum()) for c in caps.values())
     total = sum(c.absmax.size for c in caps.values())
     assert d4.int8_float_share == over / total

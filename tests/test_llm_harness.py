@@ -265,6 +265,34 @@ def test_lab_computes_on_a_float64_copy_with_the_same_weights(checkpoint, corpus
     assert llm.Lab(checkpoint, corpus, llm.QUICK, dtype="float32").model is checkpoint.model
 
 
+@pytest.mark.slow
+def test_sequential_calibration_computes_with_float32_weights_in_a_float64_model(checkpoint,
+                                                                                  corpus):
+    """calibrate_layers runs the next layer with the new weights rounded to float32, the
+    checkpoint's dtype, also in a float64 model (lecture 09's): a new weight within half a
+    float32 ulp of the old one is the old one there, so every layer sees exactly the float
+    model's inputs; one a float32 ulp away is not."""
+    import copy
+    import types
+    from lectures.llm.calibrate import calibrate_layers
+    model = copy.deepcopy(checkpoint.model).to(torch.float64)
+    windows = llm.eval_windows(corpus, 1, 32)
+
+    def inputs(factor, sequential):
+        seen = {}
+        calibrate_layers(model, windows,
+                         lambda w, x: types.SimpleNamespace(weight=w * factor, x=x),
+                         sequential=sequential, results=seen)
+        return {k: r.x for k, r in seen.items()}
+    float_inputs = inputs(1.0, False)
+    assert len(float_inputs) == 4 * len(model.model.layers)
+    same = inputs(1 + 2.0 ** -30, True)          # rounds back to the float32 weight
+    assert all(np.array_equal(same[k], x) for k, x in float_inputs.items())
+    moved = inputs(1 + 2.0 ** -22, True)         # another float32 value
+    assert all(np.array_equal(moved[k], float_inputs[k]) for k in float_inputs if k[0] == 0)
+    assert not np.array_equal(moved[(1, "mlp_out")], float_inputs[(1, "mlp_out")])
+
+
 # ---------------------------------------------------------------------------------------------
 # Quantized weights: numfmt's numpy result, bit for bit
 # ---------------------------------------------------------------------------------------------

@@ -132,9 +132,10 @@ def calibrate_layers(model, windows, quantize_group, sequential: bool = True,
     and its inputs, which returns the new stacked weight (an array, or a result with a
     ``weight`` field, such as numfmt.ptq's); and, when ``sequential``, compute the next layer's
     inputs with this layer already quantized (GPTQ's sequential calibration: later layers see,
-    and compensate, the errors of earlier ones). Otherwise they come from the float layer, and
-    ``quantize_group`` may be a dict key -> callable: every callable then sees the same inputs
-    from one pass, and the return value is key -> (name -> weight).
+    and compensate, the errors of earlier ones; the new weights compute there rounded to
+    float32, the checkpoint's dtype, whatever the model's). Otherwise they come from the float
+    layer, and ``quantize_group`` may be a dict key -> callable: every callable then sees the
+    same inputs from one pass, and the return value is key -> (name -> weight).
 
     The groups of a layer are quantized on :func:`workers` threads; ``desc`` labels the
     progress on stderr. Returns name -> new weight for every decoder linear; ``results``, if
@@ -173,8 +174,9 @@ def calibrate_layers(model, windows, quantize_group, sequential: bool = True,
                 new[k][f"model.layers.{li}.{n}"] = stacked[a:b]
                 if sequential:
                     saved[n] = mod.weight.data
-                    mod.weight.data = torch.as_tensor(stacked[a:b], dtype=mod.weight.dtype,
-                                                      device=mod.weight.device)
+                    # float32 values, as the checkpoint holds them, in the model's dtype
+                    mod.weight.data = torch.as_tensor(stacked[a:b], dtype=torch.float32).to(
+                        dtype=mod.weight.dtype, device=mod.weight.device)
         if sequential:
             if li + 1 < len(layers):          # the last layer's outputs feed nothing here
                 with torch.inference_mode():
