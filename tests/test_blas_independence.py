@@ -173,64 +173,89 @@ def test_lecture10_training_in_float32_would_depend_on_the_kernels():
 #: by 3.7%).
 NLL_RTOL = 1e-7
 
+#: Lectures 08 and 09 on a small workload (two evaluation windows of 128 tokens, one
+#: calibration window), every NLL per window printed exactly (float.hex), a line
+#: "lecture dtype setting hex hex" each:
+#:
+#: - lecture 08's harness (lectures.llm.Lab) in float64: the reference and one setting of each
+#:   kind that quantizes what the forward pass computes (W4A4, per-token INT8 activations, a
+#:   4-bit KV cache); then W4A4 in float32, the checkpoint's model (the witness);
+#: - lecture 09's calibrations on its float64 model: GPTQ INT3 g128 act-order calibrated layer
+#:   by layer (each layer's Hessian from the inputs the quantized layers before it produce) and
+#:   SmoothQuant's W8A8 at α = 0.5 (per-tensor INT8 activations); then GPTQ again on the
+#:   checkpoint's float32 model (the witness).
+#:
+#: One process per configuration runs them all (the model loads once).
+REAL_MODEL_RUNS = """
+import dataclasses, gc
+from lectures import lecture, llm
+L = lecture(9)
+ck = llm.load_checkpoint(device="cpu")
+workload = dict(n_eval=2, seq_len=128, n_calib=1)
+
+def show(number, dtype, what, nll):
+    print(number, dtype, what, " ".join(float(v).hex() for v in nll), flush=True)
+
+tokens = llm.corpus_tokens(ck.tokenizer)
+lab = llm.Lab(ck, tokens, llm.Workload(**workload))
+kv = llm.kv_quantizer(llm.ActFormat("", "nvfp4"), "token")
+w4a4 = dict(weights=llm.WeightFormat("", "mxfp4"), acts=llm.ActFormat("", "mxfp4"))
+show("08", "float64", "reference", lab.nll())
+show("08", "float64", "W4A4-MXFP4", lab.nll(**w4a4))
+show("08", "float64", "W8A8-INT8-per-token", lab.nll(llm.WeightFormat("", "int", 8),
+                                                     acts=llm.ActFormat("", "int8")))
+show("08", "float64", "KV-NVFP4", lab.nll(kv=(kv, kv)))
+show("08", "float32", "W4A4-MXFP4", dataclasses.replace(lab, dtype="float32").nll(**w4a4))
+del lab
+gc.collect()
+
+m = L.load_model(ck, L.Workload(**workload, settings=((3, 128),)))
+def gptq(m):
+    return L.nll(m, L.calibrate_layers(m.model, m.calib_windows, L.gptq_quantizer(3, 128, True)))
+show("09", "float64", "GPTQ-INT3-g128-act-order", gptq(m))
+show("09", "float64", "SmoothQuant-W8A8-0.5",
+     L.w8a8_smoothquant(m, L._linear_stats(m), L.float_weights(m), 0.5))
+show("09", "float32", "GPTQ-INT3-g128-act-order", gptq(dataclasses.replace(m, model=ck.model)))
+"""
+
 
 def nll_table(out: str) -> dict:
-    """The lines a run printed, "name... hex hex": {(name...): [NLL per window]}."""
+    """The lines a run printed: {(lecture, dtype, setting): [NLL per window]}."""
     table = {}
     for line in out.splitlines():
-        words = line.split()
-        hexes = [w for w in words if w.startswith(("0x", "-0x"))]
-        table[tuple(words[:len(words) - len(hexes)])] = [float.fromhex(h) for h in hexes]
+        number, dtype, what, *hexes = line.split()
+        table[(number, dtype, what)] = [float.fromhex(h) for h in hexes]
     return table
 
 
-def moved(normal: dict, second: dict) -> dict:
-    """setting -> the largest relative change of a window's NLL between the configurations."""
-    assert normal.keys() == second.keys()
-    assert all(len(normal[k]) == len(second[k]) > 0 for k in normal)
+@pytest.fixture(scope="module")
+def real_model_moved(checkpoint):
+    """{(lecture, dtype, setting): the largest relative change of a window's NLL} between
+    :data:`REAL_MODEL_RUNS` under the normal and under the second configuration.
+    (``checkpoint``: skips without the model, and the cache exists.)"""
+    def run(second):
+        r = subprocess.run([sys.executable, "-c", REAL_MODEL_RUNS], cwd=ROOT,
+                           env=environment(second), capture_output=True, text=True, timeout=1800)
+        if r.returncode != 0:
+            raise RuntimeError(r.stderr[-2000:])
+        return nll_table(r.stdout)
+    normal, second = run(False), run(True)
+    assert normal.keys() == second.keys() and len(normal) == 8
+    assert all(len(normal[k]) == len(second[k]) == 2 for k in normal)
     return {k: max(abs(x - y) / abs(x) for x, y in zip(normal[k], second[k])) for k in normal}
 
 
-#: Lecture 08's measurements on a small workload (lectures/llm/lab.py): the settings named on
-#: the command line among the reference and one of each kind that quantizes what the forward
-#: pass computes (W4A4, per-token INT8 activations, a 4-bit KV cache), every NLL per window
-#: printed exactly (float.hex).
-LAB_RUNS = """
-import sys
-from lectures import llm
-ck = llm.load_checkpoint(device="cpu")
-lab = llm.Lab(ck, llm.corpus_tokens(ck.tokenizer), llm.Workload(n_eval=2, seq_len=128,
-              n_calib=1), dtype=sys.argv[1])
-kv = llm.kv_quantizer(llm.ActFormat("", "nvfp4"), "token")
-settings = {
-    "reference": lambda: lab.nll(),
-    "W4A4-MXFP4": lambda: lab.nll(llm.WeightFormat("", "mxfp4"), acts=llm.ActFormat("", "mxfp4")),
-    "W8A8-INT8-per-token": lambda: lab.nll(llm.WeightFormat("", "int", 8),
-                                           acts=llm.ActFormat("", "int8")),
-    "KV-NVFP4": lambda: lab.nll(kv=(kv, kv)),
-}
-for what in sys.argv[2].split(","):
-    print(what, " ".join(float(v).hex() for v in settings[what]()))
-"""
-LAB_SETTINGS = "reference,W4A4-MXFP4,W8A8-INT8-per-token,KV-NVFP4"
-
-
-def lab_nll(second: bool, dtype: str, settings: str = LAB_SETTINGS) -> dict:
-    r = subprocess.run([sys.executable, "-c", LAB_RUNS, dtype, settings], cwd=ROOT,
-                       env=environment(second), capture_output=True, text=True, timeout=600)
-    if r.returncode != 0 or len(r.stdout.splitlines()) != len(settings.split(",")):
-        raise RuntimeError(r.stderr[-2000:])
-    return nll_table(r.stdout)
+def changes(moved: dict, lecture: str, dtype: str) -> dict:
+    return {k[2]: v for k, v in moved.items() if k[:2] == (lecture, dtype)}
 
 
 @pytest.mark.slow
-def test_lecture08_perplexities_are_the_same_under_a_second_blas(checkpoint):
+def test_lecture08_perplexities_are_the_same_under_a_second_blas(real_model_moved):
     """Lecture 08 computes every perplexity in float64 (lectures.llm.Lab): with quantized
     weights, activations and KV cache, the NLL of each window under ATen's scalar loops,
     OpenBLAS's Prescott and MKL's SSE4.2 kernels on one thread is within 1e-7 (relative) of
-    its value under this CPU's best kernels. (``checkpoint``: skips without the model, and the
-    cache exists.)"""
-    change = moved(lab_nll(False, "float64"), lab_nll(True, "float64"))
+    its value under this CPU's best kernels."""
+    change = changes(real_model_moved, "08", "float64")
     assert len(change) == 4 and max(change.values()) < NLL_RTOL, change
 
 
@@ -238,59 +263,19 @@ def test_lecture08_perplexities_are_the_same_under_a_second_blas(checkpoint):
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason="in float32 the kernels round the "
                    "forward pass differently and the activation quantizers turn last bits into "
                    "other codes (why lecture 08 computes in float64)")
-def test_lecture08_perplexities_in_float32_would_depend_on_the_kernels(checkpoint):
+def test_lecture08_perplexities_in_float32_would_depend_on_the_kernels(real_model_moved):
     """The witness for the float64 forward pass: W4A4 on the float32 model, compared the same
     way."""
-    change = moved(lab_nll(False, "float32", "W4A4-MXFP4"),
-                   lab_nll(True, "float32", "W4A4-MXFP4"))
+    change = changes(real_model_moved, "08", "float32")
     assert len(change) == 1 and max(change.values()) < NLL_RTOL, change
 
 
-#: Lecture 09's calibrations on a small workload (one calibration window of 128 tokens, two
-#: evaluation windows): GPTQ INT3 g128 act-order calibrated layer by layer (each layer's
-#: Hessian from the inputs the quantized layers before it produce) and SmoothQuant's W8A8 at
-#: α = 0.5 (per-tensor INT8 activations) on lecture 09's float64 model, then GPTQ again on the
-#: checkpoint's float32 model (the witness), every NLL per window printed exactly (float.hex).
-PTQ_RUNS = """
-import dataclasses
-from lectures import lecture, llm
-L = lecture(9)
-ck = llm.load_checkpoint(device="cpu")
-m = L.load_model(ck, L.Workload(n_eval=2, n_calib=1, seq_len=128, settings=((3, 128),)))
-m32 = dataclasses.replace(m, model=ck.model)
-settings = {
-    "GPTQ-INT3-g128-act-order": lambda m: L.nll(m, L.calibrate_layers(
-        m.model, m.calib_windows, L.gptq_quantizer(3, 128, True))),
-    "SmoothQuant-W8A8-0.5": lambda m: L.w8a8_smoothquant(m, L._linear_stats(m),
-                                                         L.float_weights(m), 0.5),
-}
-for model, what in [(m, "GPTQ-INT3-g128-act-order"), (m, "SmoothQuant-W8A8-0.5"),
-                    (m32, "GPTQ-INT3-g128-act-order")]:
-    dtype = str(next(model.model.parameters()).dtype).removeprefix("torch.")
-    print(dtype, what, " ".join(float(v).hex() for v in settings[what](model)), flush=True)
-"""
-
-
-@pytest.fixture(scope="module")
-def ptq_moved(checkpoint):
-    """{(dtype, setting): largest relative change of a window's NLL} between :data:`PTQ_RUNS`
-    under the normal and under the second configuration."""
-    out = []
-    for second in (False, True):
-        r = subprocess.run([sys.executable, "-c", PTQ_RUNS], cwd=ROOT, env=environment(second),
-                           capture_output=True, text=True, timeout=900)
-        if r.returncode != 0 or len(r.stdout.splitlines()) != 3:
-            raise RuntimeError(r.stderr[-2000:])
-        out.append(nll_table(r.stdout))
-    return moved(*out)
-
-
 @pytest.mark.slow
-def test_lecture09_calibrations_are_the_same_under_a_second_blas(ptq_moved):
+def test_lecture09_calibrations_are_the_same_under_a_second_blas(real_model_moved):
     """Lecture 09 calibrates and evaluates in float64: GPTQ's sequential calibration and
     SmoothQuant's W8A8 give every window's NLL within 1e-7 (relative) under the second
     configuration of what this CPU's best kernels give."""
-    change = {k: v for k, v in ptq_moved.items() if k[0] == "float64"}
+    change = changes(real_model_moved, "09", "float64")
     assert len(change) == 2 and max(change.values()) < NLL_RTOL, change
 
 
@@ -298,8 +283,8 @@ def test_lecture09_calibrations_are_the_same_under_a_second_blas(ptq_moved):
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason="in float32 the kernels round the "
                    "calibration inputs differently, and GPTQ's error feedback carries the last "
                    "bits into other codes (why lecture 09 computes in float64)")
-def test_lecture09_calibration_in_float32_would_depend_on_the_kernels(ptq_moved):
+def test_lecture09_calibration_in_float32_would_depend_on_the_kernels(real_model_moved):
     """The witness for lecture 09's float64: sequential GPTQ on the float32 model, compared the
     same way."""
-    change = {k: v for k, v in ptq_moved.items() if k[0] == "float32"}
+    change = changes(real_model_moved, "09", "float32")
     assert len(change) == 1 and max(change.values()) < NLL_RTOL, change
