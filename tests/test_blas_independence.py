@@ -15,19 +15,23 @@ Lecture 10 is checked on a short run of its training loop (its full runs take mi
 float64 the losses agree, and a float32 witness shows why it computes in float64. Lecture 08's
 harness (lectures.llm.Lab) and lecture 09's sequential GPTQ and SmoothQuant are checked the
 same way on a small workload: their forward passes are in float64, each window's NLL stays
-within 1e-7 of the other configuration's (float64 sums still round their last bits
+within 1e-5 of the other configuration's (float64 sums still round their last bits
 differently: :data:`NLL_RTOL`), and float32 witnesses show why. The whole real-model lectures
 need minutes of CPU each and are run by hand with ``--quick``:
 
 - lecture 08 prints the same bytes under the second configuration (in float32 its activation-
   and KV-quantized perplexities moved: MXFP4 W4A4 61.69 against 57.17);
 - lecture 11 prints the same perplexities (only its timing column differs, as it says);
-- lecture 09 does too since it calibrates and evaluates in float64 (lecture 09's Model). On
-  the float32 model its reference and RTN rows agreed, but GPTQ, AWQ, SmoothQuant and the
-  calibrators moved (GPTQ INT3 g128 76.27 against 60.89), and so did verdicts (in-domain
-  calibration of GPTQ act-order, within noise against beyond it) and SmoothQuant's best alpha:
-  GPTQ's error feedback carries a last-bit difference of its inputs into other codes. Its
-  calibration is checked here as lecture 08's harness is, on a small workload.
+- lecture 09 (since it calibrates and evaluates in float64) prints the same reference, RTN,
+  SmoothQuant, W4A4, LLM.int8() and calibrator figures; on the float32 model its GPTQ, AWQ,
+  SmoothQuant and calibrator rows had moved (GPTQ INT3 g128 76.27 against 60.89, SmoothQuant's
+  best alpha 0.50 against 0.75). Some GPTQ and AWQ rows still move: GPTQ act-order INT4 g128
+  17.57 against 17.25, AWQ INT3 g128 37.50 against 37.17, rotated GPTQ W4A4 19.88 against
+  21.05 (its verdict beyond noise against within it); GPTQ INT3 g128, static groups and the
+  out-of-domain GPTQ row agree. Their rounding decisions turn a last-bit difference of a
+  float64 sum (the forward pass, the Hessian, the Cholesky factor) into another code, and
+  sequential calibration carries the flip to later layers. The lecture says so; which
+  figures a reader may take to the last digit is open.
 
 Lecture 12 prints timings, which no two machines share.
 """
@@ -168,10 +172,10 @@ def test_lecture10_training_in_float32_would_depend_on_the_kernels():
 #: still round differently in their last bits (lecture 08's reference moved by one ulp here,
 #: though on another machine it kept its bits), and GPTQ's Cholesky factor of the inverse
 #: Hessian amplifies such differences until, rarely, one weight's code flips (one window of
-#: lecture 09's GPTQ moved by 6e-9). The lectures print perplexities to 4 or 5 significant
-#: digits; in float32 the NLLs of these small runs moved by percents (W4A4 by 1.8%, GPTQ INT3
-#: by 3.7%).
-NLL_RTOL = 1e-7
+#: the small GPTQ run moved by 6e-9 here; on lecture 09's larger runs flips add up, see the
+#: module's docstring). In float32 the NLLs of these small runs moved by percents (W4A4 by
+#: 1.8%, GPTQ INT3 by 3.7%).
+NLL_RTOL = 1e-5
 
 #: Lectures 08 and 09 on a small workload (two evaluation windows of 128 tokens, one
 #: calibration window), every NLL per window printed exactly (float.hex), a line
@@ -253,7 +257,7 @@ def changes(moved: dict, lecture: str, dtype: str) -> dict:
 def test_lecture08_perplexities_are_the_same_under_a_second_blas(real_model_moved):
     """Lecture 08 computes every perplexity in float64 (lectures.llm.Lab): with quantized
     weights, activations and KV cache, the NLL of each window under ATen's scalar loops,
-    OpenBLAS's Prescott and MKL's SSE4.2 kernels on one thread is within 1e-7 (relative) of
+    OpenBLAS's Prescott and MKL's SSE4.2 kernels on one thread is within 1e-5 (relative) of
     its value under this CPU's best kernels."""
     change = changes(real_model_moved, "08", "float64")
     assert len(change) == 4 and max(change.values()) < NLL_RTOL, change
@@ -273,7 +277,7 @@ def test_lecture08_perplexities_in_float32_would_depend_on_the_kernels(real_mode
 @pytest.mark.slow
 def test_lecture09_calibrations_are_the_same_under_a_second_blas(real_model_moved):
     """Lecture 09 calibrates and evaluates in float64: GPTQ's sequential calibration and
-    SmoothQuant's W8A8 give every window's NLL within 1e-7 (relative) under the second
+    SmoothQuant's W8A8 give every window's NLL within 1e-5 (relative) under the second
     configuration of what this CPU's best kernels give."""
     change = changes(real_model_moved, "09", "float64")
     assert len(change) == 2 and max(change.values()) < NLL_RTOL, change
