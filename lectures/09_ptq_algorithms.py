@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import dataclasses
 import sys
 import re
@@ -353,15 +352,21 @@ class Model:
 def load_model(ck=None, workload: Workload = FULL) -> Model:
     """SmolLM2-135M through the harness (``ck``: an already loaded lectures.llm.Checkpoint),
     with the evaluation and calibration windows of ``workload`` and its reference perplexity,
-    on a float64 copy of the checkpoint's model (which is left as it is)."""
-    import torch
+    on a float64 copy of the checkpoint's model (:func:`lectures.llm.float64_copy`; the
+    checkpoint's model is left as it is).
+
+    Raises
+    ------
+    ModelUnavailableError
+        If ``ck`` is None and the model cannot be loaded (the message says how to install it).
+    """
     ck = llm.load_checkpoint() if ck is None else ck
     tokens = llm.corpus_tokens(ck.tokenizer)
     w = workload
     ev = llm.eval_windows(tokens, w.n_eval, w.seq_len)
     cal = llm.calibration_windows(tokens, w.n_calib, w.seq_len)
     ood = llm.ood_calibration_windows(llm.ood_tokens(ck.tokenizer), w.n_calib, w.seq_len)
-    model = copy.deepcopy(ck.model).to(torch.float64)
+    model = llm.float64_copy(ck.model)
     ref = llm.window_nll(model, ev, batch_size=len(ev))
     return Model(ck, ev, cal, float(np.exp(ref.mean())), w, ref, ood, model)
 

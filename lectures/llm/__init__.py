@@ -26,7 +26,8 @@ Workloads (:mod:`lectures.llm.workload`)
     ``QUICK`` (2 + 2 windows of 256): how much text a lecture reads.
 A lab (:mod:`lectures.llm.lab`)
     ``open_lab(workload)`` -> Lab: the checkpoint and its windows; ``Lab.ppl(weights, acts,
-    kv)`` measures perplexity with any quantizers in place.
+    kv)`` measures perplexity with any quantizers in place, on ``float64_copy(model)`` (the
+    float32 weights in a float64 forward pass, so the CPU's kernels barely touch the figures).
 Calibration (:mod:`lectures.llm.calibrate`)
     ``calibrate_layers(model, windows, quantize_group)``: layer by layer (sequential, as
     GPTQ, or on the float model, as AWQ), each layer's groups of linears on threads;
@@ -58,7 +59,7 @@ from lectures.llm.evaluate import PairedRatio, paired_ratio, perplexity, window_
 from lectures.llm.hooks import (LINEAR_KINDS, LinearInputs, capture_linear_inputs,
                                 decoder_linears, layer_of, quantized_inputs, quantized_kv,
                                 quantized_weight_tensors, quantized_weights, swapped_weights)
-from lectures.llm.lab import Lab, open_lab
+from lectures.llm.lab import Lab, float64_copy, open_lab
 from lectures.llm.quantizers import ActFormat, WeightFormat, kv_quantizer, model_bits_per_weight
 from lectures.llm.results import load_results, save_results
 from lectures.llm.text import (OOD_MODULE, SEQ_LEN, calibration_windows, corpus_text,
@@ -75,6 +76,6 @@ __all__ = [
     "WeightFormat", "kv_quantizer", "model_bits_per_weight", "SEQ_LEN", "calibration_windows",
     "corpus_text", "corpus_tokens", "eval_windows", "OOD_MODULE", "ood_calibration_windows",
     "ood_text", "ood_tokens", "INPUT_GROUPS", "calibrate_layers",
-    "map_items", "one_blas_thread", "workers", "FULL", "QUICK", "Workload", "Lab", "open_lab",
+    "map_items", "one_blas_thread", "workers", "FULL", "QUICK", "Workload", "Lab", "float64_copy", "open_lab",
     "load_results", "save_results",
 ]

@@ -32,7 +32,15 @@ from lectures.llm.quantizers import WeightFormat
 from lectures.llm.text import calibration_windows, corpus_tokens, eval_windows
 from lectures.llm.workload import FULL, Workload
 
-__all__ = ["Lab", "open_lab"]
+__all__ = ["Lab", "float64_copy", "open_lab"]
+
+
+def float64_copy(model):
+    """A float64 copy of a (float32) transformers model: the same weight values, each held
+    exactly, every activation and sum of the forward pass then in float64; ``model`` itself is
+    not changed. The lectures measure on such a copy (module docstring: why)."""
+    import torch
+    return copy.deepcopy(model).to(torch.float64)
 
 
 @dataclass
@@ -71,8 +79,7 @@ class Lab:
         if self.dtype == "float32":
             return self.checkpoint.model
         if self._model64 is None:
-            import torch
-            self._model64 = copy.deepcopy(self.checkpoint.model).to(torch.float64)
+            self._model64 = float64_copy(self.checkpoint.model)
         return self._model64
 
     @property
