@@ -215,6 +215,39 @@ def _affine_values(codes, scale, zero_point):
     return out
 
 
+def _zero_point(lo, hi, scale, qmin: int, qmax: int):
+    """The asymmetric grid's integer zero point ``round_half_even(-lo / scale)``, clamped to
+    [qmin, qmax] (int64), for ``lo <= 0 <= hi`` and the ``scale`` that ``_affine_scale`` made
+    of them (1 where the range is zero).
+
+    A symmetric range (``-lo == hi > 0``; AWQ's clip search makes one of every group it clips
+    on both sides) has the exact quotient ``qmax / 2``, a half-integer, and takes it rounded
+    half to even: 2^(b-1). The floating-point quotient ``hi / fl(2 hi / qmax)`` lands a last
+    bit above, on or below the half-integer as the rounding of the scale goes, which follows
+    the last bits of ``hi``: the zero point, and with it every code of the group, would hang
+    on them (on 8 % of random ranges at 3 bits, 21 % at 4). Everywhere else the quotient is
+    the float64 one, as in the GPTQ and AWQ reference code. :func:`_symmetric_ties` handles
+    the range's lower end, the other half-integer of such a group.
+    """
+    xp = _xp.array_namespace(lo, hi, scale)
+    with _xp.quiet(xp):
+        z = xp.round(-lo / scale)
+    z = xp.where((hi == -lo) & (hi > 0), xp.full_like(z, float(np.rint(qmax / 2))), z)
+    return xp.astype(xp.clip(z, qmin, qmax), xp.int64)
+
+
+def _symmetric_ties(lo, hi, qmax: int):
+    """``(tie, lo)`` for the asymmetric groups whose range is symmetric (``-lo == hi > 0``):
+    their lowest element ``lo`` sits at the exact quotient ``-qmax / 2``, a half-integer that
+    rounds half to even onto code 0 (with the zero point 2^(b-1) of :func:`_zero_point`),
+    where the float64 quotient ``lo / scale`` would go to code 0 or 1 with the last bits of
+    ``lo`` (its top end clamps to ``qmax`` either way). ``tie`` is a boolean array of the
+    groups' shape, or None when no group is symmetric."""
+    xp = _xp.array_namespace(lo, hi)
+    tie = (hi == -lo) & (hi > 0)
+    return (tie, lo) if bool(xp.any(tie)) else (None, lo)
+
+
 def quantize_int(x, bits: int, symmetric: bool = True, granularity: str = "tensor",
                  group: int | None = None, clip: float = 1.0) -> IntQuantized:
     """Quantize ``x`` to ``bits``-bit integers with scales calibrated from its range.
@@ -226,7 +259,9 @@ def quantize_int(x, bits: int, symmetric: bool = True, granularity: str = "tenso
     symmetric : bool, default True
         True: signed restricted range, zero point 0, ``scale = clip * amax / qmax``.
         False: unsigned ``[0, 2^b - 1]`` over ``[min(x, 0), max(x, 0)] * clip``, with
-        ``scale = clip * (max - min) / (2^b - 1)`` and integer ``zero_point = round(-clip * min / scale)``.
+        ``scale = clip * (max - min) / (2^b - 1)`` and integer ``zero_point = round(-clip * min / scale)``
+        (on a symmetric range ``min = -max``: 2^(b-1), the exact quotient (2^b - 1) / 2
+        rounded half to even, not the floating-point one, which follows the last bit of max).
     granularity : {"tensor", "channel", "group"}
         One scale for the whole tensor; one per row (reducing over the last axis); or one per
         ``group`` consecutive elements along the last axis.
@@ -295,7 +330,7 @@ def _quantize_int(x, shape: tuple, bits: int, symmetric: bool, granularity: str,
         scale = _affine_scale(lo, hi, qmax)
         _check_calibrated_scale(scale, (mn != 0) | (mx != 0), clip)
         scale = xp.where(scale == 0, xp.ones_like(scale), scale)
-        zero_point = xp.astype(xp.clip(xp.round(-lo / scale), qmin, qmax), xp.int64)
+        zero_point = _zero_point(lo, hi, scale, qmin, qmax)
         with _xp.quiet(xp):  # the grid's ends must be float64 numbers
             ends = xp.abs(xp.concat([(qmin - zero_point) * scale, (qmax - zero_point) * scale],
                                     axis=-1))
@@ -311,6 +346,11 @@ def _quantize_int(x, shape: tuple, bits: int, symmetric: bool, granularity: str,
     per_row = (rows.shape[0], 1)
     s_rows = xp.broadcast_to(xp.reshape(scale, (-1, 1)), per_row)
     z_rows = xp.broadcast_to(xp.reshape(zero_point, (-1, 1)), per_row)
+    tie = None if symmetric else _symmetric_ties(lo, hi, qmax)[0]
+    if tie is not None:   # the exact -qmax / 2 of a symmetric range's lower end: code 0
+        tie_rows = xp.broadcast_to(xp.reshape(tie, (-1, 1)), per_row)
+        lo_rows = xp.broadcast_to(xp.reshape(lo, (-1, 1)), per_row)
+        mid = float(np.rint(qmax / 2))
     values = _xp.empty(xp, tuple(rows.shape), xp.float64, x)
     codes = _xp.empty(xp, tuple(rows.shape), xp.int64, x)
     for i, j in _xp.row_spans(xp, rows.shape[0], rows.shape[1], x):
@@ -318,6 +358,10 @@ def _quantize_int(x, shape: tuple, bits: int, symmetric: bool, granularity: str,
         with _xp.quiet(xp):  # a tiny clip puts x / scale past float64: it clamps
             _xp.divide_into(xp, rows[i:j], s_rows[i:j], q)
         _xp.round_into(xp, q)
+        if tie is not None:
+            at_end = tie_rows[i:j] & (rows[i:j] == lo_rows[i:j])
+            if bool(xp.any(at_end)):
+                q[at_end] = -mid
         if not symmetric:
             q += z_rows[i:j]
         _xp.clip_into(xp, q, qmin, qmax)

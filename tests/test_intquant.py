@@ -22,6 +22,30 @@ def test_ties_round_half_to_even_at_scale_half():
     assert r.codes[:6].tolist() == [round(v / 0.5) for v in x[:6]]
 
 
+@pytest.mark.parametrize("bits", [2, 3, 4, 8])
+def test_a_symmetric_range_gets_the_midpoint_zero_point_whatever_its_last_bit(bits):
+    # rows [-h, 0, h]: the exact -min / scale is (2^b - 1) / 2, which rounds half to even to
+    # 2^(b-1) (Python's round, an independent rounding); the float64 quotient of the rounded
+    # scale, h / ((h + h) / (2^b - 1)), lands above, on or below it with the last bits of h
+    import torch
+    from numfmt.torch import quantize_int as quantize_int_torch
+    qmax = 2 ** bits - 1
+    h = np.random.default_rng(bits).uniform(0.01, 1.0, 4000)
+    x = np.stack([-h, np.zeros_like(h), h], axis=1)
+    for r in (quantize_int(x, bits, symmetric=False, granularity="channel"),
+              quantize_int_torch(torch.from_numpy(x), bits, symmetric=False,
+                                 granularity="channel")):
+        z = np.asarray(r.zero_point).ravel()
+        assert round(qmax / 2) == 2 ** (bits - 1) and (z == 2 ** (bits - 1)).all()
+        codes = np.asarray(r.codes)
+        assert (codes[:, 1] == 2 ** (bits - 1)).all()                 # 0 is a code
+        # the ends' exact quotients -+(2^b - 1) / 2 round half to even: -max onto code 0,
+        # +max onto 2^b, clamped to the top code
+        assert (codes[:, 0] == 0).all() and (codes[:, 2] == qmax).all()
+    if bits in (3, 4, 8):   # the float quotient does go both ways on this sample
+        assert len(set(np.rint(h / ((h + h) / qmax)).tolist())) == 2
+
+
 def test_symmetric_int8_hand_case():
     r = quantize_int(np.array([-0.5, 2.0]), 8)
     assert r.scale.item() == 2.0 / 127        # amax / qmax

@@ -393,6 +393,23 @@ def test_awq_clip_search_never_worse_per_group():
         assert (np.sum(e_clip ** 2, 0) <= np.sum(e_none ** 2, 0) * (1 + 1e-12)).all()
 
 
+def test_awq_clip_search_does_not_hang_on_the_last_bit():
+    # Every group the clip search clips on both sides has the symmetric range [-lim, lim],
+    # whose zero point on an asymmetric grid is the half-integer (2^b - 1) / 2. Rounded from
+    # the float64 quotient it went up or down with the last bit of lim, and here with a
+    # relative 2^-52 change of the weights (as another CPU's sums make of the inputs): 3 bits,
+    # groups of 16, measured 9 of 128 clip ratios moved before numfmt took the exact midpoint.
+    w, x = correlated_problem(7, rows=32, cols=64, n=512, outliers=4)
+    int3_g16 = lambda v: rtn_values(v, 3, 16, symmetric=False)
+    nudged = w * (1 + 2.0 ** -52 * np.sign(np.sin(np.arange(w.size))).reshape(w.shape))
+    assert (nudged != w).mean() > 0.4
+    a = awq_search(w, x, int3_g16, clip_search=True, group_size=16)
+    b = awq_search(nudged, x, int3_g16, clip_search=True, group_size=16)
+    assert ((a.clip < 1) & (b.clip < 1)).sum() >= 32       # the sample clips many groups
+    np.testing.assert_array_equal(a.clip, b.clip)
+    assert a.alpha == b.alpha
+
+
 def plain_clip_search(ws, xs, quantize, group, grid=20, max_shrink=0.5):
     """AWQ's clip search written out: every ratio's clipped weight quantized afresh."""
     out, cols = ws.shape

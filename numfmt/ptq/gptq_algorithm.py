@@ -582,7 +582,7 @@ def _group_grid(mn, mx, qmin: int, qmax: int, symmetric: bool, full: bool = Fals
     operations (so the same bits): ``(s, z)``, z int64 of s's shape, or None when symmetric.
     ``full``: the symmetric grid of all 2^b codes, ``s = 2 amax / (2^b - 1)`` (qmin = -2^(b-1)).
     """
-    from numfmt.intquant import _affine_scale, _check_calibrated_scale
+    from numfmt.intquant import _affine_scale, _check_calibrated_scale, _zero_point
     if symmetric:
         amax = np.maximum(mx, -mn)
         if full:  # (amax / levels) * 2 is 2 amax / levels in every bit, and cannot overflow
@@ -602,7 +602,7 @@ def _group_grid(mn, mx, qmin: int, qmax: int, symmetric: bool, full: bool = Fals
     s = _affine_scale(lo, hi, qmax)
     _check_calibrated_scale(s, (mn != 0) | (mx != 0), 1.0)
     s[s == 0] = 1.0
-    z = np.clip(np.rint(-lo / s), qmin, qmax).astype(np.int64)
+    z = _zero_point(lo, hi, s, qmin, qmax)
     with np.errstate(over="ignore"):
         ends = np.abs(np.concatenate([(qmin - z) * s, (qmax - z) * s], axis=-1))
     if not np.isfinite(ends).all():
@@ -619,6 +619,18 @@ def _pairwise(v: np.ndarray, op) -> np.ndarray:
     while v.shape[-1] > 1 and v.shape[-1] % 2 == 0:
         v = op(v[..., 0::2], v[..., 1::2])
     return v if v.shape[-1] == 1 else op.reduce(v, axis=-1, keepdims=True)
+
+
+def _end_ties(v, mn, mx, qmax: int, q) -> None:
+    """numfmt.quantize_int's rule for a symmetric range (``-min == max``), on the rounded
+    quotients ``q`` of the groups ``v`` (r, G, g) with minima and maxima (r, G, 1): the lower
+    end's exact quotient -qmax / 2 rounds half to even onto code 0, whatever the last bits of
+    the float64 quotient (numfmt.intquant._symmetric_ties)."""
+    from numfmt.intquant import _symmetric_ties
+    lo = np.minimum(mn, 0.0)
+    tie, _ = _symmetric_ties(lo, np.maximum(mx, 0.0), qmax)
+    if tie is not None:
+        q[tie & (v == lo)] = -np.rint(qmax / 2)
 
 
 def _round_group_values(x, g, grid, values):
@@ -645,6 +657,8 @@ def _round_group_values(x, g, grid, values):
             np.divide(v, s, out=q)
             r_lo, r_hi = np.rint(mn / s) + z, np.rint(mx / s) + z
         np.rint(q, out=q)
+        if not symmetric:
+            _end_ties(v, mn, mx, qmax, q)
         if (r_lo < qmin).any() or (r_hi > qmax).any():
             np.clip(q, qmin - z, qmax - z, out=q)
         q *= s
@@ -683,6 +697,7 @@ def _round_groups(x, g, grid, values, codes):
             np.divide(v, s, out=q)
         np.rint(q, out=q)
         if not symmetric:
+            _end_ties(v, v.min(axis=-1, keepdims=True), v.max(axis=-1, keepdims=True), qmax, q)
             q += z
         np.maximum(q, qmin, out=q)
         np.minimum(q, qmax, out=q)
