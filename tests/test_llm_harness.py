@@ -266,31 +266,73 @@ def test_lab_computes_on_a_float64_copy_with_the_same_weights(checkpoint, corpus
 
 
 @pytest.mark.slow
-def test_sequential_calibration_computes_with_float32_weights_in_a_float64_model(checkpoint,
-                                                                                  corpus):
-    """calibrate_layers runs the next layer with the new weights rounded to float32, the
-    checkpoint's dtype, also in a float64 model (lecture 09's): a new weight within half a
-    float32 ulp of the old one is the old one there, so every layer sees exactly the float
-    model's inputs; one a float32 ulp away is not."""
+def test_float64_copy_computes_norms_and_rotary_in_float64(checkpoint):
+    """transformers' LlamaRMSNorm casts its input to float32 and its rotary embedding computes
+    cos and sin in float32 whatever the model's dtype; in float64_copy both stay in float64:
+    the norm as the RMSNorm written out in numpy float64, cos and sin as numpy's of the exact
+    angles; the checkpoint's own modules keep transformers' classes."""
+    import copy
+    m64 = llm.float64_copy(checkpoint.model)
+    norm64 = m64.model.layers[3].post_attention_layernorm
+    h = torch.from_numpy(np.random.default_rng(0).normal(0, 3, (2, 7, 576)))
+    hn = h.numpy()
+    w = norm64.weight.detach().numpy()
+    expect = w * (hn / np.sqrt((hn ** 2).mean(-1, keepdims=True) + norm64.variance_epsilon))
+    with torch.inference_mode():
+        got = norm64(h)
+        transformers_way = type(checkpoint.model.model.layers[3].post_attention_layernorm
+                                ).forward(norm64, h)
+    assert got.dtype == torch.float64
+    np.testing.assert_allclose(got.numpy(), expect, rtol=1e-14, atol=0)
+    # the float32 cast of transformers' forward is 2^29 times coarser
+    assert np.abs(transformers_way.numpy() - expect).max() > 1e3 * np.abs(got.numpy() - expect).max()
+
+    pos = torch.arange(300)[None]
+    with torch.inference_mode():
+        cos, sin = m64.model.rotary_emb(h, pos)
+    inv = checkpoint.model.model.rotary_emb.inv_freq.double().numpy()   # float32 values
+    angles = np.arange(300)[:, None] * np.concatenate([inv, inv])      # exact in float64
+    assert cos.dtype == torch.float64
+    np.testing.assert_allclose(cos[0].numpy(), np.cos(angles), rtol=0, atol=4e-16)
+    np.testing.assert_allclose(sin[0].numpy(), np.sin(angles), rtol=0, atol=4e-16)
+
+    orig = {type(mod).__name__ for mod in checkpoint.model.modules()}
+    assert {"LlamaRMSNorm", "LlamaRotaryEmbedding"} <= orig
+    assert not any(n.startswith("Float64") for n in orig)
+    again = copy.deepcopy(m64)                   # a copy keeps the float64 forward
+    assert type(again.model.norm) is type(m64.model.norm) and type(m64.model.norm) is not type(
+        checkpoint.model.model.norm)
+    with pytest.raises(TypeError, match="RMSNorm"):
+        llm.float64_copy(torch.nn.Linear(2, 2))
+
+
+def test_sequential_calibration_keeps_the_models_dtype(checkpoint, corpus):
+    """calibrate_layers runs the next layer with the new weights in the model's dtype: a float64
+    model (lecture 09's) keeps every bit, so a change of 2^-30, which float32 rounds away,
+    reaches the next layers' inputs; in a float32 model the same change leaves every input
+    exactly as the float model's. (Rounding to float32 in a float64 model turned a last-bit
+    difference of the calibration's sums into a float32 ulp now and then, and the layers after
+    it into other codes.)"""
     import copy
     import types
     from lectures.llm.calibrate import calibrate_layers
-    model = copy.deepcopy(checkpoint.model).to(torch.float64)
     windows = llm.eval_windows(corpus, 1, 32)
+    for dtype in (torch.float64, torch.float32):
+        model = copy.deepcopy(checkpoint.model).to(dtype)
+        model.model.layers = model.model.layers[:3]
 
-    def inputs(factor, sequential):
-        seen = {}
-        calibrate_layers(model, windows,
-                         lambda w, x: types.SimpleNamespace(weight=w * factor, x=x),
-                         sequential=sequential, results=seen)
-        return {k: r.x for k, r in seen.items()}
-    float_inputs = inputs(1.0, False)
-    assert len(float_inputs) == 4 * len(model.model.layers)
-    same = inputs(1 + 2.0 ** -30, True)          # rounds back to the float32 weight
-    assert all(np.array_equal(same[k], x) for k, x in float_inputs.items())
-    moved = inputs(1 + 2.0 ** -22, True)         # another float32 value
-    assert all(np.array_equal(moved[k], float_inputs[k]) for k in float_inputs if k[0] == 0)
-    assert not np.array_equal(moved[(1, "mlp_out")], float_inputs[(1, "mlp_out")])
+        def inputs(factor, sequential):
+            seen = {}
+            calibrate_layers(model, windows,
+                             lambda w, x: types.SimpleNamespace(weight=w * factor, x=x),
+                             sequential=sequential, results=seen)
+            return {k: r.x for k, r in seen.items()}
+        float_inputs = inputs(1.0, False)
+        assert len(float_inputs) == 4 * 3
+        nudged = inputs(1 + 2.0 ** -30, True)
+        assert all(np.array_equal(nudged[k], x) for k, x in float_inputs.items() if k[0] == 0)
+        same = all(np.array_equal(nudged[k], x) for k, x in float_inputs.items())
+        assert same == (dtype == torch.float32), dtype
 
 
 # ---------------------------------------------------------------------------------------------

@@ -132,8 +132,10 @@ def calibrate_layers(model, windows, quantize_group, sequential: bool = True,
     and its inputs, which returns the new stacked weight (an array, or a result with a
     ``weight`` field, such as numfmt.ptq's); and, when ``sequential``, compute the next layer's
     inputs with this layer already quantized (GPTQ's sequential calibration: later layers see,
-    and compensate, the errors of earlier ones; the new weights compute there rounded to
-    float32, the checkpoint's dtype, whatever the model's). Otherwise they come from the float
+    and compensate, the errors of earlier ones; the new weights compute there in the model's
+    dtype: rounded to float32 in a float32 model, every bit kept in a float64 one, where
+    rounding to float32 would now and then turn a last-bit difference of the calibration's
+    sums into a float32 ulp, which the later layers carry on). Otherwise they come from the float
     layer, and ``quantize_group`` may be a dict key -> callable: every callable then sees the
     same inputs from one pass, and the return value is key -> (name -> weight).
 
@@ -174,8 +176,8 @@ def calibrate_layers(model, windows, quantize_group, sequential: bool = True,
                 new[k][f"model.layers.{li}.{n}"] = stacked[a:b]
                 if sequential:
                     saved[n] = mod.weight.data
-                    # float32 values, as the checkpoint holds them, in the model's dtype
-                    mod.weight.data = torch.as_tensor(stacked[a:b], dtype=torch.float32).to(
+                    # in the model's dtype: float64 keeps every bit of the new weight
+                    mod.weight.data = torch.as_tensor(stacked[a:b]).to(
                         dtype=mod.weight.dtype, device=mod.weight.device)
         if sequential:
             if li + 1 < len(layers):          # the last layer's outputs feed nothing here

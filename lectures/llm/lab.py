@@ -36,11 +36,81 @@ __all__ = ["Lab", "float64_copy", "open_lab"]
 
 
 def float64_copy(model):
-    """A float64 copy of a (float32) transformers model: the same weight values, each held
-    exactly, every activation and sum of the forward pass then in float64; ``model`` itself is
-    not changed. The lectures measure on such a copy (module docstring: why)."""
+    """A float64 copy of a (float32) transformers Llama model: the same weight values, each
+    held exactly, and every activation, sum and function of the forward pass in float64;
+    ``model`` itself is not changed. The lectures measure on such a copy (module docstring:
+    why).
+
+    transformers computes two things in float32 whatever the model's dtype: the RMSNorms (the
+    input is cast to float32, normalized, and cast back) and the rotary embedding's cos and
+    sin. In the copy they compute in float64 (:func:`_float64_forward`): otherwise every norm
+    rounds its output to float32, and a last-bit difference of a float64 sum upstream
+    (another CPU's kernels) now and then crosses a float32 rounding boundary there, a jump of
+    2^-24 that GPTQ's sequential calibration carries on to other codes.
+
+    Raises
+    ------
+    TypeError
+        If the model has no Llama RMSNorm or rotary embedding to compute in float64 (another
+        architecture, or a transformers version whose classes changed).
+    """
     import torch
-    return copy.deepcopy(model).to(torch.float64)
+    copy64 = copy.deepcopy(model).to(torch.float64)
+    found = Counter()
+    for module in copy64.modules():
+        kind = _float64_kind(module)
+        if kind:
+            module.__class__ = _float64_class(type(module), kind)
+            found[kind] += 1
+    if not (found["norm"] and found["rotary"]):
+        raise TypeError("float64_copy computes a Llama model's RMSNorms and rotary embedding "
+                        f"in float64; found {dict(found) or 'neither'} in "
+                        f"{type(model).__name__}")
+    return copy64
+
+
+def _float64_kind(module) -> str | None:
+    """"norm" for a transformers Llama RMSNorm, "rotary" for its rotary embedding (already
+    made float64 or not), None otherwise."""
+    names = {c.__name__ for c in type(module).__mro__}
+    if "LlamaRMSNorm" in names:
+        return "norm"
+    if "LlamaRotaryEmbedding" in names:
+        return "rotary"
+    return None
+
+
+def _norm_forward(self, hidden_states):
+    """LlamaRMSNorm.forward without its cast to float32: the same steps in the input's dtype."""
+    import torch
+    variance = hidden_states.pow(2).mean(-1, keepdim=True)
+    return self.weight * (hidden_states * torch.rsqrt(variance + self.variance_epsilon))
+
+
+def _rotary_forward(self, x, position_ids):
+    """LlamaRotaryEmbedding.forward (default RoPE) with the angles, cos and sin in float64 (the
+    positions times the float32 inverse frequencies are exact there) instead of float32."""
+    import torch
+    freqs = position_ids[..., None].to(torch.float64) * self.inv_freq.to(x.device, torch.float64)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return ((emb.cos() * self.attention_scaling).to(x.dtype),
+            (emb.sin() * self.attention_scaling).to(x.dtype))
+
+
+_FLOAT64_CLASSES: dict = {}
+
+
+def _float64_class(cls, kind: str):
+    """A subclass of ``cls`` whose forward is :func:`_norm_forward` or
+    :func:`_rotary_forward`: a copy made of it (copy.deepcopy) keeps it."""
+    if cls.__name__.startswith("Float64"):
+        return cls
+    if cls not in _FLOAT64_CLASSES:
+        forward = _norm_forward if kind == "norm" else _rotary_forward
+        _FLOAT64_CLASSES[cls] = type(f"Float64{cls.__name__}", (cls,),
+                                     {"forward": forward, "__module__": __name__,
+                                      "__doc__": f"{cls.__name__} computing in float64."})
+    return _FLOAT64_CLASSES[cls]
 
 
 @dataclass
