@@ -23,8 +23,8 @@ The question
 
 How to read the output
     Demo 1 uses synthetic data with fixed seeds. Demos 2-6 use the model and text of lecture 08
-    (lectures/llm: the GGUF checkpoint dequantized to float32 and run in float64, so that only
-    GPTQ's and AWQ's figures depend on the CPU's kernels; CPython's language reference,
+    (lectures/llm: the GGUF checkpoint dequantized to float32 and run in float64, norms
+    included, so that the CPU's kernels leave the figures unchanged; CPython's language reference,
     4 evaluation windows of 512 tokens, 4 disjoint calibration windows of 512 tokens; for the
     out-of-domain rows, 4 windows of 512 tokens of the source of CPython's argparse module).
     Perplexity is exp(mean negative log-likelihood) per token: lower is better. Errors are
@@ -142,12 +142,13 @@ def main(argv=None) -> None:
           "of numfmt.ptq that each act on that difference; demos 2-6 measure them on "
           "SmolLM2-135M."),
         _("Errors are relative, in percent; perplexity is exp(mean NLL per token), lower is "
-          "better. Every run prints the same numbers. The model calibrates and computes in "
-          "float64 on its float32 weights (lecture 08 says why), so that the CPU's "
-          "floating-point kernels leave every figure unchanged except GPTQ's and AWQ's: their "
-          "rounding decisions turn a last-bit difference of a float64 sum into another code, "
-          "and layer-by-layer calibration carries it on. Read their rows as one sample of each "
-          "method, not to the last digit."),
+          "better. Every run prints the same numbers, also on other floating-point kernels: the "
+          "model calibrates and computes in float64 on its float32 weights (lecture 08 says "
+          "why), its norms included, and layer-by-layer calibration keeps the new weights in "
+          "float64. A rounding decision of GPTQ or AWQ could still turn a last-bit difference "
+          "into another code, for a value within float64's rounding error of a tie, and "
+          "layer-by-layer calibration would carry it on; under a second kernel configuration "
+          "none did."),
     ])
     show_demo1(demo1_output_error())
     if not args.synthetic:
@@ -330,14 +331,17 @@ def show_demo1(r: OutputErrorResult) -> None:
 class Model:
     """The loaded reference model with its fixed windows (see lectures/llm).
 
-    ``model`` is a float64 copy of the checkpoint's float32 model (the same weight values), as
-    lecture 08's Lab: calibration and evaluation run in float64, so that a last-bit difference
-    between two CPUs' kernels is 2^29 times smaller than in float32. In float32 its GPTQ, AWQ,
+    ``model`` is a float64 copy of the checkpoint's float32 model (the same weight values;
+    :func:`lectures.llm.float64_copy`, norms and rotary embedding in float64 too), as lecture
+    08's Lab: calibration and evaluation run in float64, so that a last-bit difference between
+    two CPUs' kernels is 2^29 times smaller than in float32. In float32 its GPTQ, AWQ,
     SmoothQuant and calibrator rows moved between two BLAS configurations of one machine (GPTQ
-    INT3 g128 76.27 against 60.89 in a --quick run); in float64 only some GPTQ and AWQ rows
-    still do (tests/test_blas_independence.py says which): a rounding decision of theirs can
-    still flip, and sequential calibration carries the flip to later layers. Quantized weights
-    compute rounded to float32, as the checkpoint would hold them."""
+    INT3 g128 76.27 against 60.89 in a --quick run); in float64 with transformers' float32
+    norms, float32-rounded weights in sequential calibration and the float64 quotient deciding
+    the zero point of a symmetric range, some GPTQ and AWQ rows still did
+    (tests/test_blas_independence.py says which and why); now none does. Sequential
+    calibration computes with the new weights in float64; the perplexities read them rounded
+    to float32, as the checkpoint would hold them."""
 
     ck: object               # lectures.llm.Checkpoint
     eval_windows: np.ndarray  # (n_eval, seq_len) token ids
