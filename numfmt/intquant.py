@@ -236,16 +236,16 @@ def _zero_point(lo, hi, scale, qmin: int, qmax: int):
     return xp.astype(xp.clip(z, qmin, qmax), xp.int64)
 
 
-def _symmetric_ties(lo, hi, qmax: int):
-    """``(tie, lo)`` for the asymmetric groups whose range is symmetric (``-lo == hi > 0``):
-    their lowest element ``lo`` sits at the exact quotient ``-qmax / 2``, a half-integer that
-    rounds half to even onto code 0 (with the zero point 2^(b-1) of :func:`_zero_point`),
-    where the float64 quotient ``lo / scale`` would go to code 0 or 1 with the last bits of
-    ``lo`` (its top end clamps to ``qmax`` either way). ``tie`` is a boolean array of the
-    groups' shape, or None when no group is symmetric."""
+def _symmetric_ties(lo, hi):
+    """The asymmetric groups whose range is symmetric (``-lo == hi > 0``), as a boolean array
+    of the groups' shape, or None when there is none. Their lowest element ``lo`` sits at the
+    exact quotient ``-qmax / 2``, a half-integer that rounds half to even onto code 0 (with
+    the zero point 2^(b-1) of :func:`_zero_point`), where the float64 quotient ``lo / scale``
+    would go to code 0 or 1 with the last bits of ``lo`` (the top end clamps to ``qmax``
+    either way)."""
     xp = _xp.array_namespace(lo, hi)
     tie = (hi == -lo) & (hi > 0)
-    return (tie, lo) if bool(xp.any(tie)) else (None, lo)
+    return tie if bool(xp.any(tie)) else None
 
 
 def quantize_int(x, bits: int, symmetric: bool = True, granularity: str = "tensor",
@@ -346,7 +346,7 @@ def _quantize_int(x, shape: tuple, bits: int, symmetric: bool, granularity: str,
     per_row = (rows.shape[0], 1)
     s_rows = xp.broadcast_to(xp.reshape(scale, (-1, 1)), per_row)
     z_rows = xp.broadcast_to(xp.reshape(zero_point, (-1, 1)), per_row)
-    tie = None if symmetric else _symmetric_ties(lo, hi, qmax)[0]
+    tie = None if symmetric else _symmetric_ties(lo, hi)
     if tie is not None:   # the exact -qmax / 2 of a symmetric range's lower end: code 0
         tie_rows = xp.broadcast_to(xp.reshape(tie, (-1, 1)), per_row)
         lo_rows = xp.broadcast_to(xp.reshape(lo, (-1, 1)), per_row)

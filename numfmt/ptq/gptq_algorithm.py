@@ -305,7 +305,8 @@ def gptq(weight, hessian, bits: int = 4, group_size: int | None = None, symmetri
     symmetric : bool, default True
         True: zero point 0 on the grid ``symmetric_grid`` names. False: numfmt's asymmetric
         grid (:func:`numfmt.quantize_int`), codes ``[0, 2^b - 1]`` over ``[min(w, 0),
-        max(w, 0)]`` with an integer zero point, the reference's ``sym=False`` exactly.
+        max(w, 0)]`` with an integer zero point, the reference's ``sym=False`` (see Notes for
+        a range with ``min == -max``).
     act_order : bool, default False
         Quantize the columns in order of decreasing ``diag(H)`` (``desc_act``), so that the
         columns whose error costs most are rounded while many others can still absorb it. A
@@ -398,6 +399,14 @@ def gptq(weight, hessian, bits: int = 4, group_size: int | None = None, symmetri
     columns of the same batch (they live in ``W1``), so its codes change with ``blocksize``
     and equal these when ``blocksize`` divides ``groupsize``. Published checkpoints with
     groups of 32 or 64 and the default ``blocksize=128`` carry the reference's behaviour.
+
+    A group whose range is symmetric (``min == -max``) has the half-integer zero point
+    ``(2^b - 1) / 2`` in exact arithmetic. The reference rounds the float64 quotient
+    ``-min / scale``, which lands a last bit above or below it as ``scale`` rounds, that is
+    with the last bits of ``max``; numfmt takes the exact value rounded half to even,
+    2^(b-1), and sends the group's minimum to code 0 (:func:`numfmt.quantize_int`). Natural
+    weights seldom have such a range; AWQ's clip search makes one of every group it clips on
+    both sides.
 
     References
     ----------
@@ -628,7 +637,7 @@ def _end_ties(v, mn, mx, qmax: int, q) -> None:
     the float64 quotient (numfmt.intquant._symmetric_ties)."""
     from numfmt.intquant import _symmetric_ties
     lo = np.minimum(mn, 0.0)
-    tie, _ = _symmetric_ties(lo, np.maximum(mx, 0.0), qmax)
+    tie = _symmetric_ties(lo, np.maximum(mx, 0.0))
     if tie is not None:
         q[tie & (v == lo)] = -np.rint(qmax / 2)
 

@@ -112,6 +112,12 @@ def awq_search(weight, x, quantize: Callable[[np.ndarray], np.ndarray], grid: in
     row's (and group's) range ``max|W s|`` by ``1 - k / grid`` down to ``1 - max_shrink``,
     keeping per row and group the ratio that minimises that group's output error.
 
+    A group clipped on both sides has the symmetric range ``[-lim, lim]``; on an asymmetric
+    grid its zero point is the half-integer ``(2^b - 1) / 2``. numfmt's quantizers round it
+    exactly (:func:`numfmt.quantize_int`), so the search's choices do not follow the last
+    bits of ``lim``; with the reference's ``round(-min / scale)`` they do, and a last-bit
+    change of the calibration inputs (another CPU's sums) moved some of them.
+
     Parameters
     ----------
     weight : array_like of float, shape (out, in), finite
