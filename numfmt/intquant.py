@@ -233,7 +233,9 @@ def _zero_point(lo, hi, scale, qmin: int, qmax: int):
     xp = _xp.array_namespace(lo, hi, scale)
     with _xp.quiet(xp):
         z = xp.round(-lo / scale)
-    z = xp.where((hi == -lo) & (hi > 0), xp.full_like(z, float(np.rint(qmax / 2))), z)
+    tie = _symmetric_ties(lo, hi)
+    if tie is not None:
+        z = xp.where(tie, xp.full_like(z, float(np.rint(qmax / 2))), z)
     return xp.astype(xp.clip(z, qmin, qmax), xp.int64)
 
 

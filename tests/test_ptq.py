@@ -173,6 +173,26 @@ def test_rtn_values_is_quantize_int_bit_for_bit(bits, symmetric, group):
     np.testing.assert_array_equal(_bits(got), _bits(expect))
 
 
+@pytest.mark.parametrize("bits", [3, 4, 8])
+def test_rtn_on_symmetric_ranges_is_quantize_int_bit_for_bit(bits):
+    # groups whose range is [-h, h] (as AWQ's clip search makes them): the asymmetric grid's
+    # zero point and the lower end's code are exact half-integers rounded half to even, which
+    # quantize_int decides exactly (test_intquant checks it against Python's round); rtn and
+    # rtn_values round groups in their own loops and must decide the same, codes included
+    rng = np.random.default_rng(bits)
+    w = rng.uniform(-1, 1, (64, 128)) * rng.uniform(0.01, 1.0, (64, 1))
+    g = w.reshape(64, 8, 16)
+    h = np.abs(g).max(-1)
+    g[..., 0], g[..., 1] = -h, h                        # every group spans exactly [-h, h]
+    expect = quantize_int(w, bits, False, "group", 16)
+    assert (np.asarray(expect.zero_point) == 2 ** (bits - 1)).all()
+    got = rtn(w, bits, 16, symmetric=False)
+    np.testing.assert_array_equal(got.codes, expect.codes)
+    np.testing.assert_array_equal(_bits(got.weight), _bits(expect.values))
+    np.testing.assert_array_equal(_bits(rtn_values(w, bits, 16, symmetric=False)),
+                                  _bits(expect.values))
+
+
 def test_rtn_values_bad_input_as_rtn():
     w = np.ones((4, 64))
     for kwargs in ({"bits": 1}, {"group_size": 24}, {"group_size": 0}, {"symmetric": 1}):

@@ -81,10 +81,10 @@ def float64_copy(model):
 def _float64_kind(module) -> str | None:
     """"norm" for a transformers Llama RMSNorm, "rotary" for its rotary embedding (already
     made float64 or not), None otherwise."""
-    names = {c.__name__ for c in type(module).__mro__}
-    if "LlamaRMSNorm" in names:
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEmbedding
+    if isinstance(module, LlamaRMSNorm):
         return "norm"
-    if "LlamaRotaryEmbedding" in names:
+    if isinstance(module, LlamaRotaryEmbedding):
         return "rotary"
     return None
 
@@ -97,8 +97,10 @@ def _norm_forward(self, hidden_states):
 
 
 def _rotary_forward(self, x, position_ids):
-    """LlamaRotaryEmbedding.forward (default RoPE) with the angles, cos and sin in float64 (the
-    positions times the float32 inverse frequencies are exact there) instead of float32."""
+    """LlamaRotaryEmbedding.forward with the angles, cos and sin in float64 (the positions
+    times the float32 inverse frequencies are exact there) instead of float32; transformers'
+    ``dynamic_rope_update`` still recomputes ``inv_freq`` first for the RoPE types that need
+    it (:func:`_float64_class` wraps this in it)."""
     import torch
     freqs = position_ids[..., None].to(torch.float64) * self.inv_freq.to(x.device, torch.float64)
     emb = torch.cat((freqs, freqs), dim=-1)
@@ -106,16 +108,20 @@ def _rotary_forward(self, x, position_ids):
             (emb.sin() * self.attention_scaling).to(x.dtype))
 
 
-_FLOAT64_CLASSES: dict = {}
+_FLOAT64_CLASSES: dict = {}   # transformers' class -> its float64 subclass
 
 
 def _float64_class(cls, kind: str):
     """A subclass of ``cls`` whose forward is :func:`_norm_forward` or
     :func:`_rotary_forward`: a copy made of it (copy.deepcopy) keeps it."""
-    if cls.__name__.startswith("Float64"):
+    if cls in _FLOAT64_CLASSES.values():
         return cls
     if cls not in _FLOAT64_CLASSES:
-        forward = _norm_forward if kind == "norm" else _rotary_forward
+        if kind == "norm":
+            forward = _norm_forward
+        else:
+            from transformers.modeling_rope_utils import dynamic_rope_update
+            forward = dynamic_rope_update(_rotary_forward)
         _FLOAT64_CLASSES[cls] = type(f"Float64{cls.__name__}", (cls,),
                                      {"forward": forward, "__module__": __name__,
                                       "__doc__": f"{cls.__name__} computing in float64."})

@@ -696,8 +696,8 @@ def _round_groups(x, g, grid, values, codes):
     step = rows_per_chunk(k)
     for i in range(0, rows, step):
         v = x[i:i + step].reshape(-1, k // g, g)          # (r, G, g), a copy if x is strided
-        s, z = _group_grid(v.min(axis=-1, keepdims=True), v.max(axis=-1, keepdims=True),
-                           qmin, qmax, symmetric, grid.full)
+        mn, mx = v.min(axis=-1, keepdims=True), v.max(axis=-1, keepdims=True)
+        s, z = _group_grid(mn, mx, qmin, qmax, symmetric, grid.full)
         if not symmetric:
             zeros[i:i + step] = z[..., 0]
         scales[i:i + step] = s[..., 0]
@@ -706,7 +706,7 @@ def _round_groups(x, g, grid, values, codes):
             np.divide(v, s, out=q)
         np.rint(q, out=q)
         if not symmetric:
-            _end_ties(v, v.min(axis=-1, keepdims=True), v.max(axis=-1, keepdims=True), qmax, q)
+            _end_ties(v, mn, mx, qmax, q)
             q += z
         np.maximum(q, qmin, out=q)
         np.minimum(q, qmax, out=q)
