@@ -16,6 +16,7 @@ import inspect
 import numpy as np
 import pytest
 
+from numfmt import quantize_int
 from numfmt.packing import (GPTQWeight, act_order_permutation, gptq_dequantize,
                             gptq_pack_qweight, gptq_pack_qzeros, gptq_quantize,
                             gptq_unpack_qweight, gptq_unpack_qzeros)
@@ -454,3 +455,31 @@ def test_new_options_bad_input(kwargs, match):
         with pytest.raises(ValueError, match=match):
             rtn(np.ones((3, 4)), symmetric=kwargs.get("symmetric", True),
                 symmetric_grid=kwargs["symmetric_grid"])
+
+
+# ------------------------------------------------------ a symmetric range on the asymmetric grid
+@pytest.mark.parametrize("bits", [3, 4])
+def test_a_symmetric_ranges_lower_end_takes_code_0_as_in_quantize_int(bits):
+    # A group spanning exactly [-h, h] on the asymmetric grid: its lowest weight's exact
+    # quotient is -(2^b - 1) / 2, which rounds half to even to -2^(b-1), code 0 (as
+    # numfmt.quantize_int does; test_intquant checks that against Python's round). The float64
+    # quotient lands either side with the last bits of h (asserted of this sample below).
+    w, h = layer(20 + bits, rows=64)
+    rng = np.random.default_rng(bits)
+    end = np.abs(w[:, :16]).max(axis=1) * rng.uniform(1.0, 2.0, 64)
+    w[:, 0], w[:, 1] = -end, end                       # group 0 of every row is [-end, end]
+    qmax = 2 ** bits - 1
+    assert set(np.rint(-end / ((end + end) / qmax)).tolist()) == {-(qmax // 2), -(qmax // 2 + 1)}
+    # a diagonal Hessian: GPTQ is round-to-nearest, quantize_int's codes throughout
+    diag = gptq(w, np.diag(rng.uniform(0.5, 2.0, 64)), bits, 16, symmetric=False)
+    expect = quantize_int(w, bits, False, "group", 16)
+    np.testing.assert_array_equal(diag.codes, expect.codes)
+    assert (diag.codes[:, 0] == 0).all()
+    # a full Hessian: column 0 is rounded before any update reaches it; the readable version
+    # decides the same
+    for kwargs in ({}, {"static_groups": True}, {"block_size": 8}):
+        full = gptq(w, h, bits, 16, symmetric=False, **kwargs)
+        assert (full.codes[:, 0] == 0).all() and (full.zeros[:, 0] == 2 ** (bits - 1)).all()
+        kwargs.pop("block_size", None)
+        np.testing.assert_array_equal(
+            full.codes, gptq_reference(w, h, bits, 16, symmetric=False, **kwargs).codes)

@@ -235,11 +235,24 @@ def _check_grid(bits, symmetric, symmetric_grid) -> _Grid:
 
 
 def _grid_params(block: np.ndarray, grid: _Grid):
-    """Scale (rows,) float64 and zero point (rows,) int64 of each row of ``block`` (rows, g)
-    on ``grid``: numfmt.quantize_int's per-row grid (clip 1), or the full symmetric one."""
-    s, z = _group_grid(block.min(axis=1), block.max(axis=1), grid.qmin, grid.qmax,
-                       grid.symmetric, grid.full)
-    return s, (np.zeros(len(s), np.int64) if z is None else z)
+    """Scale (rows,) float64, zero point (rows,) int64 and tie end (rows,) float64 of each row
+    of ``block`` (rows, g) on ``grid``: numfmt.quantize_int's per-row grid (clip 1), or the
+    full symmetric one. The tie end is the row's minimum where its range is symmetric on the
+    asymmetric grid (``-min == max > 0``), NaN elsewhere: a weight equal to it has the exact
+    quotient ``-(2^b - 1) / 2``, which numfmt.quantize_int rounds half to even, to -2^(b-1)
+    (code 0), whatever the last bits of the float64 quotient."""
+    mn, mx = block.min(axis=1), block.max(axis=1)
+    s, z = _group_grid(mn, mx, grid.qmin, grid.qmax, grid.symmetric, grid.full)
+    if z is None:
+        return s, np.zeros(len(s), np.int64), np.full(len(s), np.nan)
+    return s, z, _tie_ends(mn, mx)
+
+
+def _tie_ends(mn, mx) -> np.ndarray:
+    """``mn`` where the range ``[min(mn, 0), max(mx, 0)]`` is symmetric, NaN elsewhere."""
+    from numfmt.intquant import _symmetric_ties
+    tie = _symmetric_ties(np.minimum(mn, 0.0), np.maximum(mx, 0.0))
+    return np.full(np.shape(mn), np.nan) if tie is None else np.where(tie, mn, np.nan)
 
 
 class _Setup(NamedTuple):
@@ -273,10 +286,10 @@ def _setup(weight, hessian, bits, group_size, symmetric, act_order, damp, partia
 
 
 def _static_params(w: np.ndarray, group: int, grid: _Grid):
-    """Scales and zero points (out, G) of the groups of consecutive *original* columns."""
+    """Scales, zero points and tie ends (out, G) of the groups of consecutive *original*
+    columns (:func:`_grid_params`)."""
     params = [_grid_params(w[:, a:a + group], grid) for a in range(0, w.shape[1], group)]
-    return (np.stack([s for s, _ in params], axis=1),
-            np.stack([z for _, z in params], axis=1))
+    return tuple(np.stack(p, axis=1) for p in zip(*params))
 
 
 def gptq(weight, hessian, bits: int = 4, group_size: int | None = None, symmetric: bool = True,
@@ -404,9 +417,10 @@ def gptq(weight, hessian, bits: int = 4, group_size: int | None = None, symmetri
     ``(2^b - 1) / 2`` in exact arithmetic. The reference rounds the float64 quotient
     ``-min / scale``, which lands a last bit above or below it as ``scale`` rounds, that is
     with the last bits of ``max``; numfmt takes the exact value rounded half to even,
-    2^(b-1), and sends the group's minimum to code 0 (:func:`numfmt.quantize_int`). Natural
-    weights seldom have such a range; AWQ's clip search makes one of every group it clips on
-    both sides.
+    2^(b-1), and sends the group's minimum (a weight still equal to it when its column is
+    rounded) to code 0, as :func:`numfmt.quantize_int` and :func:`rtn` do. A natural group
+    has such a range only when its minimum and maximum agree in magnitude to the last bit;
+    AWQ's clip search makes one of every group it clips on both sides.
 
     References
     ----------
@@ -421,9 +435,10 @@ def gptq(weight, hessian, bits: int = 4, group_size: int | None = None, symmetri
     rows, cols = w.shape
     block_size = check_positive_int(block_size, "block_size")
     qmin, qmax = grid.qmin, grid.qmax
+    mid = np.rint(qmax / 2)                 # (2^b - 1) / 2 rounded half to even: 2^(b-1)
 
     if group_size is None:                                 # scales from the original rows
-        row_scale, row_zero = _grid_params(w, grid)
+        row_scale, row_zero, row_end = _grid_params(w, grid)
 
     dead = np.diag(h) == 0
     h[dead, dead] = 1.0
@@ -431,7 +446,7 @@ def gptq(weight, hessian, bits: int = 4, group_size: int | None = None, symmetri
         w[:, dead] = 0.0
     n_groups = -(-cols // group)
     if c.static_groups:
-        scales, zeros = _static_params(w, group, grid)
+        scales, zeros, ends = _static_params(w, group, grid)
     else:
         scales = np.empty((rows, n_groups))
         zeros = np.empty((rows, n_groups), np.int64)
@@ -465,17 +480,20 @@ def gptq(weight, hessian, bits: int = 4, group_size: int | None = None, symmetri
                 j = j1 + i
                 if group_size is None:
                     if j == 0:
-                        s, z = row_scale, row_zero
+                        s, z, tie_end = row_scale, row_zero, row_end
                         scales[:, 0], zeros[:, 0] = s, z
                 elif c.static_groups:
-                    s, z = scales[:, group_of[j]], zeros[:, group_of[j]]
+                    k = group_of[j]
+                    s, z, tie_end = scales[:, k], zeros[:, k], ends[:, k]
                 elif j % group == 0:
-                    s, z = _group_params(wt, err, u, (i1, i2), (j1, j2), j, group, grid)
+                    s, z, tie_end = _group_params(wt, err, u, (i1, i2), (j1, j2), j, group, grid)
                     scales[:, j // group], zeros[:, j // group] = s, z
                 # numfmt.quantize_int's steps, in its order, so a diagonal H reproduces RTN
                 q = codes[j]
                 np.divide(w1[i], s, out=q)
                 np.rint(q, out=q)
+                if not grid.symmetric:          # a symmetric range's lower end: code 0
+                    q[w1[i] == tie_end] = -mid
                 q += z
                 np.clip(q, qmin, qmax, out=q)
                 d = deq[j]
@@ -634,12 +652,10 @@ def _end_ties(v, mn, mx, qmax: int, q) -> None:
     """numfmt.quantize_int's rule for a symmetric range (``-min == max``), on the rounded
     quotients ``q`` of the groups ``v`` (r, G, g) with minima and maxima (r, G, 1): the lower
     end's exact quotient -qmax / 2 rounds half to even onto code 0, whatever the last bits of
-    the float64 quotient (numfmt.intquant._symmetric_ties)."""
-    from numfmt.intquant import _symmetric_ties
-    lo = np.minimum(mn, 0.0)
-    tie = _symmetric_ties(lo, np.maximum(mx, 0.0))
-    if tie is not None:
-        q[tie & (v == lo)] = -np.rint(qmax / 2)
+    the float64 quotient (:func:`_tie_ends`)."""
+    ends = _tie_ends(mn, mx)
+    if not np.isnan(ends).all():
+        q[v == ends] = -np.rint(qmax / 2)
 
 
 def _round_group_values(x, g, grid, values):

@@ -45,15 +45,15 @@ def gptq_reference(weight, hessian, bits: int = 4, group_size: int | None = None
     W, H, grid, g = c.w, c.h, c.grid, c.group              # W (d_row, d_col), H (d_col, d_col)
     d_row, d_col = W.shape
     if group_size is None:                                 # one scale per row, original weights
-        S, Z = (a[:, None] for a in _grid_params(W, grid))
+        S, Z, T = (a[:, None] for a in _grid_params(W, grid))
     dead = np.diag(H) == 0                                 # inputs calibration never activated
     H[dead, dead] = 1.0
     if c.zero_dead:
         W[:, dead] = 0.0
     if c.static_groups:                                    # groups of the original columns
-        S, Z = _static_params(W, g, grid)
+        S, Z, T = _static_params(W, g, grid)
     elif group_size is not None:                           # filled as each group starts
-        S, Z = np.empty((d_row, -(-d_col // g))), np.empty((d_row, -(-d_col // g)), np.int64)
+        S, Z, T = (np.empty((d_row, -(-d_col // g)), t) for t in (float, np.int64, float))
     perm = np.argsort(-np.diag(H), kind="stable") if c.act_order else np.arange(d_col)
     g_idx = _group_index(np.arange(d_col) if c.static_groups else perm, g)
     W, H = W[:, perm], H[np.ix_(perm, perm)]
@@ -63,9 +63,11 @@ def gptq_reference(weight, hessian, bits: int = 4, group_size: int | None = None
     for j in range(d_col):
         k = g_idx[perm[j]]                                 # the group of column j
         if group_size is not None and not c.static_groups and j % g == 0:
-            S[:, k], Z[:, k] = _grid_params(W[:, j:j + g], grid)
+            S[:, k], Z[:, k], T[:, k] = _grid_params(W[:, j:j + g], grid)
         s, z = S[:, k], Z[:, k]
-        Q[:, j] = np.clip(np.rint(W[:, j] / s) + z, grid.qmin, grid.qmax)   # quant(w)
+        # quant(w); a symmetric range's lower end T: its exact quotient rounded, -2^(b-1)
+        q = np.where(W[:, j] == T[:, k], -2 ** (grid.bits - 1), np.rint(W[:, j] / s))
+        Q[:, j] = np.clip(q + z, grid.qmin, grid.qmax)
         E = (W[:, j] - (Q[:, j] - z) * s) / U[j, j]
         W[:, j:] -= np.outer(E, U[j, j:])
     Q = Q[:, np.argsort(perm)]                             # back to the original columns
