@@ -382,11 +382,11 @@ def make_start(lab: Lab, label: str, bits: int, group: int) -> Start:
 
 def qat_run(lab: Lab, start: Start, learn_scale: bool = False) -> Run:
     """QAT from ``start``: float32 master weights of the trained linears fake-quantized on the
-    start's grid (numfmt.torch.lsq.GroupQuantLinear), scales fixed or learned (LSQ); then the
+    start's grid (numfmt.torch.train.lsq.GroupQuantLinear), scales fixed or learned (LSQ); then the
     trained weights are quantized for real, packed, and the whole model scored from the
     packed form (``info["packed_nll"]``)."""
     import torch
-    from numfmt.torch.lsq import GroupQuantLinear
+    from numfmt.torch.train.lsq import GroupQuantLinear
     w, dev = lab.w, lab.device
     modules = {}
     for n, lin in lab.tail.items():
@@ -448,7 +448,7 @@ def lora_modules(lab: Lab, nf4: dict | None) -> dict:
     """LoRA (rank, alpha of the workload) on every trained linear, over its float32 weight or
     over its NF4 storage (``nf4``: name -> NF4Weight); A seeded, B zero."""
     import torch
-    from numfmt.torch.lora import LoRALinear
+    from numfmt.torch.train.lora import LoRALinear
     gen = torch.Generator(device=lab.device).manual_seed(lab.w.seed)
     return {n: LoRALinear(lin.weight.detach() if nf4 is None else nf4[n], lab.w.rank,
                           lab.w.alpha, lin.bias, generator=gen)
@@ -462,7 +462,7 @@ def float_states(lab: Lab) -> States:
 def nf4_base(lab: Lab) -> dict:
     """Every decoder linear in QLoRA storage (NF4, blocks of 64, double-quantized absmax with
     bitsandbytes' dynamic map): name -> NF4Weight on the model's device."""
-    from numfmt.torch.lora import NF4Weight
+    from numfmt.torch.train.lora import NF4Weight
     return {n: NF4Weight.quantize(m.weight).to(lab.device)
             for n, m in harness().decoder_linears(lab.ck.model).items()}
 

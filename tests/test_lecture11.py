@@ -74,7 +74,7 @@ def test_largest_move_and_the_half_step_rule():
     """A weight that starts on a grid point keeps its code while it moves less than half a
     step (the codes recomputed here with numpy), and largest_move measures the move in steps."""
     import torch
-    from numfmt.torch.lsq import GroupQuantLinear
+    from numfmt.torch.train.lsq import GroupQuantLinear
     rng = np.random.default_rng(0)
     out, k, group, bits = 6, 40, 16, 3
     scales = rng.uniform(0.01, 0.05, (out, 3)).astype(np.float16)
@@ -229,7 +229,7 @@ def test_demo4_memory_bill_and_counts(results, lab):
     for b in results.bills:
         assert L.bill_matches(b), b
     tail_shapes = [tuple(m.weight.shape) for m in lab.tail.values()]
-    from numfmt.torch.lora import lora_parameter_count
+    from numfmt.torch.train.lora import lora_parameter_count
     assert results.lora.trainable == results.qlora.trainable == \
         lora_parameter_count([(o, i) for o, i in tail_shapes], L.QUICK.rank)
     assert results.full.trainable == sum(o * i for o, i in tail_shapes)

@@ -1,4 +1,4 @@
-"""numfmt.torch.lora (LoRA, NF4 base) and numfmt.torch.lsq (per-group STE, LSQ), against
+"""numfmt.torch.train.lora (LoRA, NF4 base) and numfmt.torch.train.lsq (per-group STE, LSQ), against
 hand-written references, numfmt's numpy storage, and peft where installed."""
 
 import numpy as np
@@ -8,8 +8,8 @@ torch = pytest.importorskip("torch")
 
 from numfmt.packing import (gptq_dequantize, gptq_pack_qweight, gptq_pack_qzeros, GPTQWeight,
                             qlora_dequantize, qlora_quantize)
-from numfmt.torch.lora import LoRALinear, NF4Weight, lora_parameter_count
-from numfmt.torch.lsq import (GroupQuantLinear, group_fake_quantize, int_codes,
+from numfmt.torch.train.lora import LoRALinear, NF4Weight, lora_parameter_count
+from numfmt.torch.train.lsq import (GroupQuantLinear, group_fake_quantize, int_codes,
                               lsq_fake_quantize)
 
 

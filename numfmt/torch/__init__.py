@@ -11,7 +11,8 @@ Low-precision matrix multiplication (int8 with int32 accumulation, FP8 with tens
 scales, block-scaled MX/NVFP4 emulation) is in :mod:`numfmt.torch.gemm`; quantization-aware
 training on torch (the STE autograd Functions, ``QATLinear``) in :mod:`numfmt.torch.qat`;
 training in low precision (recipes for each GEMM operand, ``QuantLinear``, loss scaling) in
-:mod:`numfmt.torch.train` (``import numfmt.torch.train as ntt``).
+:mod:`numfmt.torch.train` (``import numfmt.torch.train as ntt``; a package, one module per
+idea, LoRA and LSQ among them).
 GPU timing lives outside the library, beside the lectures: ``lectures/gpu_timing.py``.
 """
 
