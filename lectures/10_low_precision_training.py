@@ -395,7 +395,7 @@ def fp8_demo(p: Probe, layer: str = "layers.0.mlp.down") -> FP8Demo:
     op = p.operands[layer]
     dw = (op["dy"].double().T @ op["x"].double())
     for fmt in ("e4m3", "e5m2"):
-        spec = ntt.OperandSpec(fmt, scale="fp32")
+        spec = ntt.OperandSpec(fmt, scale_format="exact")
         nz = zero = 0
         for o in p.operands.values():
             dy = o["dy"]
@@ -408,7 +408,7 @@ def fp8_demo(p: Probe, layer: str = "layers.0.mlp.down") -> FP8Demo:
         grad_error[fmt.upper()] = float((qdw - dw).norm() / dw.norm())
     x = p.operands[SPIKE[0]]["x"]
     xs = x * SPIKE[1]
-    spec = ntt.OperandSpec("e4m3", scale="fp32")
+    spec = ntt.OperandSpec("e4m3", scale_format="exact")
     amax, amax_spike = x.abs().max(), xs.abs().max()
 
     def rel(q, t):
@@ -571,7 +571,7 @@ def why_demo(p: Probe, layer: str = "layers.0.mlp.down", draws=(1, 4, 16),
     spec_x = ntt.OperandSpec("e2m1", (1, 16), "e4m3")
     qx = ntt.quantize_operand(xt, spec_x).double()
     rne = ntt.quantize_operand(dyt, spec_x).double() @ qx.T
-    sr_spec = replace(spec_x, rounding="stochastic")
+    sr_spec = replace(spec_x, mode="stochastic")
     g = torch.Generator().manual_seed(seed)
     acc = torch.zeros_like(exact)
     sr_errors = {}
@@ -655,11 +655,12 @@ def print_why(d: WhyDemo) -> None:
 def _spec_name(s) -> str:
     """A short label: element format, block, scale rule (floor/RCEIL: E8M0 scales; none: FP32
     scales, or NVFP4's E4M3 ones for E2M1 in 1x16/16x16 blocks), SR, RHT, delayed."""
-    if s.scale == "none":
+    if s.scale_format == "none":
         return s.fmt.upper()
     parts = [s.fmt.upper(), s.block if isinstance(s.block, str) else "x".join(map(str, s.block))]
-    parts += {"e8m0_floor": ["floor"], "e8m0_rceil": ["RCEIL"]}.get(s.scale, [])
-    parts += ["delayed"] * (s.scaling == "delayed") + ["SR"] * (s.rounding == "stochastic")
+    if s.scale_format == "e8m0":
+        parts.append({"floor": "floor", "rceil": "RCEIL"}[s.scale_rule])
+    parts += ["delayed"] * (s.scaling == "delayed") + ["SR"] * (s.mode == "stochastic")
     return " ".join(parts + ["RHT"] * s.rht)
 
 

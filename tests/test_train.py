@@ -35,7 +35,8 @@ def data(rows, inner, seed=0):
 
 
 # ------------------------------------------------------------------ the numpy references
-def tiles_reference(x: np.ndarray, fmt, a: int, b: int, scale: str) -> np.ndarray:
+def tiles_reference(x: np.ndarray, fmt, a: int, b: int, scale: str, rule: str = "floor"
+                    ) -> np.ndarray:
     """a x b tiles, each with one scale, in plain loops over tiles and numfmt's FloatFormat."""
     x = x.astype(np.float64)
     out = np.empty_like(x)
@@ -46,7 +47,7 @@ def tiles_reference(x: np.ndarray, fmt, a: int, b: int, scale: str) -> np.ndarra
             amax = float(np.abs(tile).max())
             if scale == "e4m3":   # NVFP4: E4M3 tile scale under the FP32 tensor scale
                 s = float(nf.FP8_E4M3.round(amax / fmt.max_value / g)) * g
-            elif scale == "fp32":
+            elif scale == "exact":
                 s = amax / fmt.max_value if amax > 0 else 1.0
             else:
                 raise AssertionError(scale)
@@ -69,24 +70,24 @@ def numpy_reference(x: np.ndarray, spec: ntt.OperandSpec) -> np.ndarray:
         return nf.tensor_scaled(x, fmt).values.astype(np.float32)
     a, b = (1, x.shape[1]) if spec.block == "row" else spec.block
     if a > 1:
-        return tiles_reference(x, fmt, a, b, spec.scale)
-    if spec.scale == "e8m0_floor":
+        return tiles_reference(x, fmt, a, b, spec.scale_format, spec.scale_rule)
+    if spec.scale_format == "e8m0" and spec.scale_rule == "floor":
         return nf.mx_quantize(x, fmt, b).values.astype(np.float32)
-    if spec.scale == "e8m0_rceil":
+    if spec.scale_format == "e8m0":
         return nf.mx_quantize(x, fmt, b, scale_rule="rceil").values.astype(np.float32)
-    if spec.scale == "e4m3" and fmt is nf.FP4_E2M1 and b == 16:
+    if spec.scale_format == "e4m3" and fmt is nf.FP4_E2M1 and b == 16:
         return nf.nvfp4_quantize(x).values.astype(np.float32)
-    return nf.block_quantize(x, fmt, b, {"fp32": "exact", "e4m3": "e4m3"}[spec.scale]
+    return nf.block_quantize(x, fmt, b, {"exact": "exact", "e4m3": "e4m3"}[spec.scale_format]
                              ).values.astype(np.float32)
 
 
 def nearest_specs():
     """Every distinct round-to-nearest, RHT-free operand spec of the recipes, plus extras."""
     specs = {s for r in ntt.RECIPES.values() for g in ntt.GEMMS for s in getattr(r, g)
-             if s.rounding == "nearest" and not s.rht and s.scaling == "current"}
-    specs |= {ntt.OperandSpec("e4m3", "row", "fp32"), ntt.OperandSpec("e5m2", (1, 32), "fp32"),
-              ntt.OperandSpec("e2m1", (1, 32), "e8m0_rceil"),
-              ntt.OperandSpec("e4m3", (32, 32), "fp32")}
+             if s.mode == "nearest" and not s.rht and s.scaling == "current"}
+    specs |= {ntt.OperandSpec("e4m3", "row", "exact"), ntt.OperandSpec("e5m2", (1, 32), "exact"),
+              ntt.OperandSpec("e2m1", (1, 32), "e8m0", "rceil"),
+              ntt.OperandSpec("e4m3", (32, 32), "exact")}
     return sorted(specs, key=repr)
 
 
@@ -120,7 +121,7 @@ def test_each_operand_equals_numfmts_numpy_quantizer_on_edge_rows(spec):
     # The float32 path (power-of-two scales), the float64 path and the zero-scale masks of
     # quantize_operand's rounding, against numfmt's numpy quantizers.
     x = edge_data(256, 256)
-    if spec.scale == "none":
+    if spec.scale_format == "none":
         pytest.skip("plain casts: see test_plain_casts_are_torchs_casts_with_ieee_overflow")
     got = ntt.quantize_operand(torch.from_numpy(x), spec)
     np.testing.assert_array_equal(got.numpy().view(np.uint32),
@@ -165,7 +166,7 @@ def test_two_d_tiles_are_the_same_for_w_and_its_transpose_and_one_d_blocks_are_n
 
 def test_delayed_scale_and_margin_against_the_formula():
     x = torch.from_numpy(data(32, 64))
-    spec = ntt.OperandSpec("e4m3", "tensor", "fp32", scaling="delayed")
+    spec = ntt.OperandSpec("e4m3", "tensor", "exact", scaling="delayed")
     amax = 3.0 * float(x.abs().max())   # an old spike: the tensor uses a third of the range
     s = amax * 2.0**2 / 448
     ref = nf.FP8_E4M3.round(x.numpy().astype(np.float64) / s) * s
@@ -184,7 +185,7 @@ def test_stochastic_rounding_is_unbiased_and_nearest_is_not():
     n = 20000
     row = torch.tensor([448.0, 1.03, -1.03, 0.3])
     x = row.repeat(n, 1)
-    sr = ntt.OperandSpec("e4m3", "row", "fp32", rounding="stochastic")
+    sr = ntt.OperandSpec("e4m3", "row", "exact", mode="stochastic")
     g = torch.Generator().manual_seed(0)
     q = ntt.quantize_operand(x, sr, generator=g).double()
     assert set(q[:, 1].unique().tolist()) == {1.0, 1.125}
@@ -194,7 +195,7 @@ def test_stochastic_rounding_is_unbiased_and_nearest_is_not():
         # standard deviation sqrt((hi - x)(x - lo) / n); 5 sigma bound the difference.
         sigma = math.sqrt((hi - exact) * (exact - lo) / n)
         assert abs(float(q[:, col].mean()) - exact) < 5 * sigma
-    nearest = ntt.quantize_operand(x, ntt.OperandSpec("e4m3", "row", "fp32"))
+    nearest = ntt.quantize_operand(x, ntt.OperandSpec("e4m3", "row", "exact"))
     assert float(nearest[0, 1]) == 1.0 and abs(1.0 - 1.03) > 50 * math.sqrt(
         0.095 * 0.03 / n)  # round-to-nearest's bias is 0.03, 50 sigma of the SR mean
 
@@ -203,7 +204,7 @@ def test_stochastic_rounding_under_nvfp4_scales_is_unbiased():
     n = 20000
     row = torch.linspace(-1.0, 1.0, 16) * 0.37  # amax 0.37: grid points are not the values
     x = row.repeat(n, 1)
-    spec = ntt.OperandSpec("e2m1", (1, 16), "e4m3", rounding="stochastic")
+    spec = ntt.OperandSpec("e2m1", (1, 16), "e4m3", mode="stochastic")
     q = ntt.quantize_operand(x, spec, generator=torch.Generator().manual_seed(1)).double()
     ref = nf.nvfp4_quantize(row.numpy()[None])
     full = float(ref.scales[0, 0]) * ref.tensor_scale
@@ -225,7 +226,7 @@ def test_stochastic_rounding_under_nvfp4_scales_is_unbiased():
 
 def test_stochastic_rounding_equals_numpy_rounding_with_the_same_draws():
     x = data(64, 64, seed=5)
-    spec = ntt.OperandSpec("e2m1", (1, 16), "e4m3", rounding="stochastic")
+    spec = ntt.OperandSpec("e2m1", (1, 16), "e4m3", mode="stochastic")
     g = torch.Generator().manual_seed(7)
     # the draws: float32 uniforms from the generator, in order (quantize_operand's docstring)
     u = torch.rand(x.size, dtype=torch.float32, generator=torch.Generator().manual_seed(7))
@@ -436,8 +437,8 @@ def test_recipe_is_settable_and_nvfp4_switches():
     layer.recipe = "nvfp4"
     assert layer.recipe is ntt.RECIPES["nvfp4"]
     r = ntt.RECIPES["nvfp4"]
-    assert r.wgrad[0].rht and r.wgrad[1].rht and r.dgrad[0].rounding == "stochastic"
-    assert r.fprop[1].block == (16, 16) and r.fprop[0].rounding == "nearest"
+    assert r.wgrad[0].rht and r.wgrad[1].rht and r.dgrad[0].mode == "stochastic"
+    assert r.fprop[1].block == (16, 16) and r.fprop[0].mode == "nearest"
     plain = ntt.nvfp4_recipe(stochastic_rounding=False, rht=False, weight_2d=False,
                              high_precision_layers=())
     assert all(s == ntt.OperandSpec("e2m1", (1, 16), "e4m3")
@@ -466,10 +467,10 @@ def test_fp8_recipe_builds_tes_formats():
 def test_bits_per_element():
     assert ntt.OperandSpec("e2m1", (1, 16), "e4m3").bits_per_element(64) == 4.5
     assert ntt.OperandSpec("e2m1", (16, 16), "e4m3").bits_per_element(64) == 4 + 8 / 256
-    assert ntt.OperandSpec("e4m3", (1, 32), "e8m0_floor").bits_per_element(64) == 8.25
-    assert ntt.OperandSpec("e4m3", (1, 128), "fp32").bits_per_element(128) == 8.25
+    assert ntt.OperandSpec("e4m3", (1, 32), "e8m0").bits_per_element(64) == 8.25
+    assert ntt.OperandSpec("e4m3", (1, 128), "exact").bits_per_element(128) == 8.25
     assert ntt.OperandSpec("bf16").bits_per_element(64) == 16
-    assert ntt.OperandSpec("e4m3", "tensor", "fp32").bits_per_element(64, rows=2) == 8.25
+    assert ntt.OperandSpec("e4m3", "tensor", "exact").bits_per_element(64, rows=2) == 8.25
 
 
 def test_bits_moved_per_gemm_by_hand():
@@ -523,17 +524,19 @@ def test_loss_scaler_unscale_then_step():
 # ------------------------------------------------------------------ bad input
 @pytest.mark.parametrize("kwargs, field", [
     (dict(fmt="e9m9"), "fmt"),
-    (dict(fmt="e4m3", block=(1, 0), scale="fp32"), "block"),
-    (dict(fmt="e4m3", block="column", scale="fp32"), "block"),
-    (dict(fmt="bf16", rounding="stochastic"), "rounding"),
-    (dict(fmt="e4m3", rounding="up", scale="fp32"), "rounding"),
-    (dict(fmt="e4m3"), "scale"),                           # FP8 needs a scale
-    (dict(fmt="bf16", scale="e8m0_floor", block=(1, 32)), "scale"),
-    (dict(fmt="e4m3", scale="e4m3", block=(1, 16)), "scale"),
-    (dict(fmt="e4m3", scale="mx", block=(1, 32)), "scale"),
-    (dict(fmt="e4m3", scale="fp32", block=(1, 32), scaling="delayed"), "scaling"),
-    (dict(fmt="e4m3", scale="fp32", scaling="later"), "scaling"),
+    (dict(fmt="e4m3", block=(1, 0), scale_format="exact"), "block"),
+    (dict(fmt="e4m3", block="column", scale_format="exact"), "block"),
+    (dict(fmt="bf16", mode="stochastic"), "mode"),
+    (dict(fmt="e4m3", mode="up", scale_format="exact"), "mode"),
+    (dict(fmt="e4m3"), "scale_format"),                           # FP8 needs a scale
+    (dict(fmt="bf16", scale_format="e8m0", block=(1, 32)), "scale_format"),
+    (dict(fmt="e4m3", scale_format="e4m3", block=(1, 16)), "scale_format"),
+    (dict(fmt="e4m3", scale_format="mx", block=(1, 32)), "scale_format"),
+    (dict(fmt="e4m3", scale_format="exact", block=(1, 32), scaling="delayed"), "scaling"),
+    (dict(fmt="e4m3", scale_format="exact", scaling="later"), "scaling"),
     (dict(fmt="bf16", block=(1, 32)), "block"),
+    (dict(fmt="e4m3", scale_format="exact", scale_rule="rceil"), "scale_rule"),
+    (dict(fmt="e4m3", scale_format="e8m0", scale_rule="round", block=(1, 32)), "scale_rule"),
     (dict(fmt="fp32", rht="yes"), "rht"),
 ])
 def test_bad_operand_specs_name_the_field(kwargs, field):
@@ -564,7 +567,7 @@ def test_bad_recipes_name_the_field():
 def test_a_block_that_does_not_divide_names_block():
     x = torch.ones(16, 48)
     with pytest.raises(ValueError, match="block"):
-        ntt.quantize_operand(x, ntt.OperandSpec("e4m3", (1, 32), "e8m0_floor"))
+        ntt.quantize_operand(x, ntt.OperandSpec("e4m3", (1, 32), "e8m0"))
     with pytest.raises(ValueError, match="block"):
         ntt.quantize_operand(torch.ones(24, 32), ntt.OperandSpec("e2m1", (16, 16), "e4m3"))
     layer = ntt.QuantLinear(48, 32, "mxfp8_floor")
@@ -577,8 +580,8 @@ def test_a_block_that_does_not_divide_names_block():
 def test_non_finite_operands_give_nan_not_an_exception():
     x = torch.ones(16, 32)
     x[1, 3] = math.inf
-    for spec in (ntt.OperandSpec("e4m3", "tensor", "fp32"),
-                 ntt.OperandSpec("e4m3", (1, 32), "e8m0_floor")):
+    for spec in (ntt.OperandSpec("e4m3", "tensor", "exact"),
+                 ntt.OperandSpec("e4m3", (1, 32), "e8m0")):
         assert torch.isnan(ntt.quantize_operand(x, spec)).all()
     for name in ("fp8_delayed", "nvfp4", "fp8_current"):
         layer = ntt.QuantLinear(32, 32, name)

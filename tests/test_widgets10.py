@@ -27,16 +27,16 @@ def test_custom_recipe_changes_only_what_was_asked():
     base = ntt.RECIPES["fp8_current"]
     assert W.custom_recipe("fp8_current").fprop == base.fprop
     r = W.custom_recipe("fp8_current", dy="e4m3")
-    assert r.dgrad[0] == ntt.OperandSpec("e4m3", "tensor", "fp32") == r.wgrad[0]
+    assert r.dgrad[0] == ntt.OperandSpec("e4m3", "tensor", "exact") == r.wgrad[0]
     assert r.fprop == base.fprop and r.dgrad[1] == base.dgrad[1]
     r = W.custom_recipe("fp8_current", w="bf16")
     assert r.fprop[1] == ntt.OperandSpec("bf16") == r.dgrad[1]
     r = W.custom_recipe("nvfp4", sr=False, rht=False)
-    assert r.dgrad[0].rounding == r.wgrad[0].rounding == "nearest"
+    assert r.dgrad[0].mode == r.wgrad[0].mode == "nearest"
     assert not r.wgrad[0].rht and not r.wgrad[1].rht
     r = W.custom_recipe("fp8_current", x="e2m1")
     assert r.fprop[0] == ntt.OperandSpec("e2m1", (1, 16), "e4m3")
-    with pytest.raises(ValueError, match="rounding"):
+    with pytest.raises(ValueError, match="mode"):
         W.custom_recipe("bf16", sr=True)
 
 
@@ -71,7 +71,7 @@ def test_explorer_trains_what_the_controls_say(monkeypatch):
     e.controls["base"].value = "bf16"
     e.controls["dy"].value = "base"
     e.controls["sr"].value = "on"
-    assert e.state["error"] is not None and "rounding" in e.state["error"]
+    assert e.state["error"] is not None and "mode" in e.state["error"]
 
 
 def test_plots_in_chinese(tiny):
@@ -109,7 +109,7 @@ def test_invalid_combinations_explained_in_chinese():
         with pytest.raises(ValueError) as err:
             W.custom_recipe(*args)
         errors.append(str(err.value))
-    assert "rounding" in errors[0] and "rht" in errors[1]
+    assert "mode" in errors[0] and "rht" in errors[1]
     for message in errors:
         assert W.invalid_reason(message) != message           # recognized, English sentence
         with language("zh"):
@@ -127,8 +127,8 @@ def test_operand_labels_in_chinese():
     from console.i18n import language
     delayed = ntt.RECIPES["fp8_delayed"].fprop[0]
     nvfp4_dy = ntt.RECIPES["nvfp4"].wgrad[0]
-    assert W.spec_label(delayed) == "E4M3 tensor fp32 delayed"     # as describe() reads
+    assert W.spec_label(delayed) == "E4M3 tensor exact delayed"     # as describe() reads
     assert W.spec_label(nvfp4_dy) == "E2M1 1x16 e4m3 SR RHT"
     with language("zh"):
-        assert W.spec_label(delayed) == "E4M3 逐张量 fp32 延迟缩放"
+        assert W.spec_label(delayed) == "E4M3 逐张量 精确 延迟缩放"
         assert W.spec_label(nvfp4_dy) == "E2M1 1x16 e4m3 SR RHT"

@@ -35,12 +35,13 @@ EXPLORER_STEPS = 12          # a short run: a few seconds per recipe on one core
 
 #: The words of an operand's label (``OperandSpec.describe()``) that are not format names,
 #: block shapes or abbreviations (SR, RHT), translated where the explorer shows the label.
-SPEC_WORDS = {"tensor": N_("tensor"), "row": N_("row"), "delayed": N_("delayed")}
+SPEC_WORDS = {"tensor": N_("tensor"), "row": N_("row"), "delayed": N_("delayed"),
+              "exact": N_("exact")}
 
 #: The ValueErrors custom_recipe can raise (numfmt's, recognized by the field they name), each
 #: with the explanation the explorer shows instead: (pattern, message with the named groups).
 INVALID_REASONS = (
-    (re.compile(r"OperandSpec\.rounding='stochastic' is not available for fmt='(?P<fmt>\w+)'"),
+    (re.compile(r"OperandSpec\.mode='stochastic' is not available for fmt='(?P<fmt>\w+)'"),
      N_("Stochastic rounding (SR) applies to the scaled formats (E4M3, E5M2, E2M1), not to a "
         "plain cast: here dy is {fmt}. Turn SR on dy off, or give dy a scaled format.")),
     (re.compile(r"Recipe\.wgrad has rht on one operand only"),
@@ -85,24 +86,24 @@ def custom_recipe(base: str = "fp8_current", x: str | None = None, w: str | None
             return spec
         if fmt in ("fp32", "bf16", "fp16"):
             return ntt.OperandSpec(fmt)
-        if spec.scale != "none" and not (fmt == "e2m1") == (spec.format.bits > 6):
+        if spec.scale_format != "none" and not (fmt == "e2m1") == (spec.format.bits > 6):
             return replace(spec, fmt=fmt)
         if fmt == "e2m1":
             return ntt.OperandSpec("e2m1", (1, 16), "e4m3")
-        return ntt.OperandSpec(fmt, "tensor", "fp32")
+        return ntt.OperandSpec(fmt, "tensor", "exact")
     new = {"fprop": [change(r.fprop[0], x), change(r.fprop[1], w)],
            "dgrad": [change(r.dgrad[0], dy), change(r.dgrad[1], w)],
            "wgrad": [change(r.wgrad[0], dy), change(r.wgrad[1], x)]}
     if sr is not None:
         for g in ("dgrad", "wgrad"):
-            new[g][0] = replace(new[g][0], rounding="stochastic" if sr else "nearest")
+            new[g][0] = replace(new[g][0], mode="stochastic" if sr else "nearest")
     if rht is not None:
         new["wgrad"] = [replace(s, rht=rht) for s in new["wgrad"]]
     return replace(r, name="custom", **{g: tuple(v) for g, v in new.items()})
 
 
 def spec_label(spec) -> str:
-    """An operand's label, ``spec.describe()`` ("E4M3 tensor fp32 delayed"), with its words
+    """An operand's label, ``spec.describe()`` ("E4M3 tensor exact delayed"), with its words
     in the current language."""
     return " ".join(_(SPEC_WORDS[word]) if word in SPEC_WORDS else word
                     for word in spec.describe().split(" "))

@@ -61,7 +61,7 @@ from numfmt.torch.train.linear import QuantLinear
 from numfmt.torch.train.loss_scale import DynamicLossScaler
 from numfmt.torch.train.operand import quantize_operand
 from numfmt.torch.train.recipes import (GEMMS, HIGH_PRECISION_LAYERS, OPERANDS, RECIPES,
-                                        SCALE_BITS, OperandSpec, Recipe, fp8_recipe,
+                                        OperandSpec, Recipe, fp8_recipe,
                                         get_recipe, nvfp4_recipe)
 
 __all__ = ["OperandSpec", "Recipe", "RECIPES", "HIGH_PRECISION_LAYERS", "nvfp4_recipe",

@@ -85,7 +85,7 @@ def _transposes(spec: OperandSpec) -> bool:
     round-to-nearest (stochastic rounding draws afresh per use)."""
     square = spec.block == "tensor" or (isinstance(spec.block, tuple)
                                         and spec.block[0] == spec.block[1])
-    return square and spec.rounding == "nearest" and not spec.rht
+    return square and spec.mode == "nearest" and not spec.rht
 
 
 class QuantLinear(nn.Module):

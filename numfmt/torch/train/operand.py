@@ -17,10 +17,6 @@ from numfmt.torch.train.hadamard import RHT_SIZE, apply_rht, random_hadamard
 from numfmt.torch.train.recipes import _CASTS, OperandSpec
 
 
-_BLOCK_SCALES = {"fp32": ("exact", "floor"), "e8m0_floor": ("e8m0", "floor"),
-                 "e8m0_rceil": ("e8m0", "rceil"), "e4m3": ("e4m3", "floor")}
-
-
 def quantize_operand(t: torch.Tensor, spec: OperandSpec, *, generator=None, amax=None,
                      scale=None, margin: int = 0, hadamard_matrix=None) -> torch.Tensor:
     """Fake-quantize one GEMM operand under ``spec``: its values on the grid, as float32.
@@ -90,14 +86,14 @@ def quantize_operand(t: torch.Tensor, spec: OperandSpec, *, generator=None, amax
 
 def _quantize32(t, spec, generator, amax, scale, margin):
     """quantize_operand's body for a float32 operand (after any RHT)."""
-    if spec.scale == "none":
+    if spec.scale_format == "none":
         dtype = _CASTS[spec.fmt]
         return t if dtype is None else t.to(dtype).to(torch.float32)
     t = t.contiguous()  # a transposed operand is laid out once (a no-op otherwise)
     rows, inner = t.shape
     _check_divides(spec, rows, inner)
     fmt = spec.format
-    sr = spec.rounding == "stochastic"
+    sr = spec.mode == "stochastic"
     try:
         if spec.block == "tensor":
             if scale is None:
@@ -112,7 +108,7 @@ def _quantize32(t, spec, generator, amax, scale, margin):
                               device=t.device)
             return _round_scaled(t, full, fmt, sr, generator)
         a, b = (1, inner) if spec.block == "row" else spec.block
-        scale_format, rule = _BLOCK_SCALES[spec.scale]
+        scale_format, rule = spec.scale_format, spec.scale_rule
         pow2 = scale_format == "e8m0"
         # block_quantize's steps for 1 x b blocks and a x b tiles alike: the block maxima
         # (exact in float32), block_quantize's scales for them, and each 1 x b segment

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from numfmt.blocks import SCALE_BITS, SCALE_RULES
 from numfmt.formats import FORMATS, FP32, FloatFormat
 from numfmt.torch.formats import _stochastic_fast_ok
 
@@ -20,11 +21,11 @@ from numfmt.torch.formats import _stochastic_fast_ok
 GEMMS = ("fprop", "dgrad", "wgrad")
 OPERANDS = {"fprop": ("x", "w"), "dgrad": ("dy", "w"), "wgrad": ("dy", "x")}
 
-SCALES = ("none", "fp32", "e8m0_floor", "e8m0_rceil", "e4m3")
+#: Scale formats: "none" (a plain cast) and numfmt's block_quantize scale formats.
+SCALE_FORMATS = ("none",) + tuple(SCALE_BITS)
 SCALINGS = ("current", "delayed")
-ROUNDINGS = ("nearest", "stochastic")
-#: Bits one stored scale costs, by scale kind.
-SCALE_BITS = {"none": 0, "fp32": 32, "e8m0_floor": 8, "e8m0_rceil": 8, "e4m3": 8}
+#: Rounding modes of the elements, as numfmt.round's ``mode``.
+MODES = ("nearest", "stochastic")
 #: Element formats a plain cast (scale "none") applies to: torch casts them natively.
 _CASTS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -59,15 +60,19 @@ class OperandSpec:
         What shares one scale, on the operand laid out as (rows, inner): the whole tensor, one
         row (all of the inner dimension), or tiles of a rows by b inner elements: ``(1, k)``
         blocks along the inner dimension, ``(k, k)`` 2-D tiles. An int k means ``(1, k)``.
-    scale : {"none", "fp32", "e8m0_floor", "e8m0_rceil", "e4m3"}, default "none"
-        "none": a plain cast (fp32, bf16, fp16 only). "fp32": the scale ``amax / fmt.max``
-        (numfmt's exact scale, an FP32-stored ideal). "e8m0_floor" / "e8m0_rceil": OCP MX
-        power-of-two scales, floor rule (OCP MX v1.0 section 6.3) or rounded up (RCEIL,
-        Mishra et al. 2025). "e4m3": E4M3 block scales under an FP32 tensor scale (NVFP4).
+    scale_format : {"none", "exact", "e8m0", "e4m3"}, default "none"
+        As :func:`numfmt.block_quantize`'s ``scale_format``, plus "none": a plain cast (fp32,
+        bf16, fp16 only). "exact": the scale ``amax / fmt.max`` (numfmt's exact scale, an
+        FP32-stored ideal: TE's FP32 scales). "e8m0": OCP MX power-of-two scales under
+        ``scale_rule``. "e4m3": E4M3 block scales under an FP32 tensor scale (NVFP4).
+    scale_rule : {"floor", "rceil"}, default "floor"
+        The E8M0 exponent rule (:data:`numfmt.blocks.SCALE_RULES`): OCP MX v1.0 section 6.3's
+        floor, or rounded up (RCEIL, Mishra et al. 2025, TE's MXFP8 rule). "rceil" needs
+        ``scale_format="e8m0"``.
     scaling : {"current", "delayed"}, default "current"
-        Delayed: the scale comes from the amax history of earlier steps (per-tensor "fp32"
+        Delayed: the scale comes from the amax history of earlier steps (per-tensor "exact"
         scales only; see :class:`AmaxHistory`).
-    rounding : {"nearest", "stochastic"}, default "nearest"
+    mode : {"nearest", "stochastic"}, default "nearest"
         Round-to-nearest-even or stochastic rounding of the elements (scaled formats only).
     rht : bool, default False
         A 16 x 16 random Hadamard transform along the inner dimension before quantizing (the
@@ -76,17 +81,19 @@ class OperandSpec:
     Raises
     ------
     ValueError
-        Naming the field: an unknown format, scale, scaling or rounding; a block that is not
-        "tensor", "row" or positive ints; a scale that does not fit the format ("none" with an
-        8-bit format, "fp32" with bf16, "e4m3" block scales with 8-bit elements); delayed
-        scaling other than per tensor; stochastic rounding of a plain cast.
+        Naming the field: an unknown format, scale format or rule, scaling or mode; a block
+        that is not "tensor", "row" or positive ints; a scale that does not fit the format
+        ("none" with an 8-bit format, "exact" with bf16, "e4m3" block scales with 8-bit
+        elements, "rceil" without E8M0 scales); delayed scaling other than per tensor;
+        stochastic rounding of a plain cast.
     """
 
     fmt: str = "fp32"
     block: str | tuple = "tensor"
-    scale: str = "none"
+    scale_format: str = "none"
+    scale_rule: str = "floor"
     scaling: str = "current"
-    rounding: str = "nearest"
+    mode: str = "nearest"
     rht: bool = False
 
     def __post_init__(self):
@@ -94,33 +101,40 @@ class OperandSpec:
             raise ValueError(f"OperandSpec.fmt must be one of {_format_names()}, got {self.fmt!r}")
         object.__setattr__(self, "fmt", self.fmt.lower())
         object.__setattr__(self, "block", _check_block_field(self.block))
-        for name, allowed in (("scale", SCALES), ("scaling", SCALINGS),
-                              ("rounding", ROUNDINGS)):
+        for name, allowed in (("scale_format", SCALE_FORMATS), ("scale_rule", SCALE_RULES),
+                              ("scaling", SCALINGS), ("mode", MODES)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"OperandSpec.{name} must be one of {allowed}, "
                                  f"got {getattr(self, name)!r}")
         if not isinstance(self.rht, bool):
             raise ValueError(f"OperandSpec.rht must be a bool, got {self.rht!r}")
         cast = self.fmt in _CASTS
-        if cast != (self.scale == "none"):
+        if cast != (self.scale_format == "none"):
             raise ValueError(
-                f"OperandSpec.scale={self.scale!r} does not fit fmt={self.fmt!r}: fp32, bf16 and "
-                "fp16 are plain casts (scale='none'); narrower formats need a scale")
-        if self.scale == "none" and self.block != "tensor":
+                f"OperandSpec.scale_format={self.scale_format!r} does not fit fmt={self.fmt!r}: "
+                "fp32, bf16 and fp16 are plain casts (scale_format='none'); narrower formats "
+                "need a scale")
+        if self.scale_format == "none" and self.block != "tensor":
             raise ValueError(f"OperandSpec.block={self.block!r} needs a scale; a plain cast "
-                             "(scale='none') has block='tensor'")
-        if self.scale == "e4m3" and _format(self.fmt).bits > 6:
-            raise ValueError(f"OperandSpec.scale='e4m3' (NVFP4's E4M3 block scales) does not fit "
-                             f"fmt={self.fmt!r}: it is for 4- and 6-bit elements such as e2m1")
-        if self.scale == "e4m3" and self.block == "tensor":
-            raise ValueError("OperandSpec.block='tensor' with scale='e4m3': E4M3 scales are "
-                             "block scales under an FP32 tensor scale; use scale='fp32'")
-        if self.scaling == "delayed" and (self.block != "tensor" or self.scale != "fp32"):
+                             "(scale_format='none') has block='tensor'")
+        if self.scale_rule == "rceil" and self.scale_format != "e8m0":
+            raise ValueError(f"OperandSpec.scale_rule='rceil' is an E8M0 exponent rule: it "
+                             f"needs scale_format='e8m0', got {self.scale_format!r}")
+        if self.scale_format == "e4m3" and _format(self.fmt).bits > 6:
+            raise ValueError(f"OperandSpec.scale_format='e4m3' (NVFP4's E4M3 block scales) does "
+                             f"not fit fmt={self.fmt!r}: it is for 4- and 6-bit elements such "
+                             "as e2m1")
+        if self.scale_format == "e4m3" and self.block == "tensor":
+            raise ValueError("OperandSpec.block='tensor' with scale_format='e4m3': E4M3 scales "
+                             "are block scales under an FP32 tensor scale; use "
+                             "scale_format='exact'")
+        if self.scaling == "delayed" and (self.block != "tensor"
+                                          or self.scale_format != "exact"):
             raise ValueError("OperandSpec.scaling='delayed' keeps an amax history of a whole "
-                             f"tensor: it needs block='tensor' and scale='fp32', got "
-                             f"block={self.block!r}, scale={self.scale!r}")
-        if self.rounding == "stochastic" and (cast or not _stochastic_fast_ok(self.format)):
-            raise ValueError(f"OperandSpec.rounding='stochastic' is not available for "
+                             f"tensor: it needs block='tensor' and scale_format='exact', got "
+                             f"block={self.block!r}, scale_format={self.scale_format!r}")
+        if self.mode == "stochastic" and (cast or not _stochastic_fast_ok(self.format)):
+            raise ValueError(f"OperandSpec.mode='stochastic' is not available for "
                              f"fmt={self.fmt!r}; it applies to scaled signed formats with "
                              "subnormals (e4m3, e5m2, e2m1, ...), not to the plain casts")
 
@@ -137,7 +151,7 @@ class OperandSpec:
         counts none for NVFP4's tensor scale either).
         """
         bits = float(self.format.bits)
-        per = SCALE_BITS[self.scale]
+        per = 0 if self.scale_format == "none" else SCALE_BITS[self.scale_format]
         if self.block == "tensor":
             return bits + (per / (inner * rows) if rows else 0.0)
         if self.block == "row":
@@ -146,14 +160,17 @@ class OperandSpec:
         return bits + per / (a * b)
 
     def describe(self) -> str:
-        """A short label such as "E4M3 1x128 fp32" or "E2M1 16x16 e4m3 SR"."""
-        if self.scale == "none":
+        """A short label such as "E4M3 1x128 exact", "E4M3 1x32 e8m0 rceil" or
+        "E2M1 16x16 e4m3 SR"."""
+        if self.scale_format == "none":
             return self.fmt.upper()
         blk = self.block if isinstance(self.block, str) else f"{self.block[0]}x{self.block[1]}"
-        parts = [self.fmt.upper(), blk, self.scale]
+        parts = [self.fmt.upper(), blk, self.scale_format]
+        if self.scale_rule == "rceil":
+            parts.append("rceil")
         if self.scaling == "delayed":
             parts.append("delayed")
-        if self.rounding == "stochastic":
+        if self.mode == "stochastic":
             parts.append("SR")
         if self.rht:
             parts.append("RHT")
@@ -324,7 +341,7 @@ def nvfp4_recipe(*, stochastic_rounding: bool = True, rht: bool = True, weight_2
             raise ValueError(f"{k} must be a bool, got {v!r}")
     act = OperandSpec("e2m1", (1, 16), "e4m3")
     w = OperandSpec("e2m1", (16, 16) if weight_2d else (1, 16), "e4m3")
-    dy = replace(act, rounding="stochastic" if stochastic_rounding else "nearest")
+    dy = replace(act, mode="stochastic" if stochastic_rounding else "nearest")
     if name is None:
         name = "nvfp4" if (stochastic_rounding and rht and weight_2d) else "nvfp4" + "".join(
             f"-no{k}" for k, on in (("sr", stochastic_rounding), ("rht", rht),
@@ -347,20 +364,20 @@ def fp8_recipe(*, forward: str = "e4m3", backward: str = "e5m2", scaling: str = 
     ValueError
         Naming the field, as :class:`OperandSpec` and :class:`Recipe` do.
     """
-    fwd = OperandSpec(forward, "tensor", "fp32", scaling)
-    bwd = OperandSpec(backward, "tensor", "fp32", scaling)
+    fwd = OperandSpec(forward, "tensor", "exact", scaling=scaling)
+    bwd = OperandSpec(backward, "tensor", "exact", scaling=scaling)
     if name is None:
         name = f"fp8_{scaling}_{fwd.fmt}_{bwd.fmt}"
     return _hybrid(name, fwd, bwd, amax_history=amax_history, margin=margin)
 
 
 _F32 = OperandSpec()
-_E4M3_T = OperandSpec("e4m3", "tensor", "fp32")
-_E5M2_T = OperandSpec("e5m2", "tensor", "fp32")
+_E4M3_T = OperandSpec("e4m3", "tensor", "exact")
+_E5M2_T = OperandSpec("e5m2", "tensor", "exact")
 
 #: The recipes by name. TransformerEngine names where they exist:
 #: "fp8_delayed" is ``DelayedScaling(fp8_format=Format.HYBRID)``, "fp8_current"
-#: ``Float8CurrentScaling`` (HYBRID), "fp8_blockwise" ``Float8BlockScaling`` with FP32 scales
+#: ``Float8CurrentScaling`` (HYBRID), "fp8_blockwise" ``Float8BlockScaling`` with FP32 ("exact") scales
 #: (DeepSeek-V3: 1x128 activations and gradients, 128x128 weights, E4M3 everywhere),
 #: "mxfp8_floor"/"mxfp8_rceil" ``MXFP8BlockScaling`` (E4M3, 1x32) with the OCP and the RCEIL
 #: scale rule, "nvfp4" ``NVFP4BlockScaling`` (see :func:`nvfp4_recipe`), "mxfp4" OCP MXFP4
@@ -373,16 +390,16 @@ RECIPES: dict[str, Recipe] = {
                            replace(_E5M2_T, scaling="delayed")),
     "fp8_current": _hybrid("fp8_current", _E4M3_T, _E5M2_T),
     "fp8_blockwise": Recipe("fp8_blockwise",
-                            fprop=(OperandSpec("e4m3", (1, 128), "fp32"),
-                                   OperandSpec("e4m3", (128, 128), "fp32")),
-                            dgrad=(OperandSpec("e4m3", (1, 128), "fp32"),
-                                   OperandSpec("e4m3", (128, 128), "fp32")),
-                            wgrad=(OperandSpec("e4m3", (1, 128), "fp32"),
-                                   OperandSpec("e4m3", (1, 128), "fp32"))),
-    "mxfp8_floor": _uniform("mxfp8_floor", OperandSpec("e4m3", (1, 32), "e8m0_floor")),
-    "mxfp8_rceil": _uniform("mxfp8_rceil", OperandSpec("e4m3", (1, 32), "e8m0_rceil")),
+                            fprop=(OperandSpec("e4m3", (1, 128), "exact"),
+                                   OperandSpec("e4m3", (128, 128), "exact")),
+                            dgrad=(OperandSpec("e4m3", (1, 128), "exact"),
+                                   OperandSpec("e4m3", (128, 128), "exact")),
+                            wgrad=(OperandSpec("e4m3", (1, 128), "exact"),
+                                   OperandSpec("e4m3", (1, 128), "exact"))),
+    "mxfp8_floor": _uniform("mxfp8_floor", OperandSpec("e4m3", (1, 32), "e8m0")),
+    "mxfp8_rceil": _uniform("mxfp8_rceil", OperandSpec("e4m3", (1, 32), "e8m0", "rceil")),
     "nvfp4": nvfp4_recipe(),
-    "mxfp4": _uniform("mxfp4", OperandSpec("e2m1", (1, 32), "e8m0_floor")),
+    "mxfp4": _uniform("mxfp4", OperandSpec("e2m1", (1, 32), "e8m0")),
 }
 
 
