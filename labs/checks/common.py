@@ -42,6 +42,10 @@ class Exercise:
     show : how to show one value of the output (default: a float64's bits, an integer)
     tol : None (bit for bit) or ``(rtol, atol)``: right within ``atol + rtol |expected|``
     examples : how many random inputs to try
+    names : the arguments' names as shown in a report (default: the student's signature)
+    signed_zeros : False where -0.0 and +0.0 count as equal (the STE idiom's +0.0 of a -0.0)
+    adapter : ``adapter(fn)`` -> the callable to grade, for exercises graded through more than
+        a call (autograd: the forward output and the gradient of the student's function)
     """
 
     name: str
@@ -51,9 +55,25 @@ class Exercise:
     show: Callable = None
     tol: tuple = None
     examples: int = 150
+    adapter: Callable = None
+    names: tuple = None
+    signed_zeros: bool = True
 
     def compare(self, got, want) -> Verdict:
+        if not self.signed_zeros:
+            got, want = _unsigned_zeros(got), _unsigned_zeros(want)
         return (exact(self.show) if self.tol is None else close(*self.tol))(got, want)
+
+
+def _unsigned_zeros(v):
+    """``v`` with -0.0 made +0.0 (tuples part by part; anything not numeric left alone)."""
+    if isinstance(v, tuple):
+        return tuple(_unsigned_zeros(p) for p in v)
+    try:
+        a = _as_array(v)
+    except (TypeError, ValueError):
+        return v
+    return a + 0.0 if a.dtype.kind == "f" else v
 
 
 @dataclass
