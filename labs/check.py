@@ -136,7 +136,9 @@ def _show_args(fn, args: tuple, names=None) -> list[str]:
     with np.printoptions(floatmode="unique", threshold=64, linewidth=88):
         for name, value in zip(names, args):
             text = repr(value)
-            if isinstance(value, float):
+            if callable(value):                     # a function argument: its name, no address
+                text = getattr(value, "__qualname__", text)
+            elif isinstance(value, float):
                 from labs.checks.common import float_bits
                 text = float_bits(value)
             out.append(f"{name} = " + text.replace("\n", "\n" + " " * (len(name) + 3)))
