@@ -16,8 +16,10 @@ def floats(lo: float = -100.0, hi: float = 100.0, width: int = 64):
 
 
 def vectors(n_min: int = 1, n_max: int = 16, lo: float = -100.0, hi: float = 100.0):
-    """1-D float64 arrays of n_min..n_max elements in [lo, hi]."""
-    return hnp.arrays(np.float64, st.integers(n_min, n_max), elements=floats(lo, hi))
+    """1-D float64 arrays of n_min..n_max elements in [lo, hi], each 0 or of magnitude above
+    1e-6 (no float64 subnormals or scales that underflow)."""
+    return hnp.arrays(np.float64, st.integers(n_min, n_max), elements=floats(lo, hi).filter(
+        lambda v: v == 0 or abs(v) > 1e-6))
 
 
 def matrices(rows=(1, 3), cols=st.just(16), lo: float = -100.0, hi: float = 100.0,
