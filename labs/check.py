@@ -24,6 +24,8 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from wcwidth import wcswidth
+
 from labs.i18n import LABS_DIR, _, docstring
 
 __all__ = ["Result", "grade_lab", "lab_numbers", "load_lab", "load_module", "report"]
@@ -181,7 +183,7 @@ def grade_exercise(ex, module, path: Path) -> Result:
     if fn is None:
         return Result(ex.name, WRONG, (_("the file defines no function {name}").format(
             name=ex.name),))
-    call = None
+    call, heading = None, _("failing edge case:")
     for args in ex.cases:
         call = _Call(ex, fn, path, args)
         if call.not_done:
@@ -194,7 +196,8 @@ def grade_exercise(ex, module, path: Path) -> Result:
             return Result(ex.name, DONE)
         if call.not_done:
             return Result(ex.name, NOT_DONE)
-    lines = [_("smallest input found:")] + ["    " + a for a in _show_args(fn, call.args, ex.names)]
+        heading = _("smallest failing input found:")
+    lines = [heading] + ["    " + a for a in _show_args(fn, call.args, ex.names)]
     if call.error is not None:
         lines += [_("your code raised {error}").format(error=call.error.what),
                   "    " + call.error.where]
@@ -249,7 +252,8 @@ def report(lab, results, file_error, stubs: dict, out=None) -> None:
     marks = {DONE: _("done"), NOT_DONE: _("not done"), WRONG: _("wrong")}
     for r in results:
         doc = docstring(stubs.get(r.name, ""))
-        print(f"  {marks[r.status]:<8} {r.name}", file=out)
+        mark = marks[r.status]
+        print(f"  {mark}{' ' * max(1, 9 - wcswidth(mark))}{r.name}", file=out)
         if r.status == NOT_DONE:
             print("      " + _task(doc).replace("\n", "\n      "), file=out)
         if r.status == WRONG and r.lines:
