@@ -62,7 +62,8 @@ def quantize_groups(x, bits, group):
     Hints
     -----
     x.reshape(rows, K // group, group) puts each group on the last axis. Keep the scales'
-    group axis with keepdims=True while dividing, and drop it when you return them.
+    group axis with keepdims=True while dividing, and drop it when you return them. A scale
+    one ulp off comes from amax / qmax: write amax * (1 / qmax).
     """
     raise NotImplementedError
 
