@@ -40,7 +40,8 @@ def fake_quantize(x, scale, zero_point, qmin, qmax):
     backward.
 
     Forward, in float32: q = round(x * inv_scale) + zero_point with inv_scale = float32(1 /
-    scale), rounding half to even; y = (clamp(q, qmin, qmax) - zero_point) * scale. Backward:
+    scale), rounding half to even; y = (clamp(q, qmin, qmax) - zero_point) * float32(scale).
+    Backward:
     the straight-through estimator with a mask: the gradient passes where qmin <= q <= qmax,
     and is 0 where q was clamped.
 
