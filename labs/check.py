@@ -261,7 +261,9 @@ def report(lab, results, file_error, stubs: dict, out=None) -> None:
                 print("      " + line.replace("\n", "\n      "), file=out)
             hint = _hints(doc)
             if hint:
-                print("      " + hint.replace("\n", "\n      "), file=out)
+                heading, _dashes, body = hint.split("\n", 2)
+                print("      " + _("{heading}: ").format(heading=heading)
+                      + body.strip().replace("\n", "\n      "), file=out)
 
 
 def stub_docs(lab) -> dict:

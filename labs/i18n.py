@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import string
 import sys
 from pathlib import Path
 
@@ -105,7 +106,6 @@ def check(lang: str) -> list[str]:
     """Everything wrong with the `lang` catalog, one line each: missing, obsolete, untranslated
     or fuzzy entries, and translations whose ``{fields}`` differ from the English ones (the
     docstrings hold no fields: they are compared as plain text)."""
-    from lectures.i18n import _fields
     problems = []
     docs = {m.id for m in extract() if m.id and any(p.name[:2].isdigit()
                                                      for p in map(Path, (loc[0] for loc in
@@ -121,6 +121,12 @@ def check(lang: str) -> list[str]:
         elif key not in docs and _fields(key) != _fields(m.string):
             problems.append(f"labs/{lang}: fields differ in {key[:60]!r}")
     return sorted(problems)
+
+
+def _fields(message: str) -> list:
+    """The ``{name!conversion:spec}`` fields of a str.format template, sorted."""
+    return sorted((f, c or "", s or "") for _, f, s, c in string.Formatter().parse(message)
+                  if f is not None)
 
 
 def main(argv=None) -> int:
