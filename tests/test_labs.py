@@ -175,3 +175,20 @@ def test_release_leaves_out_solutions(tmp_path):
     assert n > 100
     assert not (tmp_path / "out" / "labs" / "solutions").exists()
     assert (tmp_path / "out" / "labs" / "05_quantization_basics.py").is_file()
+
+
+@pytest.mark.parametrize("nn", lab_numbers())
+def test_notebooks_end_with_their_lab_cells(nn):
+    """Each notebook, English and Chinese, ends with the Lab cells labs.notebook_cells makes
+    (re-run it after re-storing a notebook), the check cell unexecuted and skipped by nbval."""
+    import nbformat
+
+    from labs import notebook_cells
+    from lectures.i18n_notebooks import english_path, zh_path
+    for path, lang in ((english_path(nn), "en"), (zh_path(nn), "zh_CN")):
+        last = nbformat.read(path, as_version=4).cells[-2:]
+        want = notebook_cells.cells(nn, lang)
+        assert [(c.cell_type, c.id, c.source) for c in last] == \
+            [(c.cell_type, c.id, c.source) for c in want], path.name
+        assert last[1].source.startswith("# NBVAL_SKIP\n") and last[1].execution_count is None
+    assert load_lab(nn).file in notebook_cells.markdown(nn)

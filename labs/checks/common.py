@@ -44,6 +44,7 @@ class Exercise:
     examples : how many random inputs to try
     names : the arguments' names as shown in a report (default: the student's signature)
     signed_zeros : False where -0.0 and +0.0 count as equal (the STE idiom's +0.0 of a -0.0)
+    outputs : the names of a tuple output's parts, as a report shows them (default "output k")
     adapter : ``adapter(fn)`` -> the callable to grade, for exercises graded through more than
         a call (autograd: the forward output and the gradient of the student's function)
     """
@@ -58,11 +59,13 @@ class Exercise:
     adapter: Callable = None
     names: tuple = None
     signed_zeros: bool = True
+    outputs: tuple = None
 
     def compare(self, got, want) -> Verdict:
         if not self.signed_zeros:
             got, want = _unsigned_zeros(got), _unsigned_zeros(want)
-        return (exact(self.show) if self.tol is None else close(*self.tol))(got, want)
+        return (exact(self.show, self.outputs) if self.tol is None
+                else close(*self.tol, outputs=self.outputs))(got, want)
 
 
 def _unsigned_zeros(v):
@@ -155,7 +158,12 @@ def _equal_bits(g, w):
     return (g64.view(np.uint64) == w64.view(np.uint64)) | both_nan
 
 
-def exact(show=None):
+def _part(k: int, outputs) -> str:
+    return (f"{outputs[k]}: " if outputs and k < len(outputs)
+            else _("output {k}: ").format(k=k))
+
+
+def exact(show=None, outputs=None):
     """Bit for bit: floats equal including the sign of zero (any NaN matches NaN), integers
     equal; a tuple output compares part by part. ``show`` formats one value (e.g. in a
     format's bits); default: float64 bits."""
@@ -167,7 +175,7 @@ def exact(show=None):
             for k, (g1, w1) in enumerate(zip(got, want)):
                 v = compare(g1, w1)
                 if not v.ok:
-                    return Verdict(False, _("output {k}: ").format(k=k) + v.detail)
+                    return Verdict(False, _part(k, outputs) + v.detail)
             return Verdict(True)
         try:
             arrays, why = _shapes(got, want)
@@ -185,7 +193,7 @@ def exact(show=None):
     return compare
 
 
-def close(rtol: float, atol: float = 0.0):
+def close(rtol: float, atol: float = 0.0, outputs=None):
     """Within ``|got - want| <= atol + rtol |want|`` elementwise (infinities equal, NaN
     matches NaN); tuple outputs part by part."""
     def compare(got, want):
@@ -196,7 +204,7 @@ def close(rtol: float, atol: float = 0.0):
             for k, (g1, w1) in enumerate(zip(got, want)):
                 v = compare(g1, w1)
                 if not v.ok:
-                    return Verdict(False, _("output {k}: ").format(k=k) + v.detail)
+                    return Verdict(False, _part(k, outputs) + v.detail)
             return Verdict(True)
         try:
             arrays, why = _shapes(got, want)

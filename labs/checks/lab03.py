@@ -41,7 +41,7 @@ LAB = Lab("03", "03_scaling.py", N_("scaling"), [
              cases=[(np.array([448.0, 896.0, 1.0, 1.0, 1.0]), 448.0, 2, 0),
                     (np.array([0.0, 0.0, 5.0]), 448.0, 1, 1)],
              inputs=_delayed_args()),
-    Exercise("quantize_with_scale", _quantize, cases=[
+    Exercise("quantize_with_scale", _quantize, outputs=("values", "flushed"), cases=[
         (np.array([1.0, 1e-6, 0.0, -500.0, 1000.0]), 1.0),
         (np.array([0.0, 0.0]), 2.0)],
         inputs=st.tuples(vectors(), floats(2.0 ** -8, 4.0).filter(lambda s: s > 0))),

@@ -39,7 +39,8 @@ def _sqnr_args(draw):
     x = np.array(draw(st.lists(st.integers(-160, 160), min_size=n, max_size=n))) / 16.0
     if not np.any(x != 0):
         x[0] = 1.0
-    q = np.round(x * draw(st.sampled_from([1.0, 4.0, 16.0]))) / draw(st.sampled_from([1.0, 4.0, 16.0]))
+    steps = st.sampled_from([1.0, 4.0, 16.0])
+    q = np.round(x * draw(steps)) / draw(steps)
     return (q, x) if np.any(q != x) else (q + 0.25, x)
 
 
@@ -70,7 +71,7 @@ LAB = Lab("05", "05_quantization_basics.py", N_("quantization basics"), [
         (np.array([0.5, 1.5, 2.5, -0.5, -2.5]), 1.0, 0, -128, 127),
         (np.array([-1000.0, 1000.0, 3.0]), 2.0, 128, 0, 255),
     ], inputs=_affine_args()),
-    Exercise("quantize_groups", _groups, cases=[
+    Exercise("quantize_groups", _groups, outputs=("codes", "scales"), cases=[
         (np.array([[1.0, -2.0, 0.5, 0.25]]), 4, 2),
         (np.array([[0.0, 0.0, 3.0, -1.5, 1.0, 1.0]]), 4, 2),
         (np.array([[7.0, 1.0, 2.0, 3.0, 0.5, 0.5, 0.5, 14.0]]), 4, 4),
@@ -83,7 +84,7 @@ LAB = Lab("05", "05_quantization_basics.py", N_("quantization basics"), [
         (np.array([448.0, 449.0, 512.0, 511.0, 1.0, 3.0]), 8, 448.0, "rceil"),
         (np.array([6.0, 7.0, 0.75, 2.0 ** -140]), 2, 6.0, "rceil"),
     ], inputs=_exponent_args()),
-    Exercise("nvfp4_scales", _nvfp4, cases=[
+    Exercise("nvfp4_scales", _nvfp4, outputs=("tensor_scale", "scales"), cases=[
         (np.arange(1.0, 33.0).reshape(1, 32),),
         (np.r_[np.zeros(16), np.full(16, -3.0)].reshape(1, 32),),
     ], inputs=matrices(cols=st.sampled_from([16, 32]), lo=-1e4, hi=1e4).filter(

@@ -54,11 +54,11 @@ def _fake_args(draw):
 
 
 LAB = Lab("06", "06_quantization_aware_training.py", N_("quantization-aware training"), [
-    Exercise("round_ste", _round, adapter=_autograd, names=("x", "grad_y"), signed_zeros=False,
-             cases=[
+    Exercise("round_ste", _round, adapter=_autograd, outputs=("y", "x.grad"),
+             names=("x", "grad_y"), signed_zeros=False, cases=[
         (np.array([0.5, 1.5, 2.5, -0.5, 0.7], np.float32), np.array([1, 2, 3, 4, 5], np.float32))],
         inputs=_pairs()),
-    Exercise("fake_quantize", _fake, adapter=_autograd, signed_zeros=False,
+    Exercise("fake_quantize", _fake, adapter=_autograd, outputs=("y", "x.grad"), signed_zeros=False,
              names=("x", "grad_y", "scale", "zero_point", "qmin", "qmax"), cases=[
         (np.array([0.5, 1.5, 300.0, -300.0, 0.1], np.float32), np.ones(5, np.float32),
          1.0, 0, -128, 127),

@@ -33,7 +33,7 @@ LAB = Lab("07", "07_weight_storage.py", N_("weight storage"), [
     Exercise("unpack_nibbles", nibbles.unpack_nibbles, cases=[
         (np.array([0x21, 0x0F], np.uint8),)],
         inputs=hnp.arrays(np.uint8, st.integers(1, 8)).map(lambda p: (p,))),
-    Exercise("nf4_quantize", _nf4, cases=[
+    Exercise("nf4_quantize", _nf4, outputs=("codes", "absmax"), cases=[
         (np.array([1.0, -1.0, 0.0, 0.5]), NF4, 4),
         (np.zeros(4), NF4, 2),
         (np.r_[np.array([(NF4[7] + NF4[8]) / 2, 1.0]), np.array([3.0, 3.0])], NF4, 2)],

@@ -70,7 +70,7 @@ LAB = Lab("09", "09_ptq_algorithms.py", N_("post-training quantization algorithm
         inputs=_smooth_args()),
     Exercise("awq_search", _awq, cases=[
         (np.array([[1.0, -0.5, 0.25, 2.0]]), np.array([[10.0, 0.1, 0.1, 0.1]]), int3_per_row, 20)],
-        inputs=_awq_args(), tol=(1e-12, 0.0), examples=60),
+        inputs=_awq_args(), tol=(1e-12, 0.0), examples=60, outputs=("alpha", "s")),
     Exercise("gptq_codes", lambda w, h, b: gptq_reference(w, h, b, damp=0.01).codes,
              adapter=_gptq_call, names=("weight", "H", "bits"), cases=[
                  (np.array([[1.0, 0.5, -0.3], [0.2, -1.0, 0.7]]),

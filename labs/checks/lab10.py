@@ -58,7 +58,7 @@ def _blockwise_args(draw):
 
 
 LAB = Lab("10", "10_low_precision_training.py", N_("low-precision training"), [
-    Exercise("update_loss_scale", _update, cases=[
+    Exercise("update_loss_scale", _update, outputs=("scale", "growth_tracker"), cases=[
         (65536.0, 0, True, 2.0, 0.5, 2000), (65536.0, 1999, False, 2.0, 0.5, 2000),
         (65536.0, 5, False, 2.0, 0.5, 2000), (float(np.float32(3e38)), 0, False, 2.0, 0.5, 1)],
         inputs=_update_args()),
@@ -66,7 +66,7 @@ LAB = Lab("10", "10_low_precision_training.py", N_("low-precision training"), [
         (np.array([[1.0, 0.0, 0.0, 0.0]]), np.array([1.0, -1.0, 1.0, 1.0])),
         (np.array([[0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 16.0]]), -np.ones(8))],
         inputs=_rht_args(), tol=(1e-12, 1e-12)),
-    Exercise("blockwise_fp8", _blockwise, cases=[
+    Exercise("blockwise_fp8", _blockwise, outputs=("values", "scales"), cases=[
         (np.array([[448.0, 1.0, 0.0, 0.0], [1e-3, -2.0, 5.0, 300.0]]), 2),
         (np.array([[1.0, 2.0, 3.0, 1000.0]]), 4)],
         inputs=_blockwise_args()),

@@ -89,11 +89,13 @@ def _lsq_args(draw):
 
 
 LAB = Lab("11", "11_quantized_finetuning.py", N_("quantized fine-tuning"), [
-    Exercise("lora_forward", _lora, adapter=_lora_run, tol=(1e-5, 1e-6), cases=[
+    Exercise("lora_forward", _lora, adapter=_lora_run, tol=(1e-5, 1e-6),
+             outputs=("y", "a.grad", "b.grad"), cases=[
         (np.ones((1, 2), np.float32), np.eye(2, dtype=np.float32),
          np.array([[1.0, -1.0]], np.float32), np.array([[0.5], [2.0]], np.float32), 16.0, 1)],
         inputs=_lora_args()),
-    Exercise("lsq_quantize", _lsq, adapter=_lsq_run, tol=(1e-5, 1e-6), cases=[
+    Exercise("lsq_quantize", _lsq, adapter=_lsq_run, tol=(1e-5, 1e-6),
+             outputs=("y", "v.grad", "s.grad"), cases=[
         (np.array([0.3, 1.7, -5.0, 9.0], np.float32), 0.5, -4, 3)],
         inputs=_lsq_args().filter(_off_ties)),
 ])
