@@ -62,7 +62,9 @@ def main(argv=None) -> int:
     import argparse
 
     from console.i18n import set_language
-    parser = argparse.ArgumentParser(prog="python -m labs", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m labs",
+        description="Check a lab, show its tasks, make a student release, grade submissions.")
     parser.add_argument("--lang", help="en or zh (default: the environment's language)")
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("check", help="grade labs")
