@@ -192,3 +192,18 @@ def test_notebooks_end_with_their_lab_cells(nn):
             [(c.cell_type, c.id, c.source) for c in want], path.name
         assert last[1].source.startswith("# NBVAL_SKIP\n") and last[1].execution_count is None
     assert load_lab(nn).file in notebook_cells.markdown(nn)
+
+
+def test_comparisons():
+    """Bit for bit: the sign of zero counts, NaN matches NaN, an int is not 7.5, shapes must
+    agree; within a tolerance: as stated."""
+    import numpy as np
+
+    from labs.checks.common import close, exact
+    assert not exact()(np.array([0.0]), np.array([-0.0])).ok
+    assert exact()(np.array([np.nan]), np.array([np.nan])).ok
+    assert not exact()(7, 7.5).ok and exact()(448, 448.0).ok
+    assert not exact()(np.zeros(3), np.zeros(4)).ok
+    assert not exact()((1.0,), (1.0, 2.0)).ok
+    assert "0x3ff0000000000001" in exact()(np.nextafter(1.0, 2.0), 1.0).detail
+    assert close(1e-9)(1.0 + 1e-10, 1.0).ok and not close(1e-9)(1.0 + 1e-8, 1.0).ok

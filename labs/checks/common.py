@@ -148,8 +148,8 @@ def _first_difference(g, w, same, show) -> str:
 
 def _equal_bits(g, w):
     """Elementwise: the same float64 value and sign (NaN equals NaN), or the same integer."""
-    if w.dtype.kind in "iub" or g.dtype.kind in "iub":
-        if g.dtype.kind == "f":
+    if w.dtype.kind in "iub":
+        if g.dtype.kind == "f":          # integer-valued floats for integer codes: the values
             with np.errstate(invalid="ignore"):
                 return (g == w) & np.isfinite(g)
         return g.astype(np.int64) == w.astype(np.int64)
