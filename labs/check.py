@@ -122,7 +122,7 @@ class _Call:
                 self.error = StudentError(_student_frame(err.__traceback__, path), _what(err))
         except Exception as err:  # noqa: BLE001 -- the student's code, whatever it raises
             self.error = StudentError(_student_frame(err.__traceback__, path), _what(err))
-        self.verdict = None if (self.not_done or self.error) else ex.compare(self.got, self.want)
+        self.verdict = None if (self.not_done or self.error) else ex.compare(self.got, self.want, args)
 
     @property
     def wrong(self) -> bool:

@@ -120,8 +120,11 @@ def test_counterexamples_are_minimal(tmp_path):
 def test_bits_are_shown(tmp_path):
     _, path = plant(tmp_path, "02", "np.rint(a / step)", "np.floor(a / step + 0.5)")
     _, (result,), _ = grade_lab("02", path, names=["round_to_format"])
-    assert re.search(r"expected 0x[0-9a-f]{16} \(1\.0\), got 0x[0-9a-f]{16} \(1\.125\)",
-                     "\n".join(result.lines)), result.lines
+    assert "expected 0x38 (1.0), got 0x39 (1.125)" in "\n".join(result.lines), result.lines
+    _, path = plant(tmp_path, "02", "e = np.maximum(k - 1, emin)", "e = k - 1")
+    _, (result,), _ = grade_lab("02", path, names=["round_to_format"])
+    assert ("expected 0x02 (0.00390625), got 0x3f68000000000000 (0.0029296875) (off the E4M3 "
+            "grid)") in "\n".join(result.lines), result.lines
 
 
 def test_student_exception_shows_their_line(tmp_path):

@@ -45,6 +45,7 @@ class Exercise:
     names : the arguments' names as shown in a report (default: the student's signature)
     signed_zeros : False where -0.0 and +0.0 count as equal (the STE idiom's +0.0 of a -0.0)
     outputs : the names of a tuple output's parts, as a report shows them (default "output k")
+    show_for : ``show_for(args)`` -> the ``show`` of one input (the format its arguments name)
     adapter : ``adapter(fn)`` -> the callable to grade, for exercises graded through more than
         a call (autograd: the forward output and the gradient of the student's function)
     """
@@ -60,11 +61,13 @@ class Exercise:
     names: tuple = None
     signed_zeros: bool = True
     outputs: tuple = None
+    show_for: Callable = None
 
-    def compare(self, got, want) -> Verdict:
+    def compare(self, got, want, args=()) -> Verdict:
         if not self.signed_zeros:
             got, want = _unsigned_zeros(got), _unsigned_zeros(want)
-        return (exact(self.show, self.outputs) if self.tol is None
+        show = self.show_for(args) if self.show_for is not None else self.show
+        return (exact(show, self.outputs) if self.tol is None
                 else close(*self.tol, outputs=self.outputs))(got, want)
 
 
@@ -106,7 +109,7 @@ def show_format(fmt):
                 return f"0x{code:0{-(-fmt.bits // 4)}x} ({v!r})"
             except (ValueError, TypeError):
                 pass
-        return float_bits(v) + " " + _("(not a {name} value)").format(name=fmt.name)
+        return float_bits(v) + " " + _("(off the {name} grid)").format(name=fmt.name)
     return show
 
 

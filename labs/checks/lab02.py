@@ -6,17 +6,20 @@ from hypothesis.extra import numpy as hnp
 
 import numfmt
 from numfmt.rounding import sum_in_format
-from labs.checks.common import Exercise, Lab
+from labs.checks.common import Exercise, Lab, show_format
 from labs.checks.strategies import floats
 from labs.i18n import N_
 
 FORMATS = [f for f in numfmt.FORMATS.values() if f.signed and f.specials != "fnuz"]
 
 
+def _format(man_bits, emin, max_value):
+    return next(f for f in FORMATS if (f.man_bits, f.emin, f.max_value) == (man_bits, emin,
+                                                                             max_value))
+
+
 def _round(x, man_bits, emin, max_value):
-    fmt = next(f for f in FORMATS if (f.man_bits, f.emin, f.max_value) == (man_bits, emin,
-                                                                           max_value))
-    return fmt.round(x, saturate=True)
+    return _format(man_bits, emin, max_value).round(x, saturate=True)
 
 
 @st.composite
@@ -38,7 +41,8 @@ LAB = Lab("02", "02_rounding_and_accumulation.py", N_("rounding and accumulation
          E4M3.man_bits, E4M3.emin, E4M3.max_value),
         (np.array([2.0 ** -9 * 1.5, 2.0 ** -10, 2.0 ** -10 * 3]), E4M3.man_bits, E4M3.emin,
          E4M3.max_value)],
-        inputs=_round_args(), examples=200),
+        inputs=_round_args(), examples=200,
+        show_for=lambda args: show_format(_format(*args[1:]))),
     Exercise("kahan_sum_fp16", _kahan, cases=[
         (np.array([1.0] + [1e-4] * 50, dtype=np.float16),),
         (np.array([2048.0, 1.0, 1.0, 1.0, 1.0], dtype=np.float16),)],
