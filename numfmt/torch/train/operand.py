@@ -95,16 +95,17 @@ _INTEGERS = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
 
 
 def _check_scale_args(amax, scale, margin) -> None:
-    """Refuse a per-tensor amax, scale or margin no quantization could use (numpy reals are
-    accepted as Python ones)."""
-    real = (int, float, np.integer, np.floating)
-    if amax is not None and (isinstance(amax, bool) or not isinstance(amax, real)
-                             or float(amax) < 0):
+    """Refuse a per-tensor amax, scale or margin no quantization could use (numpy reals and
+    one-element real tensors are accepted as Python numbers)."""
+    def real(v):
+        if isinstance(v, torch.Tensor):
+            return v.numel() == 1 and not v.is_complex() and v.dtype != torch.bool
+        return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+    if amax is not None and (not real(amax) or float(amax) < 0):
         raise ValueError(f"amax must be a non-negative number (Inf or NaN: a diverged "
                          f"operand), "
                          f"got {amax!r}")
-    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, real)
-                              or not 0 < float(scale) < math.inf):
+    if scale is not None and (not real(scale) or not 0 < float(scale) < math.inf):
         raise ValueError(f"scale must be a positive finite number, got {scale!r}")
     if isinstance(margin, bool) or not isinstance(margin, (int, np.integer)) or margin < 0:
         raise ValueError(f"margin must be an int >= 0, got {margin!r}")
