@@ -194,3 +194,13 @@ def test_fine_tuning_checks_windows_and_lr(tiny_tail):
             for p, b in zip(params, before):
                 p.copy_(b)
                 p.requires_grad_(False)
+
+
+def test_numpy_integers_are_sizes_and_seeds():
+    a = ntt.QuantLinear(np.int64(32), np.int32(16), "fp32", seed=np.int64(3))
+    b = ntt.QuantLinear(32, 16, "fp32", seed=3)
+    assert a.in_features == 32 and isinstance(a.in_features, int)
+    assert torch.equal(a.weight, b.weight)
+    s = torch.full((8, 2), 0.1)
+    assert torch.equal(group_fake_quantize(W, s, torch.full((8, 2), 8), 4, np.int64(8)),
+                       group_fake_quantize(W, s, torch.full((8, 2), 8), 4, 8))

@@ -7,7 +7,7 @@ import math
 import torch
 from torch import nn
 
-from numfmt.torch.train.amax import AmaxHistory
+from numfmt.torch.train.amax import AmaxHistory, _is_int
 from numfmt.torch.train.hadamard import RHT_SIZE, random_hadamard
 from numfmt.torch.train.operand import _check_divides, quantize_operand
 from numfmt.torch.train.recipes import GEMMS, OPERANDS, RECIPES, OperandSpec, Recipe, get_recipe
@@ -153,10 +153,11 @@ class QuantLinear(nn.Module):
                  bias: bool = False, seed: int = 0, device=None):
         super().__init__()
         for k, v in (("in_features", in_features), ("out_features", out_features)):
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            if not _is_int(v) or v < 1:
                 raise ValueError(f"{k} must be a positive int, got {v!r}")
-        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        if not _is_int(seed) or seed < 0:
             raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+        in_features, out_features, seed = int(in_features), int(out_features), int(seed)
         if not isinstance(name, str):
             raise ValueError(f"name must be a str, got {name!r}")
         self.in_features, self.out_features, self.name, self.seed = (in_features, out_features,

@@ -46,9 +46,9 @@ def group_index(k: int, group: int) -> torch.Tensor:
         If ``k`` or ``group`` is not a positive integer.
     """
     for value, name in ((k, "k"), (group, "group")):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return torch.arange(k) // group
+    return torch.arange(int(k)) // int(group)
 
 
 def _fp16(s: torch.Tensor) -> torch.Tensor:
