@@ -21,7 +21,9 @@ from typing import Sequence, TextIO
 
 from wcwidth import wcswidth, wcwidth
 
-from console.i18n import _ALIASES, LANGUAGES, N_, Domain, current_language, set_language
+from console.encoding import install_fallbacks, unprintable
+from console.i18n import (_ALIASES, DOMAINS_MADE, LANGUAGES, N_, Domain, current_language,
+                          set_language)
 
 __all__ = [
     "OBSERVATIONS_WIDTH", "display_width", "is_numeric", "use_color",
@@ -604,14 +606,20 @@ def _default_parser():
 
 
 def _check_output_encoding(prog: str) -> None:
-    """Exit with a clear message (status 1) when stdout cannot encode the chosen language."""
+    """Exit with a clear message (status 1), before the lecture starts, when stdout's encoding
+    cannot show the chosen language's text even through :data:`console.encoding.FALLBACKS`:
+    the text checked is every message of every catalog domain loaded so far (the lecture's
+    own among them) in that language, and the language's name."""
     lang = current_language()
     encoding = getattr(sys.stdout, "encoding", None) or "ascii"
-    try:
-        LANGUAGES[lang].encode(encoding)
-    except (UnicodeEncodeError, LookupError):
-        sys.exit(f"{prog}: the output encoding {encoding!r} cannot show {lang} text; set "
-                 "PYTHONIOENCODING=utf-8 (or a UTF-8 locale), or choose --lang en")
+    text = LANGUAGES[lang] if lang != "en" else ""
+    bad = unprintable(text, encoding)
+    if not bad:
+        bad = unprintable("".join(m for d in DOMAINS_MADE for m in d.messages(lang)), encoding)
+    if bad:   # in English: the encoding cannot show the other language's own words
+        shown = ", ".join(ascii(c) for c in bad[:5]) + (", ..." if len(bad) > 5 else "")
+        sys.exit(f"{prog}: the output encoding {encoding!r} cannot show {lang} text ({shown}); "
+                 "set PYTHONIOENCODING=utf-8 (or a UTF-8 locale), or choose --lang en")
 
 
 def run_lecture(main, parser=None) -> None:
@@ -625,9 +633,12 @@ def run_lecture(main, parser=None) -> None:
     command line is parsed by ``parser()`` (default: :func:`lecture_parser` with the script's
     first docstring line), built in that language: ``--help`` prints the usage and options
     and exits 0 without running the lecture, and an unknown option exits 2 with argparse's
-    message. A language that the output's encoding cannot show (``PYTHONIOENCODING=ascii``
-    with ``--lang zh``) exits with status 1 and a message instead of a UnicodeEncodeError
-    traceback.
+    message, as does a ``--lang`` without a translation. Where the output's encoding lacks a
+    character the lecture prints (``²`` in GBK, ``ᵀ`` in ASCII), stdout and stderr write its
+    ASCII spelling from :data:`console.encoding.FALLBACKS` (``^2``, ``^T``); a UTF-8 output
+    is unchanged. A language whose text the encoding cannot show even so
+    (``PYTHONIOENCODING=ascii`` with ``--lang zh``) exits with status 1 and a message before
+    the lecture starts, having printed nothing.
 
     ``python lectures/05_quantization_basics.py | head`` closes stdout after ten lines; Python
     would then print a BrokenPipeError traceback. This sends the rest of the output to
@@ -648,11 +659,13 @@ def run_lecture(main, parser=None) -> None:
     if args.lang is not None:
         try:
             set_language(args.lang)
-        except ValueError:              # said in the environment's language
+        except ValueError:              # said in the environment's language, as argparse does
             choices = ", ".join(sorted({"en", *_ALIASES}))     # the short tags: en, zh
-            sys.exit(_("{prog}: --lang: language '{tag}' has no translation; choose one of "
-                       "{choices}").format(prog=prog, tag=args.lang, choices=choices))
+            (parser or _default_parser)().error(
+                _("--lang: language '{tag}' has no translation; choose one of "
+                  "{choices}").format(tag=args.lang, choices=choices))
     _check_output_encoding(prog)
+    install_fallbacks(sys.stdout, sys.stderr)
     (parser or _default_parser)().parse_args(sys.argv[1:])
     sys.argv[1:] = rest
     try:

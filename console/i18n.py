@@ -133,6 +133,10 @@ def N_(message: str) -> str:
     return message
 
 
+#: Every :class:`Domain` made in this process (the lecture's, the console's, ...), in order.
+DOMAINS_MADE: list = []
+
+
 class Domain:
     """The messages of one part of the course (a lecture, the console) and their catalogs.
 
@@ -148,6 +152,7 @@ class Domain:
         self.name = name
         self.localedir = Path(localedir)
         self._catalogs: dict[str, _gettext.NullTranslations] = {}
+        DOMAINS_MADE.append(self)
 
     def catalog_path(self, lang: str) -> Path:
         """Where the ``.po`` catalog of language `lang` lives (it may not exist)."""
@@ -172,6 +177,21 @@ class Domain:
         write_mo(buf, catalog)            # leaves out untranslated and fuzzy entries
         buf.seek(0)
         return _gettext.GNUTranslations(buf)
+
+    def messages(self, lang: str) -> list[str]:
+        """Every message of this domain as `lang` prints it: the translations of its `lang`
+        catalog, or for English the messages themselves (read from the other languages'
+        catalogs, which list them)."""
+        if lang != "en":
+            cat = getattr(self.translations(lang), "_catalog", {})
+            return [v for v in cat.values() if isinstance(v, str)]
+        out = []
+        for other in LANGUAGES:
+            if other != "en":
+                for k in getattr(self.translations(other), "_catalog", {}):
+                    text = k[0] if isinstance(k, tuple) else k
+                    out.append(text.split("\x04", 1)[-1])      # without a pgettext context
+        return out
 
     def gettext(self, message: str) -> str:
         """`message` in the current language (itself where no translation exists)."""

@@ -125,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true",
                         help=_("a smaller text sample: 2 windows of 256 tokens (about 4x "
                                "faster)"))
-    parser.add_argument("--save", metavar="PATH",
+    parser.add_argument("--save", metavar="PATH", type=llm.save_path,
                         help=_("also write every demo's results as JSON to PATH "
                                "(lectures.llm.load_results reads them back)"))
     return parser

@@ -124,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help=_("demo 1 only (the synthetic layer; no model needed)"))
     parser.add_argument("--quick", action="store_true",
                         help=_("the tests' workload: 2 windows of 256 tokens, two settings"))
-    parser.add_argument("--save", metavar="PATH",
+    parser.add_argument("--save", metavar="PATH", type=llm.save_path,
                         help=_("also write the real-model demos' results as JSON to PATH "
                                "(lectures.llm.load_results reads them back)"))
     return parser

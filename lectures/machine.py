@@ -18,6 +18,7 @@ than fbgemm, and a roofline drawn from it would sit below what the W8A8 path mea
 
 from __future__ import annotations
 
+import numbers
 import os
 import platform
 import statistics
@@ -53,7 +54,11 @@ class Spread:
         return Spread(self.median * factor, min(a, b), max(a, b), self.repeats)
 
     def inverse(self, numerator: float = 1.0) -> "Spread":
-        """``numerator / value`` (seconds -> rate): the least time gives the highest rate."""
+        """``numerator / value`` (seconds -> rate): the least time gives the highest rate.
+        Raises ValueError if a value is not positive (a zero time has no rate)."""
+        if not self.low > 0:
+            raise ValueError(f"inverse needs positive values (a zero time has no rate), got "
+                             f"low={self.low!r}")
         return Spread(numerator / self.median, numerator / self.high, numerator / self.low,
                       self.repeats)
 
@@ -90,7 +95,12 @@ def repeat_seconds(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) 
     ------
     ValueError
         If ``repeats`` < 1 or ``warmup`` < 0.
+    TypeError
+        If ``repeats`` or ``warmup`` is not an integer (numpy integers accepted).
     """
+    for name, v in (("repeats", repeats), ("warmup", warmup)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise TypeError(f"{name} must be an int, got {v!r}")
     if repeats < 1 or warmup < 0:
         raise ValueError(f"need repeats >= 1 and warmup >= 0, got {repeats} and {warmup}")
     for _ in range(warmup):
@@ -101,6 +111,22 @@ def repeat_seconds(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) 
         fn()
         times.append(time.perf_counter() - t0)
     return Spread.of(times)
+
+
+def physical_memory() -> int | None:
+    """Bytes of physical memory (``sysconf``), or None where the OS does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _check_fits(name: str, value: int, nbytes: int) -> None:
+    """Refuse, before allocating, arrays larger than the machine's memory."""
+    memory = physical_memory()
+    if memory is not None and nbytes > memory:
+        raise ValueError(f"{name}={value} needs {nbytes / 2**30:.1f} GiB of arrays; this "
+                         f"machine has {memory / 2**30:.1f} GiB")
 
 
 def stream_bandwidth(numel: int = 1 << 24, repeats: int = 5) -> dict:
@@ -121,12 +147,14 @@ def stream_bandwidth(numel: int = 1 << 24, repeats: int = 5) -> dict:
     Raises
     ------
     ValueError
-        If ``numel`` < 1 or ``repeats`` < 1.
+        If ``numel`` < 1, ``repeats`` < 1, or the five arrays (20 bytes per element) exceed
+        the machine's physical memory.
     """
     import torch
 
-    if numel < 1:
-        raise ValueError(f"numel must be positive, got {numel}")
+    if isinstance(numel, bool) or not isinstance(numel, numbers.Integral) or numel < 1:
+        raise ValueError(f"numel must be a positive int, got {numel!r}")
+    _check_fits("numel", numel, 20 * numel)
     g = torch.Generator().manual_seed(0)
     a = torch.empty(numel)
     b, c = torch.rand(numel, generator=g), torch.rand(numel, generator=g)
@@ -148,15 +176,16 @@ def matmul_throughput(dtype: str, n: int = 1024, repeats: int = 5) -> Spread:
     Raises
     ------
     ValueError
-        If ``dtype`` is not one of :data:`MATMUL_DTYPES` or ``n`` is not a positive multiple
-        of 8.
+        If ``dtype`` is not one of :data:`MATMUL_DTYPES`, ``n`` is not a positive multiple
+        of 8, or the operands (four n x n float32 arrays) exceed the machine's memory.
     """
     import torch
 
     if dtype not in MATMUL_DTYPES:
         raise ValueError(f"dtype must be one of {MATMUL_DTYPES}, got {dtype!r}")
-    if n < 8 or n % 8:
-        raise ValueError(f"n must be a positive multiple of 8, got {n}")
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 8 or n % 8:
+        raise ValueError(f"n must be a positive multiple of 8, got {n!r}")
+    _check_fits("n", n, 16 * n * n)
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g)
     if dtype == "int8":

@@ -82,13 +82,14 @@ def test_help_in_chinese_from_lang_and_from_environment(lecture, monkeypatch, ca
 
 
 def test_unknown_language_error_follows_the_environment(monkeypatch, capsys):
-    """``--lang fr`` names the option and the tag, in the environment's language."""
+    """``--lang fr`` names the option and the tag, in the environment's language, and exits
+    2 with the usage line, as argparse does for any bad option value."""
     path = LECTURES[0]
     code, out, err = run(path, ["--lang", "fr"], monkeypatch, capsys)
-    assert code == 1 and out == ""
+    assert code == 2 and out == "" and err.startswith("usage: " + path.name)
     assert "--lang: language 'fr' has no translation; choose one of en, zh" in err
     code, out, err = run(path, ["--lang", "fr"], monkeypatch, capsys, env={"LANG": "zh_CN.UTF-8"})
-    assert code == 1 and out == ""
+    assert code == 2 and out == "" and err.startswith("用法：")
     assert "--lang：语言 'fr' 没有译文；可选：en, zh" in err
 
 

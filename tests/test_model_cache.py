@@ -187,3 +187,31 @@ def test_gguf_conversion_keeps_the_bar_on_a_terminal():
     with C._conversion_progress(term):
         assert module.tqdm is drawn
     assert term.getvalue() == ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Files the manifest does not list, and a cache directory that cannot be written
+# ---------------------------------------------------------------------------------------------
+def test_an_unlisted_file_is_damage_and_the_cache_is_rebuilt(harness):
+    reference = harness()
+    # transformers reads added_tokens.json beside tokenizer.json: it would add a token
+    (harness.folder / "added_tokens.json").write_text('{"a b": 6}')
+    assert "added_tokens.json" in C.cache_problem(harness.folder)
+    rebuilt = harness()
+    assert not rebuilt.from_cache and harness.state["builds"] == 2
+    assert not (harness.folder / "added_tokens.json").exists()
+    assert rebuilt.tokenizer("a b")["input_ids"] == reference.tokenizer("a b")["input_ids"]
+
+
+@pytest.mark.parametrize("root", ["/proc/lowprec-x", "/sys/lowprec-x", "file"])
+def test_an_unwritable_cache_directory_runs_uncached_and_says_so(harness, monkeypatch,
+                                                                tmp_path, capsys, root):
+    if root == "file":                       # a path under a regular file
+        (tmp_path / "plain").write_text("x")
+        root = str(tmp_path / "plain" / "cache")
+    monkeypatch.setenv("LOWPREC_CACHE", root)
+    got = harness()
+    assert not got.from_cache and harness.state["builds"] == 1
+    err = capsys.readouterr().err
+    assert "LOWPREC_CACHE" in err and root in err and "Traceback" not in err
+    C._write_cache(C.Path(root) / "c", got.model, got.tokenizer)   # swallowed, as documented

@@ -380,19 +380,20 @@ def test_delayed_scaling_follows_the_amax_history_rule():
 
 
 def test_amax_history_keeps_its_scale_without_a_usable_amax():
-    # TE: a zero or non-finite window maximum leaves the scale as it was (1 at the start).
+    # TE's fused update: a zero amax is not recorded, and a non-finite window maximum leaves
+    # the scale as it was (1 at the start).
     h = ntt.AmaxHistory(length=2)
     e4m3 = nf.FP8_E4M3
     assert h.scale(e4m3) == 1.0
     h.record(0.0, {e4m3})
-    assert h.scale(e4m3) == 1.0
+    assert h.scale(e4m3) == 1.0 and h.history == []
     h.record(896.0, {e4m3})
     assert h.scale(e4m3) == 2.0
-    h.record(0.0, {e4m3})            # window (896, 0): the spike still rules
+    h.record(0.0, {e4m3})            # not rolled in: the window is still (896,)
     assert h.scale(e4m3) == 2.0
-    h.record(0.0, {e4m3})            # window (0, 0): nothing to scale from, keep 2
-    assert h.scale(e4m3) == 2.0
-    h.record(math.inf, {e4m3})
+    h.record(0.0, {e4m3})
+    assert h.scale(e4m3) == 2.0 and h.history == [896.0]
+    h.record(math.inf, {e4m3})       # window (896, inf): not finite, keep 2
     assert h.scale(e4m3) == 2.0
     h.record(56.0, {e4m3})           # window (inf, 56): still not finite
     assert h.scale(e4m3) == 2.0

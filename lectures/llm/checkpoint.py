@@ -9,8 +9,11 @@ The first load takes tens of seconds; the dequantized weights, the configuration
 tokenizer are then cached with ``save_pretrained`` (safetensors) in a user cache directory,
 keyed by the SHA-256 of the GGUF file, so later runs load in a few seconds. The cache records
 the SHA-256 of every file it writes (``sha256sums.json``) and is read only when every file
-matches; a cache folder that does not (a truncated, edited or missing file, or a folder from
-before the record) is set aside and rebuilt from the GGUF file.
+matches and it holds no other file (a stray ``added_tokens.json`` would change the tokenizer);
+a cache folder that does not (a truncated, edited, missing or unlisted file, or a folder from
+before the record) is set aside and rebuilt from the GGUF file. A cache directory that cannot
+be written (``$LOWPREC_CACHE`` read-only or on a pseudo file system) is reported in one line
+on stderr and the model is loaded without caching.
 """
 
 from __future__ import annotations
@@ -241,8 +244,11 @@ def _write_cache(folder: Path, model, tokenizer) -> None:
     """
     from safetensors.torch import save_model
 
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
+    except OSError:
+        return                    # an unwritable cache directory: the model runs uncached
     try:
         save_model(model, str(tmp / WEIGHTS_FILE))
         model.config.save_pretrained(tmp)
@@ -269,7 +275,9 @@ def cache_problem(folder) -> str | None:
     """What is wrong with a cache folder, in one line, or None when it is intact.
 
     Intact: :data:`MANIFEST` is valid JSON naming :data:`WEIGHTS_FILE`, ``config.json`` and
-    at least one tokenizer file, and every file it names exists with that SHA-256.
+    at least one tokenizer file, every file it names exists with that SHA-256, and the folder
+    holds nothing else (transformers reads files such as ``added_tokens.json`` when they are
+    present, so an unlisted file could change the model or its tokenizer).
     """
     folder = Path(folder)
     try:
@@ -281,6 +289,13 @@ def cache_problem(folder) -> str | None:
     if (not isinstance(digests, dict) or WEIGHTS_FILE not in digests
             or "config.json" not in digests or not any("tokenizer" in k for k in digests)):
         return f"{MANIFEST} does not list the weights, configuration and tokenizer"
+    try:
+        present = sorted(p.name for p in folder.iterdir())
+    except OSError as err:
+        return f"the folder is unreadable ({type(err).__name__})"
+    for name in present:
+        if name != MANIFEST and name not in digests:
+            return f"{name} is not listed in {MANIFEST}"
     for name, want in sorted(digests.items()):
         path = folder / str(name)
         if not path.is_file():
@@ -288,6 +303,17 @@ def cache_problem(folder) -> str | None:
         if file_sha256(path) != want:
             return f"{name} differs from the SHA-256 recorded when it was written"
     return None
+
+
+def _writable(root: Path) -> bool:
+    """Whether cache folders can be created under ``root`` (tried, not guessed: a
+    pseudo file system such as /proc or /sys passes permission checks and still refuses)."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        Path(tempfile.mkdtemp(prefix=".probe.", dir=root)).rmdir()
+    except OSError:
+        return False
+    return True
 
 
 def _read_cache(folder: Path, torch, transformers, AutoTokenizer):
@@ -345,6 +371,12 @@ def load_checkpoint(path=None, cache: bool = True, device=None) -> Checkpoint:
     folder = cache_root() / f"smollm2-135m-{sha[:16]}"
     # a damaged or unrecorded cache is rebuilt below (and replaced by _write_cache)
     from_cache = cache and folder.is_dir() and cache_problem(folder) is None
+    if cache and not from_cache and not _writable(folder.parent):
+        cache = False             # said before the conversion, which then runs uncached
+        print(_("The model cache directory {folder} cannot be written (set {variable} to a "
+                "writable directory to keep the converted model); this run converts the model "
+                "without caching it.").format(folder=folder.parent, variable=CACHE_ENV),
+              file=sys.stderr)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if from_cache:

@@ -18,6 +18,8 @@ fixed learning rate, one batch per step, no batch used twice; evaluation uses
 from __future__ import annotations
 
 import contextlib
+import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -87,9 +89,13 @@ def tail_logits(model, first: int, hidden, kwargs: dict):
 def tail_window_nll(model, first: int, states: list, windows) -> np.ndarray:
     """Mean NLL per window (nats per token), float64 (n,), of the model from ``states``
     (:func:`layer_inputs` of the same ``windows``): :func:`lectures.llm.window_nll` of the
-    whole model, the frozen layers having run once."""
+    whole model, the frozen layers having run once.
+
+    Raises ValueError naming ``windows`` if its rows are not the states' windows (one per
+    row of the states' batches)."""
     import torch
 
+    _check_windows(windows, states, len(states), exact=True)
     ids = torch.as_tensor(np.asarray(windows), dtype=torch.long)
     out, i = [], 0
     with torch.no_grad():
@@ -100,6 +106,19 @@ def tail_window_nll(model, first: int, states: list, windows) -> np.ndarray:
                 out.append(float(token_nll(row[:-1].cpu(), seq[1:].cpu()).mean()))
                 i += 1
     return np.array(out, dtype=np.float64)
+
+
+def _check_windows(windows, states, n_batches: int, exact: bool) -> None:
+    """``windows`` must be a 2-D integer array with a row for each window of the first
+    ``n_batches`` batches of ``states`` (exactly as many, with ``exact``)."""
+    arr = np.asarray(windows)
+    if arr.ndim != 2 or not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"windows must be a 2-D integer array (n, T), got dtype {arr.dtype} "
+                         f"shape {arr.shape}")
+    need = sum(len(hidden) for hidden, _ in states[:n_batches])
+    if arr.shape[0] < need or (exact and arr.shape[0] != need):
+        raise ValueError(f"windows has {arr.shape[0]} rows; the states' batches hold {need} "
+                         "windows (windows must be those the states were computed from)")
 
 
 @contextlib.contextmanager
@@ -159,7 +178,9 @@ def train(model, first: int, params, states: list, windows, steps: int, lr: floa
     Raises
     ------
     ValueError
-        If ``steps`` is not a positive integer or exceeds the batches, or ``lr`` is not positive.
+        If ``steps`` is not a positive integer or exceeds the batches, ``lr`` is not a
+        positive finite number (numpy reals accepted), or ``windows`` has fewer rows than the
+        batches of the ``steps`` steps hold.
     """
     import time
 
@@ -172,8 +193,11 @@ def train(model, first: int, params, states: list, windows, steps: int, lr: floa
     if steps > len(states):
         raise ValueError(f"steps={steps} needs {steps} batches of training windows, "
                          f"got {len(states)}")
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
-        raise ValueError(f"lr must be a positive number, got {lr!r}")
+    if (isinstance(lr, (bool, np.bool_)) or not isinstance(lr, numbers.Real)
+            or not 0 < float(lr) < math.inf):
+        raise ValueError(f"lr must be a positive finite number, got {lr!r}")
+    lr = float(lr)
+    _check_windows(windows, states, steps, exact=False)
     params = list(params)
     if not (params and isinstance(params[0], dict)):      # else Adam's parameter groups
         params = [p for p in params if p.requires_grad]

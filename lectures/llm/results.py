@@ -18,6 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
+from lectures.i18n import domain
+
+_ = domain("llm").gettext
+
 __all__ = ["load_results", "save_results"]
 
 
@@ -66,6 +70,17 @@ def _decode(obj, classes):
     return {k: _decode(v, classes) for k, v in obj["__dict__"].items()}
 
 
+def save_path(text: str) -> Path:
+    """``--save PATH``'s argparse type: the path, refused at once (argparse's exit 2 with the
+    usage line, before any work) if it names a directory."""
+    import argparse
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(
+            _("{path} is a directory; --save needs the path of a file").format(path=text))
+    return path
+
+
 def save_results(path, results: dict, about: dict | None = None) -> Path:
     """Write ``results`` (name -> demo result: dataclasses, arrays, lists, dicts, numbers) as
     JSON to ``path``, atomically (a temporary file renamed over it). ``about`` records how they
@@ -75,8 +90,12 @@ def save_results(path, results: dict, about: dict | None = None) -> Path:
     ------
     TypeError
         If a value is of a type the format does not store.
+    ValueError
+        If ``path`` is an existing directory.
     """
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"path {str(path)!r} is a directory; save_results needs a file path")
     text = json.dumps({"about": about or {}, "results": _encode(results)}, indent=1,
                       ensure_ascii=False)
     path.parent.mkdir(parents=True, exist_ok=True)

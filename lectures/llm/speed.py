@@ -242,9 +242,19 @@ def torchao_weight_only(bits: int) -> Callable:
 
     int8: ``Int8WeightOnlyConfig`` (per-row scales). int4: ``Int4WeightOnlyConfig`` in groups of
     64 (576 = 9 x 64; groups of 128 do not divide it), which in torchao 0.18 has CUDA layouts
-    only. The builder raises :class:`PathUnavailable` when torchao is missing or the layout does
-    not run on this machine, with the reason.
+    only. The builder raises :class:`PathUnavailable` when torchao is missing, the layout does
+    not run on this machine, or a decoder linear was left unconverted (torchao skips a layer
+    narrower than its group: a timing labelled int4 would be bfloat16's), with the reason.
+
+    Raises
+    ------
+    ValueError
+        If ``bits`` is not 4 or 8.
     """
+    if isinstance(bits, bool) or bits not in (4, 8):
+        raise ValueError(f"bits must be 4 or 8 (torchao's weight-only int4 and int8), "
+                         f"got {bits!r}")
+
     def build(model):
         if importlib.util.find_spec("torchao") is None:
             raise PathUnavailable(f"torchao is not installed ({TORCHAO_INSTALL})")
@@ -265,6 +275,12 @@ def torchao_weight_only(bits: int) -> Callable:
             except Exception as exc:  # noqa: BLE001 - the reason is what the lecture prints
                 raise PathUnavailable(f"torchao {bits}-bit weight-only: {type(exc).__name__}: "
                                       f"{str(exc).strip().splitlines()[0][:90]}") from exc
+            # a converted weight is one of torchao's tensor subclasses, a skipped one a tensor
+            left = [n for n, m in decoder_linears(q).items()
+                    if type(m.weight.detach()) is torch.Tensor]
+            if left:
+                raise PathUnavailable(f"torchao {bits}-bit weight-only left {len(left)} of "
+                                      f"{len(names)} linears unconverted (e.g. {left[0]})")
         return q
     return build
 

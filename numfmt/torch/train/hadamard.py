@@ -12,7 +12,7 @@ RHT_SIZE = 16
 
 def hadamard(n: int = RHT_SIZE) -> torch.Tensor:
     """The Sylvester Hadamard matrix of order ``n`` (a power of two), entries +-1, float64."""
-    if not isinstance(n, int) or n < 1 or n & (n - 1):
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1 or n & (n - 1):
         raise ValueError(f"n must be a power of two, got {n!r}")
     h = torch.ones(1, 1, dtype=torch.float64)
     while h.shape[0] < n:
@@ -53,8 +53,12 @@ def apply_rht(t: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
     Raises
     ------
     ValueError
-        If the inner dimension is not a multiple of ``h``'s size (naming ``rht``).
+        If ``t`` is not 2-D, or the inner dimension is not a multiple of ``h``'s size
+        (naming ``rht``).
     """
+    if not isinstance(t, torch.Tensor) or t.ndim != 2:
+        raise ValueError(f"t must be a 2-D tensor (rows, inner), got "
+                         f"{getattr(t, 'shape', type(t))}")
     rows, inner = t.shape
     n = h.shape[0]
     if inner % n:

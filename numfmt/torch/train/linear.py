@@ -7,7 +7,7 @@ import math
 import torch
 from torch import nn
 
-from numfmt.torch.train.amax import AmaxHistory
+from numfmt.torch.train.amax import AmaxHistory, _is_int
 from numfmt.torch.train.hadamard import RHT_SIZE, random_hadamard
 from numfmt.torch.train.operand import _check_divides, quantize_operand
 from numfmt.torch.train.recipes import GEMMS, OPERANDS, RECIPES, OperandSpec, Recipe, get_recipe
@@ -19,6 +19,7 @@ class _QuantLinearFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, layer):
         recipe = layer.effective_recipe
+        ctx.call = layer._call
         gen = layer._generator(x.device, 0)
         xq = layer._quantize(x, "fprop", "x", generator=gen)
         wq = layer._quantize(weight, "fprop", "w", generator=gen)
@@ -34,7 +35,7 @@ class _QuantLinearFunction(torch.autograd.Function):
         dy = dy.contiguous()
         if layer.capture:
             layer.last_operands["dy"] = dy.detach().clone()
-        gen = layer._generator(dy.device, 1)
+        gen = layer._generator(dy.device, 1, ctx.call)
         dx = dw = db = dyq = None
         if ctx.needs_input_grad[0]:
             dyq = layer._quantize(dy, "dgrad", "dy", recipe=recipe, generator=gen)
@@ -59,7 +60,7 @@ class _QuantLinearFunction(torch.autograd.Function):
             dw = (xq_t @ dyq_t.t()).t()                          # (in, N) (N, out) -> (out, in)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = dy.sum(0)
-        layer._end_backward(dy)
+        layer._end_backward(ctx.call)
         return dx, dw, db, None
 
 
@@ -116,6 +117,15 @@ class QuantLinear(nn.Module):
     step : int
         Training steps taken (forward passes with grad enabled in training mode).
 
+    State
+    -----
+    ``state_dict()`` holds, beside the weight (and bias), the layer's ``_extra_state``
+    (:meth:`get_extra_state`): the step counter, the seed and RHT signs the stochastic rounding
+    and the transform draw from, and delayed scaling's amax histories and scales, as
+    TransformerEngine's modules checkpoint their FP8 metadata (``scale``, ``amax_history``;
+    ``transformer_engine/pytorch/module/base.py``, ``get_extra_state``). A run interrupted,
+    saved and loaded into a fresh layer continues bit for bit as the uninterrupted run.
+
     Notes
     -----
     The input may have any leading shape ``(..., in_features)``; it is flattened to
@@ -128,17 +138,26 @@ class QuantLinear(nn.Module):
     float64, more exactly than any tensor core; what it buys is results that do not depend on
     the CPU's kernels, whose float32 sums differ in the last bits from one instruction set to
     another. Delayed scaling keeps an :class:`AmaxHistory` for x, W and dy; it advances on
-    training steps only, so evaluation does not change a run.
+    training steps only (a forward in training mode with grad enabled, and the backward of
+    such a forward), so evaluation, including a backward pass in eval mode such as an input
+    saliency map, does not change a run.
+
+    Stochastic rounding draws afresh for every backward call: the backward of the forward
+    taken at step ``s`` draws from (seed, ``s``), so micro-batches accumulated before one
+    optimizer step, or a layer applied twice, round their gradients independently (TE
+    advances its Philox offset per call); backward passes in eval mode draw from a stream of
+    their own, which the training draws never see.
     """
 
     def __init__(self, in_features: int, out_features: int, recipe="fp32", *, name: str = "",
                  bias: bool = False, seed: int = 0, device=None):
         super().__init__()
         for k, v in (("in_features", in_features), ("out_features", out_features)):
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            if not _is_int(v) or v < 1:
                 raise ValueError(f"{k} must be a positive int, got {v!r}")
-        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        if not _is_int(seed) or seed < 0:
             raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+        in_features, out_features, seed = int(in_features), int(out_features), int(seed)
         if not isinstance(name, str):
             raise ValueError(f"name must be a str, got {name!r}")
         self.in_features, self.out_features, self.name, self.seed = (in_features, out_features,
@@ -154,6 +173,8 @@ class QuantLinear(nn.Module):
         self.capture = False
         self.last_operands: dict = {}
         self.step = 0
+        self._call = None         # (kind, index) of the forward now running: see _generator
+        self._eval_calls = 0
         self._gens: dict = {}
         self._histories: dict[str, AmaxHistory] = {}
         self._pending: dict[str, float] = {}
@@ -175,14 +196,21 @@ class QuantLinear(nn.Module):
         return RECIPES["bf16"] if self.name and r.is_high_precision(self.name) else r
 
     # pieces ----------------------------------------------------------------------------
-    def _generator(self, device: torch.device, phase: int) -> torch.Generator:
-        """The generator of this step's forward (``phase`` 0) or backward (1) pass on
-        ``device``, seeded from (seed, step, phase): runs repeat, and the passes draw apart."""
+    def _generator(self, device: torch.device, phase: int, call=None) -> torch.Generator:
+        """The generator of a forward (``phase`` 0) or backward (1) pass on ``device``,
+        seeded from (seed, index, phase): runs repeat, and the passes draw apart.
+
+        The forward draws with the index of the step it takes; a backward with the ``call``
+        its forward recorded: ``("train", step + 1)`` for a training forward (each forward
+        has its own, so accumulated micro-batches draw independently) or ``("eval", k)``
+        for the k-th forward with grad in eval mode (a stream apart: bit 62 set)."""
         key = str(device)
         if key not in self._gens:
             self._gens[key] = torch.Generator(device=device)
         g = self._gens[key]
-        g.manual_seed(((self.seed * 1_000_003 + self.step) * 2 + phase) % (2**63 - 1))
+        kind, index = call if call is not None else ("train", self.step)
+        seed = ((self.seed * 1_000_003 + index) * 2 + phase) % (2**62)
+        g.manual_seed(seed | (2**62 if kind == "eval" else 0))
         return g
 
     def _quantize(self, t, gemm, operand, *, recipe=None, generator=None, hadamard_matrix=None):
@@ -191,6 +219,8 @@ class QuantLinear(nn.Module):
         if spec.scaling == "delayed":
             hist = self._histories.setdefault(operand, AmaxHistory(recipe.amax_history,
                                                                    recipe.margin))
+            if t.numel() == 0:  # an empty batch: no amax to record
+                return quantize_operand(t, spec, scale=hist.scale(spec.format))
             # This step's amax enters the history after the step (TE updates the scales
             # after the forward and after the backward): it scales the next steps.
             amax = float(t.detach().abs().amax().to(torch.float32))  # the operand's FP32 amax
@@ -198,7 +228,7 @@ class QuantLinear(nn.Module):
             if not math.isfinite(amax):  # as quantize_operand: a diverged operand is NaN
                 return torch.full_like(t, float("nan"))
             return quantize_operand(t, spec, scale=hist.scale(spec.format))
-        return quantize_operand(t, spec, generator=generator, margin=0,
+        return quantize_operand(t, spec, generator=generator,
                                 hadamard_matrix=hadamard_matrix)
 
     def _end_step(self, names) -> None:
@@ -209,8 +239,57 @@ class QuantLinear(nn.Module):
                 fmts = {recipe.spec(g, op).format for g in GEMMS if op in OPERANDS[g]}
                 self._histories[op].record(self._pending.pop(op), fmts)
 
-    def _end_backward(self, dy) -> None:
-        self._end_step(("dy",))
+    def _end_backward(self, call) -> None:
+        """Record dy's amax after the backward of a training forward; discard it after an
+        eval-mode one (evaluation leaves the histories alone)."""
+        if call is not None and call[0] == "train":
+            self._end_step(("dy",))
+        else:
+            self._pending.pop("dy", None)
+
+    # state -----------------------------------------------------------------------------
+    def get_extra_state(self) -> dict:
+        """The training state beyond the parameters, for ``state_dict()``.
+
+        Returns
+        -------
+        dict
+            ``{"version": 1, "recipe": str, "seed": int, "step": int,
+            "hadamard": float32 tensor (16, 16) on the CPU, "histories": {operand:
+            {"history": [float, ...] oldest first, "scales": {format name: float}}}}``:
+            plain Python numbers and one CPU tensor (``torch.load(weights_only=True)``
+            reads it).
+        """
+        return {"version": 1, "recipe": self._recipe.name, "seed": self.seed,
+                "step": self.step, "hadamard": self.hadamard.detach().cpu().clone(),
+                "histories": {op: h.state_dict() for op, h in self._histories.items()}}
+
+    def set_extra_state(self, state) -> None:
+        """Restore :meth:`get_extra_state`'s dict (``load_state_dict`` calls it).
+
+        Raises
+        ------
+        ValueError
+            If ``state`` is not such a dict, or holds amax histories of a recipe other than
+            the layer's (their scales belong to other formats).
+        """
+        keys = {"version", "recipe", "seed", "step", "hadamard", "histories"}
+        if not isinstance(state, dict) or state.get("version") != 1 or set(state) != keys:
+            raise ValueError("QuantLinear extra state must be the dict get_extra_state "
+                             f"returns (version 1, keys {sorted(keys)}), got {state!r:.200}")
+        if state["histories"] and state["recipe"] != self._recipe.name:
+            raise ValueError(f"the checkpoint's amax histories are recipe "
+                             f"{state['recipe']!r}'s; this layer runs {self._recipe.name!r} "
+                             "(set layer.recipe before loading)")
+        self.seed, self.step = int(state["seed"]), int(state["step"])
+        self.hadamard = state["hadamard"].detach().to("cpu", torch.float32).clone()
+        recipe = self.effective_recipe
+        self._histories = {}
+        for op, h in state["histories"].items():
+            hist = AmaxHistory(recipe.amax_history, recipe.margin)
+            hist.load_state_dict(h)
+            self._histories[op] = hist
+        self._pending = {}
 
     # forward ---------------------------------------------------------------------------
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -227,6 +306,11 @@ class QuantLinear(nn.Module):
         if self.capture:
             self.last_operands = {"x": x2.detach().clone(), "w": self.weight.detach().clone()}
         self._pending = {}
+        if training:
+            self._call = ("train", self.step + 1)
+        else:
+            self._call = ("eval", self._eval_calls)
+            self._eval_calls += 1
         y = _QuantLinearFunction.apply(x2, self.weight, self.bias, self)
         if training:
             self._end_step(("x", "w"))

@@ -21,6 +21,7 @@ device with the same operations, in the same order, as :func:`numfmt.packing.qlo
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 import torch
@@ -40,6 +41,12 @@ class NF4Weight(nn.Module):
     byte, element 2i in the high nibble; ``levels`` float64 (16,); with double quantization
     ``absmax_codes`` uint8 (n_blocks,), ``super_scales`` float32, ``offset`` float32 (),
     ``code_map`` float32 (256,); without, ``absmax`` float32 (n_blocks,).
+
+    ``Module.to(dtype)`` (and ``.half()``, ``.bfloat16()``, ``.double()``) moves the buffers
+    but keeps their dtypes: the codebook, absmax and super-scales stay as stored, as
+    bitsandbytes keeps a ``Params4bit``'s quant_state (absmax, code) in float32 when a QLoRA
+    model is cast to bfloat16, so the frozen weight does not move; :meth:`dequantize`
+    rounds once, to the dtype it is asked for.
 
     Raises
     ------
@@ -81,6 +88,13 @@ class NF4Weight(nn.Module):
         arr = w.detach().cpu().double().numpy() if isinstance(w, torch.Tensor) else w
         return cls(qlora_quantize(arr, double_quant=double_quant))
 
+    def _apply(self, fn, recurse=True):
+        """Module.to/cuda/half/...: each buffer goes where ``fn`` sends it, in its own dtype."""
+        for k, t in self._buffers.items():
+            if t is not None:
+                self._buffers[k] = t.to(fn(t).device)
+        return self
+
     def _codes(self) -> torch.Tensor:
         d = self.data.long()
         pairs = torch.stack([d >> 4, d & 0xF], dim=1)            # (bytes, 2): high nibble first
@@ -108,8 +122,9 @@ class NF4Weight(nn.Module):
 
 
 def _check_rank(rank, out_features: int, in_features: int) -> int:
-    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
-        raise ValueError(f"rank must be a positive integer, got {rank!r}")
+    if isinstance(rank, (bool, np.bool_)) or not isinstance(rank, numbers.Integral) or rank < 1:
+        raise ValueError(f"rank must be a positive integer (Python or numpy), got {rank!r}")
+    rank = int(rank)
     if rank > min(out_features, in_features):
         raise ValueError(f"rank must be at most min(out, in) = {min(out_features, in_features)} "
                          f"for a ({out_features}, {in_features}) layer, got {rank}")
@@ -136,8 +151,9 @@ class LoRALinear(nn.Module):
     Raises
     ------
     ValueError
-        If ``rank`` is not an integer in [1, min(out, in)], ``alpha`` is not positive, or
-        ``base`` is not two-dimensional.
+        If ``rank`` is not an integer in [1, min(out, in)] (numpy integers accepted),
+        ``alpha`` is not a positive finite real (numpy reals accepted), ``base`` is not
+        two-dimensional, or ``bias`` is not (out,).
     TypeError
         If ``base`` is neither a floating-point tensor nor an NF4Weight.
     """
@@ -159,8 +175,14 @@ class LoRALinear(nn.Module):
             raise ValueError(f"base must be (out, in), got shape {shape}")
         out_features, in_features = shape
         self.rank = _check_rank(rank, out_features, in_features)
-        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha > 0:
-            raise ValueError(f"alpha must be a positive number, got {alpha!r}")
+        if (isinstance(alpha, (bool, np.bool_)) or not isinstance(alpha, numbers.Real)
+                or not 0 < float(alpha) < math.inf):
+            raise ValueError(f"alpha must be a positive finite number, got {alpha!r}")
+        if bias is not None and (not isinstance(bias, torch.Tensor)
+                                 or tuple(bias.shape) != (out_features,)):
+            raise ValueError(f"bias must be a tensor of shape ({out_features},) (out), got "
+                             f"{tuple(getattr(bias, 'shape', ())) or type(bias).__name__}")
+        rank = self.rank
         self.alpha, self.scaling = float(alpha), float(alpha) / rank
         self.in_features, self.out_features = in_features, out_features
         device = (base.data if isinstance(base, NF4Weight) else base).device

@@ -25,6 +25,7 @@ trained.
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 from torch import nn
@@ -45,9 +46,9 @@ def group_index(k: int, group: int) -> torch.Tensor:
         If ``k`` or ``group`` is not a positive integer.
     """
     for value, name in ((k, "k"), (group, "group")):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return torch.arange(k) // group
+    return torch.arange(int(k)) // int(group)
 
 
 def _fp16(s: torch.Tensor) -> torch.Tensor:
@@ -115,15 +116,43 @@ class _GroupSTE(torch.autograd.Function):
         return grad * inside, None, None, None, None, None
 
 
-def _grid_columns(w, scale, zero, group):
+def _grid_columns(w, scale, zero, group, bits=None):
+    """Check the shapes (and, given ``bits``, the values) of a per-group grid; return the
+    group of each column."""
+    for name, t in (("w", w), ("scale", scale), ("zero", zero)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if w.ndim != 2 or scale.ndim != 2 or tuple(scale.shape) != tuple(zero.shape):
         raise ValueError(f"w must be (out, K) and scale, zero (out, G), got {tuple(w.shape)}, "
                          f"{tuple(scale.shape)}, {tuple(zero.shape)}")
+    if w.shape[0] < 1 or w.shape[1] < 1:
+        raise ValueError(f"w must have at least one row and one column, got shape "
+                         f"{tuple(w.shape)}")
     g = group_index(w.shape[-1], group)
     if scale.shape[0] != w.shape[0] or scale.shape[1] != int(g[-1]) + 1:
         raise ValueError(f"scale must have shape ({w.shape[0]}, {int(g[-1]) + 1}) for w of "
                          f"shape {tuple(w.shape)} and group={group}, got {tuple(scale.shape)}")
+    if bits is not None:
+        _check_grid_values(scale, zero, bits)
     return g
+
+
+def _check_grid_values(scale, zero, bits) -> None:
+    """Refuse scales that are not positive and finite in float16 (the storage the forward
+    pass rounds them to: below 2^-25 a scale becomes 0, above 65504 Inf) and zero points
+    off the grid [0, 2**bits - 1]."""
+    s16 = scale.detach().to(torch.float16)
+    if not bool(((s16 > 0) & torch.isfinite(s16)).all()):
+        bad = scale.detach().flatten()[~((s16 > 0) & torch.isfinite(s16)).flatten()][0]
+        raise ValueError(f"scale must be positive and finite in float16 (its storage: "
+                         f"[2**-24, 65504]), got {float(bad)!r}")
+    z = zero.detach()
+    qmax = 2**bits - 1
+    if z.is_floating_point() and not bool((z == torch.round(z)).all()):
+        raise ValueError("zero must hold integers (zero points)")
+    if not bool(((z >= 0) & (z <= qmax)).all()):
+        raise ValueError(f"zero must lie in [0, {qmax}] for bits={bits}, got values in "
+                         f"[{float(z.min())}, {float(z.max())}]")
 
 
 def group_fake_quantize(w: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bits: int,
@@ -147,10 +176,13 @@ def group_fake_quantize(w: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor
     Raises
     ------
     ValueError
-        If the shapes do not fit each other, or ``bits`` is out of [2, 16].
+        If the shapes do not fit each other (or ``w`` is empty), ``bits`` is out of [2, 16],
+        a scale is not positive and finite in float16, or a zero point lies off the grid.
+    TypeError
+        If ``w``, ``scale`` or ``zero`` is not a tensor.
     """
     qmin, qmax = int_range(bits, symmetric=False)
-    _grid_columns(w, scale, zero, group)
+    _grid_columns(w, scale, zero, group, bits)
     return _GroupSTE.apply(w.float(), _fp16(scale.detach().float()), zero.detach().float(),
                            qmin, qmax, group)
 
@@ -159,8 +191,11 @@ def lsq_gradient_scale(group_sizes: torch.Tensor, qmax: int) -> torch.Tensor:
     """LSQ's gradient scale ``1 / sqrt(N · Q_P)`` per scale: float64, shape of ``group_sizes``.
 
     ``N`` is the number of weights that share the scale (the group's columns), ``Q_P = qmax``.
-    Esser et al. 2020, section 2.2.
+    Esser et al. 2020, section 2.2. Raises ValueError if ``qmax`` (Q_P) is not an int >= 1.
     """
+    if isinstance(qmax, bool) or not isinstance(qmax, numbers.Integral) or qmax < 1:
+        raise ValueError(f"qmax must be an int >= 1 (Q_P, the grid's largest code), "
+                         f"got {qmax!r}")
     return 1.0 / torch.sqrt(group_sizes.double() * qmax)
 
 
@@ -202,10 +237,11 @@ def lsq_fake_quantize(w: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, 
     unrounded code ``u = w/s + z``: ``w`` gets the gradient where ``qmin < u < qmax``; each
     scale gets ``g · Σ_group grad · ∂v/∂s`` (see the module notes).
 
-    Parameters, Returns and Raises as :func:`group_fake_quantize`; ``scale`` must be positive.
+    Parameters, Returns and Raises as :func:`group_fake_quantize`; ``scale`` must be positive
+    and finite in float16, on every call (a learned scale that trains below 2^-24 raises).
     """
     qmin, qmax = int_range(bits, symmetric=False)
-    _grid_columns(w, scale, zero, group)
+    _grid_columns(w, scale, zero, group, bits)
     s16 = scale + (_fp16(scale.detach()) - scale.detach())      # float16 forward, identity back
     return _LSQ.apply(w.float(), s16.float(), zero.detach().float(), qmin, qmax, group)
 
@@ -226,16 +262,15 @@ class GroupQuantLinear(nn.Module):
     Raises
     ------
     ValueError
-        If shapes do not fit, ``bits`` is out of range, or a scale is not positive.
+        If shapes do not fit, ``bits`` is out of range, a scale is not positive and finite
+        in float16 (the forward pass's storage), or a zero point lies off the grid.
     """
 
     def __init__(self, weight, scale, zero, bits: int, group: int, bias=None,
                  learn_scale: bool = False):
         super().__init__()
         int_range(bits, symmetric=False)
-        _grid_columns(weight, scale, zero, group)
-        if not bool((scale > 0).all()):
-            raise ValueError("scale must be positive everywhere")
+        _grid_columns(weight, scale, zero, group, bits)
         self.bits, self.group, self.learn_scale = bits, group, bool(learn_scale)
         self.weight = nn.Parameter(weight.detach().float().clone())
         self.scale = nn.Parameter(scale.detach().float().clone(), requires_grad=self.learn_scale)

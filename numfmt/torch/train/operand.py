@@ -62,16 +62,23 @@ def quantize_operand(t: torch.Tensor, spec: OperandSpec, *, generator=None, amax
     ------
     ValueError
         If ``t`` is not 2-D, a block does not divide the dimension it runs along (naming
-        ``block``), the inner dimension is not a multiple of 16 for the RHT.
+        ``block``), the inner dimension is not a multiple of 16 for the RHT; naming the
+        argument, if ``amax`` is negative, ``scale`` not positive and finite, or
+        ``margin`` not an int >= 0.
     TypeError
-        If ``spec`` is not an OperandSpec.
+        If ``spec`` is not an OperandSpec, or ``t`` is complex or boolean.
     """
     if not isinstance(spec, OperandSpec):
         raise TypeError(f"spec must be an OperandSpec, got {spec!r}")
     if not isinstance(t, torch.Tensor) or t.ndim != 2:
         raise ValueError(f"t must be a 2-D tensor (rows, inner), got "
                          f"{getattr(t, 'shape', type(t))}")
+    if t.is_complex() or not (t.is_floating_point() or t.dtype in _INTEGERS):
+        raise TypeError(f"t must be a real (floating-point or integer) tensor, got {t.dtype}")
+    _check_scale_args(amax, scale, margin)
     t = t.detach()
+    if t.numel() == 0:  # an empty operand (an empty batch): nothing to scale
+        return t.to(torch.float64 if t.dtype == torch.float64 else torch.float32)
     out = torch.float64 if t.dtype == torch.float64 else torch.float32
     if spec.fmt == "fp32" and out == torch.float64:
         return t  # a float64 emulation's unquantized operand: nothing is rounded
@@ -82,6 +89,26 @@ def quantize_operand(t: torch.Tensor, spec: OperandSpec, *, generator=None, amax
     if t.dtype != torch.float32:
         t = t.to(torch.float32)  # the operand as the FP32 activation or weight it would be
     return _quantize32(t, spec, generator, amax, scale, margin).to(out)
+
+
+_INTEGERS = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+
+
+def _check_scale_args(amax, scale, margin) -> None:
+    """Refuse a per-tensor amax, scale or margin no quantization could use (numpy reals and
+    one-element real tensors are accepted as Python numbers)."""
+    def real(v):
+        if isinstance(v, torch.Tensor):
+            return v.numel() == 1 and not v.is_complex() and v.dtype != torch.bool
+        return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+    if amax is not None and (not real(amax) or float(amax) < 0):
+        raise ValueError(f"amax must be a non-negative number (Inf or NaN: a diverged "
+                         f"operand), "
+                         f"got {amax!r}")
+    if scale is not None and (not real(scale) or not 0 < float(scale) < math.inf):
+        raise ValueError(f"scale must be a positive finite number, got {scale!r}")
+    if isinstance(margin, bool) or not isinstance(margin, (int, np.integer)) or margin < 0:
+        raise ValueError(f"margin must be an int >= 0, got {margin!r}")
 
 
 def _quantize32(t, spec, generator, amax, scale, margin):

@@ -150,6 +150,9 @@ class OperandSpec:
         rows, for a per-tensor scale (without it the tensor scale is not counted, as numfmt
         counts none for NVFP4's tensor scale either).
         """
+        for k, v in (("inner", inner), ("rows", rows)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"{k} must be a positive int, got {v!r}")
         bits = float(self.format.bits)
         per = 0 if self.scale_format == "none" else SCALE_BITS[self.scale_format]
         if self.block == "tensor":
@@ -213,7 +216,9 @@ class Recipe:
     amax_history : int
         Length of the amax history of delayed scaling (TE's ``amax_history_len``).
     margin : int
-        Delayed and current per-tensor scaling: ``scale = fmt.max / amax / 2**margin``.
+        Delayed scaling only: ``scale = fmt.max / amax / 2**margin`` (TE's
+        ``DelayedScaling.margin``). Current scaling has none (TE's ``Float8CurrentScaling``
+        has no margin), so a recipe without a delayed operand refuses ``margin != 0``.
 
     Raises
     ------
@@ -221,7 +226,8 @@ class Recipe:
         If a GEMM's field is not a pair of OperandSpec.
     ValueError
         Naming the field: an RHT outside wgrad or on one wgrad operand only, an amax history
-        shorter than 1, a negative margin, patterns that are not strings.
+        shorter than 1, a negative margin or one on a recipe without delayed scaling,
+        patterns that are not strings.
     """
 
     name: str
@@ -256,11 +262,17 @@ class Recipe:
             raise ValueError(f"Recipe.high_precision_layers must be strings (fnmatch "
                              f"patterns), got {self.high_precision_layers!r}")
         object.__setattr__(self, "high_precision_layers", hp)
-        if not isinstance(self.amax_history, int) or self.amax_history < 1:
+        if (not isinstance(self.amax_history, int) or isinstance(self.amax_history, bool)
+                or self.amax_history < 1):
             raise ValueError(f"Recipe.amax_history must be an int >= 1, got "
                              f"{self.amax_history!r}")
-        if not isinstance(self.margin, int) or self.margin < 0:
+        if not isinstance(self.margin, int) or isinstance(self.margin, bool) or self.margin < 0:
             raise ValueError(f"Recipe.margin must be an int >= 0, got {self.margin!r}")
+        if self.margin and not any(s.scaling == "delayed" for g in GEMMS
+                                   for s in getattr(self, g)):
+            raise ValueError(f"Recipe.margin={self.margin!r} applies to delayed scaling only "
+                             "(TE's Float8CurrentScaling has no margin); this recipe has no "
+                             "delayed operand")
         if not isinstance(self.loss_scaling, bool):
             raise ValueError(f"Recipe.loss_scaling must be a bool, got {self.loss_scaling!r}")
 
@@ -276,7 +288,12 @@ class Recipe:
         """Bits of the two operands of each GEMM of one layer, scales included.
 
         Returns ``{"fprop": bits, "dgrad": bits, "wgrad": bits}`` (ints rounded from floats).
+        Raises ValueError naming an argument that is not a positive int.
         """
+        for k, v in (("n_tokens", n_tokens), ("in_features", in_features),
+                     ("out_features", out_features)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{k} must be a positive int, got {v!r}")
         shapes = {("fprop", "x"): (n_tokens, in_features),
                   ("fprop", "w"): (out_features, in_features),
                   ("dgrad", "dy"): (n_tokens, out_features),
