@@ -1,4 +1,4 @@
-"""Time the real-model harness (lectures 08-09) and lecture 08 end to end.
+"""Time the real-model harness (lectures 08, 09, 11, 12) and lecture 08 end to end.
 
 What is timed, each against a reference measured in the same run:
   - loading SmolLM2-135M: from the GGUF file (cold: an empty cache directory) against the

@@ -1,4 +1,4 @@
-"""Shared fixtures: the real model (lectures 08-09), loaded once per test session, and
+"""Shared fixtures: the real model (lectures 08, 09, 11, 12), loaded once per test session, and
 the lectures' plain English runs, made once and shared by the tests that compare with them.
 
 The tests read the lectures' English text, so the session runs in the C locale whatever the

@@ -1,4 +1,4 @@
-"""The real-model harness of lectures 08 and 09: SmolLM2-135M-Instruct on the CPU (or a GPU).
+"""The real-model harness of lectures 08, 09, 11 and 12: SmolLM2-135M-Instruct on the CPU (or a GPU).
 
 A small, stable API (everything a PTQ method needs, nothing it does not):
 
