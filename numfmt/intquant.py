@@ -225,8 +225,8 @@ def _zero_point(lo, hi, scale, qmin: int, qmax: int):
     half to even: 2^(b-1). The floating-point quotient ``hi / fl(2 hi / qmax)`` lands a last
     bit above, on or below the half-integer as the rounding of the scale goes, which follows
     the last bits of ``hi``: the zero point, and with it every code of the group, would hang
-    on them (of 100,000 random ranges, the quotient fell below the half-integer, and the zero
-    point with it, on 7.9 % at 3 bits and 10.6 % at 4). Everywhere else the quotient is
+    on them (the quotient falls below the half-integer for a few percent of random ranges at 3
+    and 4 bits). Everywhere else the quotient is
     the float64 one, as in the GPTQ and AWQ reference code. :func:`_symmetric_ties` handles
     the range's lower end, the other half-integer of such a group.
     """
