@@ -37,6 +37,15 @@ def checkpoint():
     return llm.load_checkpoint(device="cpu")
 
 
+def devices() -> list:
+    """The ``device`` parameters of a test that runs on the CPU and on CUDA: "cpu", and "cuda"
+    marked ``gpu`` and skipped without a CUDA device (torch is imported when called)."""
+    import torch
+    cuda = torch.cuda.is_available()
+    needs_cuda = pytest.mark.skipif(not cuda, reason="needs a CUDA device")
+    return [pytest.param("cpu"), pytest.param("cuda", marks=[pytest.mark.gpu, needs_cuda])]
+
+
 @pytest.fixture(scope="session")
 def corpus(checkpoint):
     """The token ids of the language reference (int64, about 113k)."""

@@ -17,13 +17,10 @@ import numfmt.torch as nt  # noqa: E402
 from lectures import gpu_timing as bench  # noqa: E402
 from lectures import machine  # noqa: E402
 from numfmt.torch import gemm  # noqa: E402
+from conftest import devices  # noqa: E402
 
 CUDA = torch.cuda.is_available()
-DEVICES = [
-    pytest.param("cpu"),
-    pytest.param("cuda", marks=[pytest.mark.gpu,
-                                pytest.mark.skipif(not CUDA, reason="needs a CUDA device")]),
-]
+DEVICES = devices()
 
 
 def operands(m=32, k=64, n=48, seed=0):
