@@ -24,7 +24,7 @@ import numpy as np
 from numfmt import _xp
 from numfmt.metrics import _CHUNK, rel_error
 from numfmt._validate import (as_calibration_array, as_integer_array, as_real_array, check_block,
-                              check_bool, check_clip, check_code_range)
+                              check_bool, check_clip, check_code_range, check_int)
 
 __all__ = ["GRANULARITIES", "IntQuantized", "int_range", "grouped_view_shape",
            "quantize_affine", "dequantize_affine", "quantize_int", "clip_sweep"]
@@ -50,8 +50,7 @@ def int_range(bits: int, symmetric: bool = True) -> tuple[int, int]:
     TypeError, ValueError
         If ``bits`` is not an integer in [2, 16], or ``symmetric`` is not a bool.
     """
-    if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)):
-        raise TypeError(f"bits must be an integer, got {bits!r}")
+    check_int(bits, "bits")
     if not MIN_BITS <= bits <= MAX_BITS:
         raise ValueError(f"bits must be in [{MIN_BITS}, {MAX_BITS}], got {bits}")
     if check_bool(symmetric, "symmetric"):
