@@ -1,2 +1,3 @@
 """Benchmark scripts, run each as ``python benchmarks/<name>.py``. Nothing outside benchmarks/
-imports from here; the GPU timing they share with lecture 04 is ``lectures/gpu_timing.py``."""
+imports from here; the timer they share with the lectures is ``lectures/machine.py``'s
+``repeat_seconds``."""

@@ -19,7 +19,7 @@ from threadpoolctl import threadpool_limits
 
 from console import print_header, print_table
 from numfmt.ptq import gptq, hessian, rtn
-from timing import median_seconds  # noqa: E402
+from lectures.machine import repeat_seconds
 
 SHAPE = (576, 1536)
 
@@ -46,9 +46,9 @@ def main() -> None:
         same = lazy.codes == plain.codes
         rel = float(np.max(np.abs(lazy.weight - plain.weight)[same]
                            / np.maximum(np.abs(plain.weight[same]), 1e-300)))
-        t_lazy = median_seconds(lambda: gptq(w, h, block_size=128, **args), repeat, False)
-        t_plain = median_seconds(lambda: gptq(w, h, block_size=1, **args), repeat, False)
-        t_rtn = median_seconds(lambda: rtn(w, 4, 128, symmetric=False), repeat, warmup=False)
+        t_lazy = repeat_seconds(lambda: gptq(w, h, block_size=128, **args), repeat, 0).median
+        t_plain = repeat_seconds(lambda: gptq(w, h, block_size=1, **args), repeat, 0).median
+        t_rtn = repeat_seconds(lambda: rtn(w, 4, 128, symmetric=False), repeat, 0).median
     print_header(f"GPTQ on a {SHAPE[0]} x {SHAPE[1]} layer, INT4 g128, act-order")
     print(f"lazy batches and column-at-a-time: the same code for {agree * 100:.3f}% of the "
           f"weights;\nwhere equal, the weights differ by at most {rel:.1e} relative (scales from "

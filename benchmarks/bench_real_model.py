@@ -1,4 +1,4 @@
-"""Time the real-model harness (lectures 08-09) and lecture 08 end to end.
+"""Time the real-model harness (lectures 08, 09, 11, 12) and lecture 08 end to end.
 
 What is timed, each against a reference measured in the same run:
   - loading SmolLM2-135M: from the GGUF file (cold: an empty cache directory) against the
@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from console import print_header, print_table
-from timing import median_seconds  # noqa: E402
+from lectures.machine import repeat_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -100,30 +100,30 @@ def main(argv=None) -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         os.environ[llm.checkpoint.CACHE_ENV] = tmp
-        cold = median_seconds(lambda: llm.load_checkpoint(device="cpu"), 1, warmup=False)
-        warm = median_seconds(lambda: llm.load_checkpoint(device="cpu"), args.repeat,
-                              warmup=args.repeat > 1)
+        cold = repeat_seconds(lambda: llm.load_checkpoint(device="cpu"), 1, 0).median
+        warm = repeat_seconds(lambda: llm.load_checkpoint(device="cpu"), args.repeat,
+                              int(args.repeat > 1)).median
         ck = llm.load_checkpoint(device="cpu")
     del os.environ[llm.checkpoint.CACHE_ENV]
     rows.append(["load: GGUF (cold) / safetensors cache (warm)", f"{cold:.1f} s",
                  f"{warm:.1f} s", f"{cold / warm:.1f}x"])
 
     windows = llm.eval_windows(llm.corpus_tokens(ck.tokenizer), 4, 512)
-    ppl = median_seconds(lambda: llm.perplexity(ck.model, windows), args.repeat,
-                         warmup=args.repeat > 1)
+    ppl = repeat_seconds(lambda: llm.perplexity(ck.model, windows), args.repeat,
+                         int(args.repeat > 1)).median
     n_weights = sum(m.weight.numel() for m in llm.decoder_linears(ck.model).values())
     x = torch.randn(windows.size, 576)
     w = torch.randn(n_weights // 576, 576)
-    floor = median_seconds(lambda: x @ w.T, args.repeat, warmup=args.repeat > 1)
+    floor = repeat_seconds(lambda: x @ w.T, args.repeat, int(args.repeat > 1)).median
     rows.append([f"perplexity of {windows.size} tokens / one matmul of the linears' flops",
                  f"{ppl:.1f} s", f"{floor:.1f} s", f"{ppl / floor:.1f}x"])
 
     lin = list(llm.decoder_linears(ck.model).values())
     weights = [m.weight.detach() for m in lin]
-    np_time = median_seconds(lambda: [numfmt.quantize_int(t.numpy(), 4, True, "group", 32)
-                                      for t in weights], args.repeat, warmup=args.repeat > 1)
-    t_time = median_seconds(lambda: [nt.quantize_int(t, 4, True, "group", 32)
-                                     for t in weights[:21]], 1, warmup=False) * len(weights) / 21
+    np_time = repeat_seconds(lambda: [numfmt.quantize_int(t.numpy(), 4, True, "group", 32)
+                                      for t in weights], args.repeat, int(args.repeat > 1)).median
+    t_time = repeat_seconds(lambda: [nt.quantize_int(t, 4, True, "group", 32)
+                                     for t in weights[:21]], 1, 0).median * len(weights) / 21
     rows.append([f"INT4 g32 on all {len(weights)} linears: numfmt.torch (CPU, 1/10 of them "
                  "timed) / numfmt", f"{t_time:.1f} s", f"{np_time:.1f} s",
                  f"{t_time / np_time:.1f}x"])
@@ -135,8 +135,8 @@ def main(argv=None) -> None:
         def run(*a):
             subprocess.run([sys.executable, script, *a], check=True, env=env,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        quick = median_seconds(lambda: run("--quick"), 1, warmup=False)
-        full = median_seconds(lambda: run(), 1, warmup=False)
+        quick = repeat_seconds(lambda: run("--quick"), 1, 0).median
+        full = repeat_seconds(lambda: run(), 1, 0).median
         rows.append(["lecture 08: full / --quick (warm cache)", f"{full:.0f} s", f"{quick:.0f} s",
                      f"{full / quick:.1f}x"])
         rows.append(["lecture 08 full / one perplexity", f"{full:.0f} s", f"{ppl:.1f} s",

@@ -20,7 +20,7 @@ import numpy as np
 
 from console import print_header, print_table
 from numfmt._reference import reference_dtypes
-from timing import median_seconds  # noqa: E402
+from lectures.machine import repeat_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
 # (format, its reference type) for every format ml_dtypes or numpy defines, from one table.
@@ -53,8 +53,8 @@ def main() -> None:
             ref = x.astype(ml).astype(np.float32)
             ours = fmt.round(x, saturate=False)
             identical = np.array_equal(ours, ref.astype(np.float64), equal_nan=True)
-            t_ml = median_seconds(lambda: x.astype(ml).astype(np.float32), args.repeat)
-        t_ours = median_seconds(lambda: fmt.round(x, saturate=False), args.repeat)
+            t_ml = repeat_seconds(lambda: x.astype(ml).astype(np.float32), args.repeat).median
+        t_ours = repeat_seconds(lambda: fmt.round(x, saturate=False), args.repeat).median
         rows.append([fmt.name, f"{t_ours * 1e3:.1f}", f"{t_ml * 1e3:.1f}", f"{t_ml / t_ours:.2f}x",
                      "yes" if identical else "NO"])
     print_header(f"fmt.round vs ml_dtypes round trip, {args.n:,} float32 values, "
@@ -64,8 +64,8 @@ def main() -> None:
     lecture = [sys.executable, str(ROOT / "lectures" / "05_quantization_basics.py")]
     bare = [sys.executable, "-c", "import numpy"]
     run = lambda cmd: subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)  # noqa: E731
-    t_lec = median_seconds(lambda: run(lecture), 3)
-    t_bare = median_seconds(lambda: run(bare), 3)
+    t_lec = repeat_seconds(lambda: run(lecture), 3).median
+    t_bare = repeat_seconds(lambda: run(bare), 3).median
     print_header("lecture 05 end to end (subprocess, median of 3)")
     print_table(["what", "seconds", "ratio to python + numpy start-up"],
                 [["python lectures/05_quantization_basics.py", f"{t_lec:.2f}", f"{t_lec / t_bare:.1f}x"],

@@ -24,7 +24,7 @@ import numfmt.torch.train as ntt
 from console import print_header, print_table
 from lectures.tinylm.data import Batches, split
 from lectures.tinylm.model import TinyLM, TinyLMConfig
-from timing import median_seconds  # noqa: E402
+from lectures.machine import repeat_seconds
 
 RECIPES = ["fp32", "bf16", "fp16", "fp8_delayed", "fp8_current", "fp8_blockwise",
            "mxfp8_floor", "mxfp8_rceil", "nvfp4", "mxfp4"]
@@ -54,7 +54,7 @@ def step_seconds(recipe: str, cfg: TinyLMConfig, batch: int, repeat: int,
             loss.backward()
             opt.step()
         cpu.append(time.process_time() - t)
-    wall = median_seconds(step, repeat)
+    wall = repeat_seconds(step, repeat).median
     return wall, sorted(cpu[1:])[len(cpu[1:]) // 2]
 
 

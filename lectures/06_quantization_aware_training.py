@@ -503,9 +503,8 @@ def intro() -> list[str]:
 
 
 def main() -> None:
-    # Every matrix here is tiny: one thread computes the same bytes, and on a busy machine the
-    # idle threads of torch's pool no longer spin for a core (about 30 % of the CPU time of a
-    # run sharing its 2 cores with a dozen other processes).
+    # Every matrix here is tiny: one thread computes the same bytes, and on a busy machine no
+    # idle thread of torch's pool spins for a core.
     torch.set_num_threads(1)
     print_title(title(), intro())
     print_ste(ste_demo())

@@ -334,12 +334,11 @@ class Model:
     ``model`` is a float64 copy of the checkpoint's float32 model (the same weight values;
     :func:`lectures.llm.float64_copy`, norms and rotary embedding in float64 too), as lecture
     08's Lab: calibration and evaluation run in float64, so that a last-bit difference between
-    two CPUs' kernels is 2^29 times smaller than in float32. In float32 its GPTQ, AWQ,
-    SmoothQuant and calibrator rows moved between two BLAS configurations of one machine (GPTQ
-    INT3 g128 76.27 against 60.89 in a --quick run); in float64 with transformers' float32
-    norms, float32-rounded weights in sequential calibration and the float64 quotient deciding
-    the zero point of a symmetric range, some GPTQ and AWQ rows still did
-    (tests/test_blas_independence.py says which and why); now none does. Sequential
+    two CPUs' kernels is 2^29 times smaller than in float32, and its GPTQ, AWQ, SmoothQuant and
+    calibrator rows print the same under another BLAS configuration
+    (tests/test_blas_independence.py runs them under a second one and says what each needs:
+    float64 norms and angles, weights kept in float64 in sequential calibration, the exact zero
+    point of a symmetric range). Sequential
     calibration computes with the new weights in float64; the perplexities read them rounded
     to float32, as the checkpoint would hold them."""
 
@@ -943,8 +942,8 @@ def show_demo4(r: ActivationResult) -> None:
 # Demo 5: calibrating activation ranges; static against dynamic
 # ---------------------------------------------------------------------------------------------
 #: label -> (clip of a float64 (tokens, in) input, whether it runs on threads). KL's search is
-#: a Python loop over its candidates, which holds the GIL (measured: 1.6 times slower on 2
-#: threads than on one), so it runs on one.
+#: a Python loop over its candidates, which holds the GIL (slower on 2 threads than on one), so
+#: it runs on one.
 CALIBRATORS = {
     "min-max": (lambda x: float(np.abs(x).max()), True),
     "percentile 99.99": (lambda x: calibrate_percentile(x, 99.99), True),

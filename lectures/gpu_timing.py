@@ -1,4 +1,5 @@
-"""Timing of low-precision GEMMs and quantize kernels: CUDA events on a GPU, a clock elsewhere.
+"""Throughput of low-precision GEMMs and quantize kernels, timed by
+:func:`lectures.machine.repeat_seconds` (CUDA events on a GPU, a clock elsewhere).
 
 Lecture 04 prints its throughput table with these, and ``benchmarks/gpu_check.py`` calls them
 (data flows one way: benchmarks import the lectures' helpers, never the reverse). Every function
@@ -8,14 +9,14 @@ smoke test, not a result.
 
 from __future__ import annotations
 
-import statistics
-import time
 from typing import Callable
 
 import torch
 
+from lectures.machine import repeat_seconds
+
 __all__ = ["GEMM_KINDS", "QUANT_BYTES", "QUANT_KERNELS", "PEAK_BANDWIDTH_GBS",
-           "median_ms", "gemm_setup", "gemm_tflops", "quantize_setup",
+           "gemm_setup", "gemm_tflops", "quantize_setup",
            "quantize_bandwidth", "quantize_rows", "peak_bandwidth_gbs",
            "peak_from_properties", "error_text", "throughput_rows"]
 
@@ -29,43 +30,6 @@ QUANT_KERNELS = tuple(QUANT_BYTES)
 PEAK_BANDWIDTH_GBS = {"GH200": 4000.0, "H200": 4800.0, "H100 NVL": 3900.0, "H100 PCIe": 2000.0,
                       "H100": 3350.0, "B200": 8000.0, "A100-SXM4-80GB": 2039.0,
                       "A100 80GB PCIe": 1935.0, "A100": 1555.0, "L40S": 864.0, "L4": 300.0}
-
-
-def median_ms(fn: Callable[[], object], device, warmup: int = 3, iters: int = 10) -> float:
-    """Median wall time of ``fn()`` in milliseconds over ``iters`` runs after ``warmup`` runs.
-
-    On CUDA each run is bracketed by CUDA events on the current stream, and the host waits
-    only before the first and after the last run: the runs queue back to back, so each
-    interval is GPU time, without a launch gap after an idle stream. Elsewhere
-    ``time.perf_counter`` is used.
-
-    Raises
-    ------
-    ValueError
-        If ``iters`` < 1 or ``warmup`` < 0.
-    """
-    if iters < 1 or warmup < 0:
-        raise ValueError(f"need iters >= 1 and warmup >= 0, got {iters} and {warmup}")
-    cuda = torch.device(device).type == "cuda"
-    for _ in range(warmup):
-        fn()
-    times = []
-    if cuda:
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(iters)]
-        torch.cuda.synchronize()
-        for start, end in events:
-            start.record()
-            fn()
-            end.record()
-        torch.cuda.synchronize()
-        times = [start.elapsed_time(end) for start, end in events]
-    else:
-        for _ in range(iters):
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
 
 
 def gemm_setup(kind: str, n: int, device) -> Callable[[], torch.Tensor]:
@@ -106,7 +70,7 @@ def gemm_setup(kind: str, n: int, device) -> Callable[[], torch.Tensor]:
 
 def gemm_tflops(kind: str, n: int, device, warmup: int = 5, iters: int = 20) -> dict:
     """Time one GEMM kind at n^3; returns ``{"kind", "n", "ms", "tflops"}`` (2 n^3 flop)."""
-    ms = median_ms(gemm_setup(kind, n, device), device, warmup, iters)
+    ms = repeat_seconds(gemm_setup(kind, n, device), iters, warmup, device).median * 1e3
     return {"kind": kind, "n": n, "ms": ms, "tflops": 2.0 * n**3 / (ms * 1e-3) / 1e12}
 
 
@@ -146,7 +110,7 @@ def quantize_bandwidth(kernel: str, numel: int, device, warmup: int = 3,
                        iters: int = 10) -> dict:
     """Time a quantize kernel; returns ``{"kernel", "gbytes", "ms", "gbs"}`` (GB = 1e9 bytes)."""
     fn, nbytes = quantize_setup(kernel, numel, device)
-    ms = median_ms(fn, device, warmup, iters)
+    ms = repeat_seconds(fn, iters, warmup, device).median * 1e3
     return {"kernel": kernel, "gbytes": nbytes / 1e9, "ms": ms, "gbs": nbytes / (ms * 1e-3) / 1e9}
 
 

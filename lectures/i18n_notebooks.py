@@ -24,9 +24,11 @@ numbers than the English notebook's.
 from __future__ import annotations
 
 import copy
-import re
 import sys
 from pathlib import Path
+
+from lectures.i18n import NOTEBOOKS
+from lectures.i18n_catalogs import markdown_messages, read_catalog, translate_markdown
 
 __all__ = ["LANGUAGE_CELL", "TRANSLATED", "build", "english_path", "keep_attachments",
            "markdown_messages", "translate_markdown", "zh_path"]
@@ -35,8 +37,8 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIR = ROOT / "notebooks"
 ZH_DIR = NOTEBOOK_DIR / "zh"
 
-#: The notebooks that have a Chinese edition (their domains are ``notebookNN``).
-TRANSLATED = ("01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "12")
+#: The notebooks that have a Chinese edition (their domains are ``notebookNN``): all of them.
+TRANSLATED = NOTEBOOKS
 
 #: The cell a Chinese notebook runs first.
 LANGUAGE_CELL = """\
@@ -46,8 +48,6 @@ from lectures.widgets.fonts import use_language
 use_language("zh")"""
 LANGUAGE_CELL_ID = "use-language-zh"
 
-_SPLIT = re.compile(r"(\n[ \t]*\n)")
-_TAG = re.compile(r"<[^>]*>")
 
 
 def english_path(nn: str) -> Path:
@@ -69,40 +69,8 @@ def zh_path(nn: str) -> Path:
     return ZH_DIR / english_path(nn).name
 
 
-def _pieces(text: str) -> list[str]:
-    """`text` split into paragraphs and the blank-line separators between them (joined back,
-    they give `text`); a fenced code block is never split."""
-    parts = _SPLIT.split(text)
-    merged: list[str] = []
-    open_fence = False
-    for part in parts:
-        if open_fence:
-            merged[-1] += part
-        else:
-            merged.append(part)
-        if not _SPLIT.fullmatch(part) and part.count("```") % 2:
-            open_fence = not open_fence
-    return merged
-
-
-def _is_message(piece: str) -> bool:
-    """Whether a paragraph has prose to translate (not a separator, not bare HTML tags)."""
-    return not _SPLIT.fullmatch(piece) and bool(re.search(r"[A-Za-z]", _TAG.sub("", piece)))
-
-
-def markdown_messages(text: str) -> list[str]:
-    """The translatable paragraphs of one markdown cell, in order."""
-    return [p for p in _pieces(text) if _is_message(p)]
-
-
-def translate_markdown(text: str, translate) -> str:
-    """`text` with every translatable paragraph replaced by ``translate(paragraph)``."""
-    return "".join(translate(p) if _is_message(p) else p for p in _pieces(text))
-
-
 def _catalog(nn: str, lang: str) -> dict[str, str]:
-    from lectures.i18n import _read
-    return {m.id: m.string for m in _read(f"notebook{nn}", lang)
+    return {m.id: m.string for m in read_catalog(f"notebook{nn}", lang)
             if m.id and m.string and not m.fuzzy}
 
 
@@ -227,7 +195,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     for nn in args.notebooks or TRANSLATED:
         if nn not in TRANSLATED:
-            parser.error(f"notebook {nn!r} has no Chinese catalog; add it to TRANSLATED")
+            parser.error(f"notebook {nn!r} has no Chinese catalog; is there a notebooks/{nn}_*.ipynb?")
         print(write(nn, execute=not args.no_execute).relative_to(ROOT))
     return 0
 

@@ -78,10 +78,10 @@ class Renderer:
     """The Chinese of one lecture's printed English, by its catalog (`lecture`: "09")."""
 
     def __init__(self, lecture: str, lang: str = "zh_CN"):
-        from lectures.i18n import _read
+        from lectures.i18n_catalogs import read_catalog
         self.module = importlib.import_module(
             next(f"lectures.{p.stem}" for p in _lecture_files(lecture)))
-        self.catalog = {m.id: m.string for m in _read(f"lecture{lecture}", lang)
+        self.catalog = {m.id: m.string for m in read_catalog(f"lecture{lecture}", lang)
                         if isinstance(m.id, str) and m.id and m.string}
         self.templates = sorted(
             ((len(FIELD.sub("", mid)), mid, text, *_pattern(mid))

@@ -18,16 +18,22 @@ than fbgemm, and a roofline drawn from it would sit below what the W8A8 path mea
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import io
+import logging
 import numbers
 import os
 import platform
 import statistics
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Callable
 
 __all__ = ["Spread", "cpu_name", "cores", "repeat_seconds", "stream_bandwidth",
-           "matmul_throughput", "MATMUL_DTYPES"]
+           "matmul_throughput", "MATMUL_DTYPES", "PathUnavailable", "quiet_torch",
+           "quantized_engine", "int8_dynamic_module", "quantize_dynamic_linears"]
 
 MATMUL_DTYPES = ("float32", "bfloat16", "int8")
 
@@ -88,8 +94,14 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def repeat_seconds(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> Spread:
+def repeat_seconds(fn: Callable[[], object], repeats: int = 5, warmup: int = 1,
+                   device=None) -> Spread:
     """Wall seconds of ``fn()``, ``repeats`` times after ``warmup`` untimed calls.
+
+    On a CUDA ``device`` each run is bracketed by CUDA events on the current stream, and the
+    host waits only before the first and after the last run: the runs queue back to back, so
+    each interval is GPU time, without a launch gap after an idle stream. Elsewhere (``device``
+    None or not CUDA) ``time.perf_counter`` times each call.
 
     Raises
     ------
@@ -105,6 +117,18 @@ def repeat_seconds(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) 
         raise ValueError(f"need repeats >= 1 and warmup >= 0, got {repeats} and {warmup}")
     for _ in range(warmup):
         fn()
+    if device is not None:
+        import torch
+        if torch.device(device).type == "cuda":
+            events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                      for _ in range(repeats)]
+            torch.cuda.synchronize()
+            for start, end in events:
+                start.record()
+                fn()
+                end.record()
+            torch.cuda.synchronize()
+            return Spread.of([start.elapsed_time(end) * 1e-3 for start, end in events])
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -169,7 +193,7 @@ def matmul_throughput(dtype: str, n: int = 1024, repeats: int = 5) -> Spread:
 
     "float32" and "bfloat16": ``torch.mm``; "int8": the faster (by median) of ``torch._int_mm``
     (int8 operands, int32 result) and fbgemm's dynamic int8 linear
-    (:func:`lectures.llm.speed.int8_dynamic_module`, per-channel weights; it also quantizes its
+    (:func:`int8_dynamic_module`, per-channel weights; it also quantizes its
     float32 input per tensor).
     Raises what torch raises where a dtype has no kernel on this machine.
 
@@ -193,7 +217,6 @@ def matmul_throughput(dtype: str, n: int = 1024, repeats: int = 5) -> Spread:
         b8 = torch.clamp(b * 32, -127, 127).to(torch.int8)
         best = repeat_seconds(lambda: torch._int_mm(a8, b8), repeats).inverse(2.0 * n**3)
         if "fbgemm" in torch.backends.quantized.supported_engines:
-            from lectures.llm.speed import int8_dynamic_module  # quiet, the lecture's engine
             lin = torch.nn.Linear(n, n, bias=False)
             with torch.no_grad():
                 lin.weight.copy_(b.t())
@@ -208,3 +231,52 @@ def matmul_throughput(dtype: str, n: int = 1024, repeats: int = 5) -> Spread:
         a, b = a.to(t), b.to(t)
         fn = lambda: torch.mm(a, b)  # noqa: E731
     return repeat_seconds(fn, repeats).inverse(2.0 * n**3)
+
+
+class PathUnavailable(RuntimeError):
+    """A quantized path that cannot run here; the message says why (and what to install)."""
+
+
+@contextlib.contextmanager
+def quiet_torch():
+    """torch.ao's deprecation notices and torchao's import messages (printed, logged and
+    warned) kept off the lecture's output."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.WARNING)        # torch's and torchao's loggers hold the real stderr
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with contextlib.redirect_stderr(io.StringIO()), \
+                    contextlib.redirect_stdout(io.StringIO()):
+                yield
+    finally:
+        logging.disable(previous)
+
+
+def quantized_engine() -> str:
+    """The first of torch's quantized engines this build has (x86, fbgemm, onednn, qnnpack)."""
+    import torch
+    engines = torch.backends.quantized.supported_engines
+    for name in ("x86", "fbgemm", "onednn", "qnnpack"):
+        if name in engines:
+            return name
+    raise PathUnavailable(f"no quantized engine in this torch build ({engines})")
+
+
+def int8_dynamic_module(linear):
+    """One ``torch.nn.Linear`` (left unchanged) as torch's dynamic int8 linear, as in
+    :func:`lectures.llm.speed.int8_dynamic`."""
+    import torch
+    return quantize_dynamic_linears(torch.nn.Sequential(copy.deepcopy(linear)), ["0"])[0]
+
+
+def quantize_dynamic_linears(module, names):
+    """``module`` with the linears named ``names`` replaced, in place, by torch's dynamic int8
+    linears (per-channel weights, on :func:`quantized_engine`); returns ``module``."""
+    import torch
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    with quiet_torch():
+        torch.backends.quantized.engine = quantized_engine()
+        return quantize_dynamic(module, {n: per_channel_dynamic_qconfig for n in names},
+                                dtype=torch.qint8, inplace=True)

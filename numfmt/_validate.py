@@ -210,6 +210,22 @@ def check_int(value, name: str) -> int:
     return int(value)
 
 
+def check_positive_int(value, name: str) -> int:
+    """Return ``value`` as a positive int.
+
+    Raises
+    ------
+    TypeError
+        If ``value`` is not a Python or numpy integer (bools refused).
+    ValueError
+        If ``value`` <= 0.
+    """
+    value = check_int(value, name)
+    if value <= 0:
+        raise ValueError(f"{name} must be positive, got {value}")
+    return value
+
+
 def check_real_scalar(value, name: str) -> float:
     """Return ``value`` as a float, refusing bools, strings, arrays and other non-numbers.
 

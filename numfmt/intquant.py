@@ -24,7 +24,7 @@ import numpy as np
 from numfmt import _xp
 from numfmt.metrics import _CHUNK, rel_error
 from numfmt._validate import (as_calibration_array, as_integer_array, as_real_array, check_block,
-                              check_bool, check_clip, check_code_range)
+                              check_bool, check_clip, check_code_range, check_int)
 
 __all__ = ["GRANULARITIES", "IntQuantized", "int_range", "grouped_view_shape",
            "quantize_affine", "dequantize_affine", "quantize_int", "clip_sweep"]
@@ -50,8 +50,7 @@ def int_range(bits: int, symmetric: bool = True) -> tuple[int, int]:
     TypeError, ValueError
         If ``bits`` is not an integer in [2, 16], or ``symmetric`` is not a bool.
     """
-    if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)):
-        raise TypeError(f"bits must be an integer, got {bits!r}")
+    check_int(bits, "bits")
     if not MIN_BITS <= bits <= MAX_BITS:
         raise ValueError(f"bits must be in [{MIN_BITS}, {MAX_BITS}], got {bits}")
     if check_bool(symmetric, "symmetric"):
@@ -225,8 +224,8 @@ def _zero_point(lo, hi, scale, qmin: int, qmax: int):
     half to even: 2^(b-1). The floating-point quotient ``hi / fl(2 hi / qmax)`` lands a last
     bit above, on or below the half-integer as the rounding of the scale goes, which follows
     the last bits of ``hi``: the zero point, and with it every code of the group, would hang
-    on them (of 100,000 random ranges, the quotient fell below the half-integer, and the zero
-    point with it, on 7.9 % at 3 bits and 10.6 % at 4). Everywhere else the quotient is
+    on them (the quotient falls below the half-integer for a few percent of random ranges at 3
+    and 4 bits). Everywhere else the quotient is
     the float64 one, as in the GPTQ and AWQ reference code. :func:`_symmetric_ties` handles
     the range's lower end, the other half-integer of such a group.
     """

@@ -17,7 +17,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from numfmt._validate import as_calibration_array, as_real_array, check_real_scalar
+from numfmt._validate import (as_calibration_array, as_real_array, check_int, check_positive_int,
+                              check_real_scalar)
 from numfmt.blocks import saturated, scaled_round
 from numfmt.formats import FloatFormat
 
@@ -61,8 +62,7 @@ def scale_from_amax(amax, fmt: FloatFormat, margin: int = 0) -> np.ndarray:
         (``margin`` far from 0, or ``amax`` near float64's max).
     """
     fmt = _check_fmt(fmt)
-    if isinstance(margin, bool) or not isinstance(margin, (int, np.integer)):
-        raise TypeError(f"margin must be an integer, got {margin!r}")
+    check_int(margin, "margin")
     amax = _check_amax(amax, "amax")
     with np.errstate(over="ignore", under="ignore"):
         # ldexp: exact, as * 2.0**margin. Beyond +-4000 binades every non-zero scale is 0 or
@@ -143,12 +143,11 @@ def delayed_scales(amaxes, fmt: FloatFormat, history: int = 16, margin: int = 0)
     ------
     TypeError, ValueError
         As :func:`scale_from_amax`; ValueError if ``amaxes`` is not 1-D and non-empty or
-        ``history`` is not a positive integer.
+        ``history`` < 1, TypeError if ``history`` is not an integer.
     """
     a = _check_amax(amaxes, "amaxes")
     if a.ndim != 1 or a.size == 0:
         raise ValueError(f"amaxes must be 1-D and non-empty, got shape {a.shape}")
-    if isinstance(history, bool) or not isinstance(history, (int, np.integer)) or history < 1:
-        raise ValueError(f"history must be a positive integer, got {history!r}")
+    check_positive_int(history, "history")
     window = np.array([a[max(0, t - history):t].max() if t else a[0] for t in range(a.size)])
     return scale_from_amax(window, fmt, margin)

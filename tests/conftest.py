@@ -1,4 +1,4 @@
-"""Shared fixtures: the real model (lectures 08-09), loaded once per test session, and
+"""Shared fixtures: the real model (lectures 08, 09, 11, 12), loaded once per test session, and
 the lectures' plain English runs, made once and shared by the tests that compare with them.
 
 The tests read the lectures' English text, so the session runs in the C locale whatever the
@@ -35,6 +35,15 @@ def checkpoint():
     import torch
     torch.manual_seed(0)
     return llm.load_checkpoint(device="cpu")
+
+
+def devices() -> list:
+    """The ``device`` parameters of a test that runs on the CPU and on CUDA: "cpu", and "cuda"
+    marked ``gpu`` and skipped without a CUDA device (torch is imported when called)."""
+    import torch
+    cuda = torch.cuda.is_available()
+    needs_cuda = pytest.mark.skipif(not cuda, reason="needs a CUDA device")
+    return [pytest.param("cpu"), pytest.param("cuda", marks=[pytest.mark.gpu, needs_cuda])]
 
 
 @pytest.fixture(scope="session")

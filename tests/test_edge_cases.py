@@ -245,7 +245,7 @@ def test_ml_dtypes_match_torch_bfloat16():
                                   numfmt.quantize_int(t, 4).values)
 
 
-# --- messages left from the earlier review --------------------------------------------------
+# --- messages that name the cause -----------------------------------------------------------
 
 def test_quantize_int_of_denormals_does_not_suggest_a_larger_clip_at_clip_1():
     with pytest.raises(ValueError) as err:

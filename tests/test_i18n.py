@@ -18,6 +18,7 @@ from console import format_observations
 from console.i18n import (Domain, current_language, language, resolve_language,
                           set_language)
 from lectures import i18n
+from lectures import i18n_catalogs as catalogs
 import lecture_runs
 from text_checks import english_runs, layout_problems, number_differences
 
@@ -90,14 +91,14 @@ def test_domains_cover_every_lecture():
     lectures = sorted(p.name[:2] for p in (ROOT / "lectures").glob("[0-9][0-9]_*.py"))
     assert [f"lecture{n}" for n in lectures] == [d for d in i18n.DOMAINS if d[:7] == "lecture"]
     for name in i18n.DOMAINS:
-        assert i18n.source_files(name), name
+        assert catalogs.source_files(name), name
 
 
 @pytest.mark.parametrize("name", list(i18n.DOMAINS))
 def test_catalog_complete(name):
     """Every marked message is translated (not fuzzy), none is obsolete, and each Chinese
     text has exactly the English text's {fields} and format specs."""
-    assert i18n.check_domain(name, "zh_CN") == []
+    assert catalogs.check_domain(name, "zh_CN") == []
 
 
 @pytest.mark.parametrize("name", list(i18n.DOMAINS))
@@ -107,7 +108,7 @@ def test_catalog_compiles_with_babel(name, tmp_path):
     from babel.messages.mofile import write_mo
     from babel.messages.pofile import read_po
     path = i18n.domain(name).catalog_path("zh_CN")
-    if not i18n.extract(name):
+    if not catalogs.extract(name):
         pytest.skip(f"{name} marks no messages")
     with open(path, "rb") as f:
         catalog = read_po(f, locale="zh_CN")
@@ -134,7 +135,7 @@ def test_update_is_idempotent(tmp_path, monkeypatch):
     copy.parent.mkdir(parents=True)
     copy.write_bytes(before)
     monkeypatch.setitem(i18n._domains, name, Domain(name, tmp_path))
-    i18n.update_domain(name, "zh_CN")
+    catalogs.update_domain(name, "zh_CN")
     assert copy.read_bytes() == before
 
 
@@ -196,7 +197,7 @@ def test_zh_same_bytes_from_flag_and_environment(outputs):
 @pytest.mark.parametrize("name", [d for d in i18n.DOMAINS if d.startswith("lecture")])
 def test_every_lecture_is_marked_for_translation(name):
     """Each lecture marks its text (titles, intros, headers, tables, observations)."""
-    assert len(i18n.extract(name)) >= 20, f"{name}: too few messages marked with _()"
+    assert len(catalogs.extract(name)) >= 20, f"{name}: too few messages marked with _()"
 
 
 # --- the glossary ------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import pytest
 from console.i18n import language
 from lectures import i18n_notebooks as zh
 from lectures import i18n_stored as S
-from lectures.i18n import _read
+from lectures.i18n_catalogs import read_catalog
 from text_checks import english_runs, layout_problems, number_differences
 
 L = importlib.import_module("lectures.09_ptq_algorithms")
@@ -36,7 +36,7 @@ def test_the_catalogs_stored_block_is_the_rendered_english_one():
     """notebook09.po holds the current English block rendered (else: python -m
     lectures.i18n_stored 09), with the same numbers, no English sentence, no ragged table."""
     stored = S.stored_block(nbformat.read(zh.english_path("09"), as_version=4))
-    catalog = {m.id: m.string for m in _read("notebook09", "zh_CN") if m.id}
+    catalog = {m.id: m.string for m in read_catalog("notebook09", "zh_CN") if m.id}
     rendered = S.render_stored(stored, S.Renderer("09"))
     assert catalog[stored] == rendered
     assert number_differences(stored, rendered) == []

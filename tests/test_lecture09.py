@@ -284,6 +284,20 @@ def test_demo6_summary(model, d2, d3):
     assert_fits(printed(L.show_demo6, rows))
 
 
+def test_saved_results_print_the_same(tmp_path, model, d2, d3, d4, d5):
+    """What --save writes (the form a notebook's stored run takes) prints, demo by demo, what
+    the run printed."""
+    import dataclasses
+
+    from lectures import llm
+    results = {"demo2": dataclasses.replace(d2, weights={}), "demo3": d3, "demo4": d4,
+               "demo5": d5, "demo6": L.demo6_summary(model, d2, d3)}
+    back, _ = llm.load_results(llm.save_results(tmp_path / "r.json", results), L)
+    for name, r in results.items():
+        show = getattr(L, "show_" + name)
+        assert printed(show, back[name]) == printed(show, r), name
+
+
 # ----------------------------------------------------------------------- the text in Chinese
 # Every demo's result (the fixtures above, nothing computed again) printed in English and in
 # Chinese: the same numbers, no English prose left, 100 columns and aligned tables, the same

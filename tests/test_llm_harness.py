@@ -594,8 +594,8 @@ def test_quantized_inputs_on_threads_equal_one_thread(checkpoint, corpus):
         two = llm.window_nll(model, windows, batch_size=3)
     np.testing.assert_array_equal(one, two)
     assert one[0] != llm.window_nll(model, windows[:1])[0]
-    for bad in (0, 1.5, True):
-        with pytest.raises(ValueError, match="threads"):
+    for bad, error in ((0, ValueError), (1.5, TypeError), (True, TypeError)):
+        with pytest.raises(error, match="threads"):
             with llm.quantized_inputs(model, per_token, threads=bad):
                 pass
 

@@ -416,10 +416,9 @@ def test_awq_clip_search_never_worse_per_group():
 def test_awq_clip_search_does_not_hang_on_the_last_bit():
     # Every group the clip search clips on both sides has the symmetric range [-lim, lim],
     # whose zero point on an asymmetric grid is the half-integer (2^b - 1) / 2. Rounded from
-    # the float64 quotient it went up or down with the last bit of lim, and here with a
-    # relative 2^-52 change of the weights (as another CPU's sums make of the inputs): 3 bits,
-    # groups of 16: 3 of the 128 clip ratios moved before numfmt broke the tie exactly
-    # (measured on the earlier code; 83 of the 128 row groups are clipped in both runs).
+    # the float64 quotient it would go up or down with the last bit of lim, and here with a
+    # relative 2^-52 change of the weights (as another CPU's sums make of the inputs); 3 bits,
+    # groups of 16, where 83 of the 128 row groups are clipped in both runs.
     w, x = correlated_problem(7, rows=32, cols=64, n=512, outliers=4)
     int3_g16 = lambda v: rtn_values(v, 3, 16, symmetric=False)
     nudged = w * (1 + 2.0 ** -52 * np.sign(np.sin(np.arange(w.size))).reshape(w.shape))

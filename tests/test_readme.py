@@ -174,3 +174,35 @@ def test_model_line_names_every_lecture_that_needs_the_model(path):
     opening = section.rindex("```bash", 0, section.index('pip install -e ".[model,'))
     said = re.findall(r"\d\d", section[section.rindex("```", 0, opening):opening])  # its prose
     assert set(needs) <= set(said), (needs, said)
+
+
+#: Commit subjects are checked from this commit on (older ones carried their figures in the
+#: subject; CONTRIBUTING.md's rule: at most 72 characters, the figures in the body).
+SUBJECTS_FROM = "9bb4365b4a59a8658266b1b73398c234a4d949cd"
+SUBJECT_WIDTH = 72
+
+
+def long_subjects(subjects) -> list[str]:
+    """The subjects longer than SUBJECT_WIDTH characters."""
+    return [s for s in subjects if len(s) > SUBJECT_WIDTH]
+
+
+def test_long_subject_check_can_fail():
+    assert long_subjects(["x" * 72, "y" * 73, ""]) == ["y" * 73]
+
+
+def test_commit_subjects_fit_72_characters():
+    """``git log --oneline`` stays readable: every subject after SUBJECTS_FROM is at most 72
+    characters (where the checkout has git and that commit in its history)."""
+    def git(*args):
+        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+
+    try:
+        ancestor = git("merge-base", "--is-ancestor", SUBJECTS_FROM, "HEAD")
+    except OSError:
+        pytest.skip("git is not installed")
+    if ancestor.returncode != 0:
+        pytest.skip("no git history with the starting commit (an export or a shallow clone)")
+    log = git("log", "--format=%s", f"{SUBJECTS_FROM}..HEAD")
+    assert log.returncode == 0, log.stderr
+    assert long_subjects(log.stdout.splitlines()) == []

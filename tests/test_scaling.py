@@ -86,7 +86,7 @@ def test_quantize_with_scale_overflowing_quotient_saturates_without_warning():
 @pytest.mark.parametrize("amax,margin", [(1.0, -2000), (1.0, 2000), (1e308, 10)])
 def test_scale_from_amax_refuses_a_scale_beyond_float64(amax, margin):
     # 2^-2000 underflows to 0 (a zero scale), 2^2000 and 1e308 * 1024 / 448 overflow (Inf):
-    # both used to be returned (or raise OverflowError from Python's float power).
+    # neither is a scale, and Python's float power would raise OverflowError.
     with pytest.raises(ValueError, match="float64"):
         scale_from_amax(amax, FP8_E4M3, margin)
 

@@ -1,4 +1,5 @@
-"""numfmt.torch.gemm and lectures.gpu_timing: exactness, agreement with torch's kernels, errors.
+"""numfmt.torch.gemm, lectures.gpu_timing and its timer: exactness, agreement with torch's
+kernels, errors.
 
 Oracles: int64 matrix products; torch._scaled_mm (CPU in torch 2.13, cuBLASLt on CUDA) for the
 FP8 emulation; dequantize-then-multiply in float64 for block-scaled GEMMs; hand arithmetic.
@@ -14,14 +15,12 @@ torch = pytest.importorskip("torch")
 import numfmt as nf  # noqa: E402
 import numfmt.torch as nt  # noqa: E402
 from lectures import gpu_timing as bench  # noqa: E402
+from lectures import machine  # noqa: E402
 from numfmt.torch import gemm  # noqa: E402
+from conftest import devices  # noqa: E402
 
 CUDA = torch.cuda.is_available()
-DEVICES = [
-    pytest.param("cpu"),
-    pytest.param("cuda", marks=[pytest.mark.gpu,
-                                pytest.mark.skipif(not CUDA, reason="needs a CUDA device")]),
-]
+DEVICES = devices()
 
 
 def operands(m=32, k=64, n=48, seed=0):
@@ -316,7 +315,7 @@ def test_fp8_kernel_needs_cuda_capability_8_9():
 
 
 # ---------------------------------------------------------------- bench (CPU smoke tests)
-def test_median_ms_is_the_median_of_the_runs(monkeypatch):
+def test_repeat_seconds_is_the_median_of_the_runs(monkeypatch):
     # A fake clock: each call of fn advances it by the next duration (in seconds). Warm-up
     # runs take 100 s and must not count; the 5 timed runs take 9, 1, 4, 2, 3 ms, whose
     # median is 3 ms (the mean would be 3.8 ms, the minimum 1 ms).
@@ -326,15 +325,16 @@ def test_median_ms_is_the_median_of_the_runs(monkeypatch):
     def fn():
         clock[0] += next(durations)
 
-    monkeypatch.setattr(bench, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
-    t = bench.median_ms(fn, "cpu", warmup=2, iters=5)
-    assert t == pytest.approx(3.0, rel=1e-9)   # 1e-9: float rounding of the clock differences
+    monkeypatch.setattr(machine, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    t = machine.repeat_seconds(fn, repeats=5, warmup=2, device="cpu")
+    # rel=1e-9: float rounding of the clock differences
+    assert (t.median, t.low, t.high) == pytest.approx((3e-3, 1e-3, 9e-3), rel=1e-9)
     assert next(durations, None) is None       # fn ran exactly 2 + 5 times
-    with pytest.raises(ValueError, match="iters"):
-        bench.median_ms(lambda: None, "cpu", iters=0)
+    with pytest.raises(ValueError, match="repeats"):
+        machine.repeat_seconds(lambda: None, repeats=0, device="cpu")
 
 
-def test_median_ms_on_cuda_records_events_and_waits_only_at_both_ends(monkeypatch):
+def test_repeat_seconds_on_cuda_records_events_and_waits_only_at_both_ends(monkeypatch):
     # The CUDA branch with stand-ins for torch.cuda's events and synchronize: every run sits
     # between its own two events, the host waits before the first and after the last run
     # only, and the result is the median of the event intervals.
@@ -353,9 +353,9 @@ def test_median_ms_on_cuda_records_events_and_waits_only_at_both_ends(monkeypatc
 
     monkeypatch.setattr(torch.cuda, "Event", Event)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: log.append("sync"))
-    t = bench.median_ms(lambda: log.append("run"), "cuda", warmup=2, iters=3)
+    t = machine.repeat_seconds(lambda: log.append("run"), repeats=3, warmup=2, device="cuda")
     assert log == ["run", "run", "sync"] + ["record", "run", "record"] * 3 + ["sync"]
-    assert t == 3.0
+    assert t.median == pytest.approx(3e-3, rel=1e-12)   # events give ms
 
 
 @pytest.mark.parametrize("kind", bench.GEMM_KINDS)

@@ -16,13 +16,10 @@ torch = pytest.importorskip("torch")
 
 import numfmt as nf  # noqa: E402
 import numfmt.torch as nt  # noqa: E402
+from conftest import devices  # noqa: E402
 
 CUDA = torch.cuda.is_available()
-DEVICES = [
-    pytest.param("cpu"),
-    pytest.param("cuda", marks=[pytest.mark.gpu,
-                                pytest.mark.skipif(not CUDA, reason="needs a CUDA device")]),
-]
+DEVICES = devices()
 FORMATS = list(nf.FORMATS.values())
 N_RANDOM = 1_000_000
 

@@ -17,13 +17,9 @@ torch = pytest.importorskip("torch")
 import numfmt as nf  # noqa: E402
 import numfmt.torch.train as ntt  # noqa: E402
 from numfmt.blocks import fp32_tensor_scale  # noqa: E402
+from conftest import devices  # noqa: E402
 
-CUDA = torch.cuda.is_available()
-DEVICES = [
-    pytest.param("cpu"),
-    pytest.param("cuda", marks=[pytest.mark.gpu,
-                                pytest.mark.skipif(not CUDA, reason="needs a CUDA device")]),
-]
+DEVICES = devices()
 FORMAT = {"e4m3": nf.FP8_E4M3, "e5m2": nf.FP8_E5M2, "e2m1": nf.FP4_E2M1}
 
 

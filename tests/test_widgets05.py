@@ -79,8 +79,7 @@ def test_clip_explorer_draws_the_chosen_distribution(clip):
 
 
 def test_clip_explorer_defaults_agree_with_the_demo_2_table():
-    # The browser review: the old 2^16-value sample gave 39.6% at c = 1 and best c ≈ 0.36,
-    # against the table's 84.6% and 0.1. Same data now, so the same numbers.
+    # The explorer samples the table's own data, so it shows the table's numbers.
     e = W.clip_explorer()
     r2 = L.demo2_clipping()
     e.controls["clip"].value = 1.0
@@ -232,8 +231,8 @@ def test_block_explorer_bits_per_element(block, element, bits, size):
 
 
 def test_block_explorer_references_are_demo_4s_table(block):
-    # The browser review: on a 2^16 sample INT8 (one tensor scale) sat on the Pareto front at
-    # 2.2%; the table (2^20 values) has 6.68%, off the front. Same data now.
+    # The explorer's references are the table's (2^20 values): INT8 with one tensor scale has
+    # 6.68 %, off the front (a smaller sample would put it on the front).
     r4 = L.demo4_block_formats()
     assert block.state["ref_errors"] == [e for _, _, e, _ in r4.formats]
     i = block.state["ref_labels"].index("INT8, one tensor scale (symmetric)")
@@ -440,7 +439,7 @@ def test_granularity_explorer_menus_are_the_lectures(gran):
 
 
 def test_a_scale_kind_added_to_the_lecture_reaches_the_block_explorer(monkeypatch):
-    """Trial B of the architecture review: a new kind used to miss the widget's own list."""
+    """The block explorer lists the lecture's scale kinds, not a list of its own."""
     extra = ("e8m0_up", "E8M0 scale, rounded up")
     monkeypatch.setattr(L, "SCALE_KINDS", L.SCALE_KINDS + (extra,))
     try:

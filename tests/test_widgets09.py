@@ -103,3 +103,22 @@ def test_missing_model_message_in_chinese(monkeypatch, capsys):
     with language("zh"):
         assert W.load_model_or_explain() is None
     assert _is_cjk(capsys.readouterr().out)
+
+
+def test_load_stored_takes_only_a_full_run_with_every_demo(tmp_path):
+    from lectures import llm
+    assert W.STORED == llm.stored_path("09")
+    assert W.STORED.parent.name == "widgets" and W.STORED.name == "lecture09_stored.json"
+    demos = {k: [[k, 1.5]] for k in W.STORED_DEMOS}     # stand-ins: load_stored only reads keys
+    full = llm.save_results(tmp_path / "full.json", demos, {"command": "09_ptq_algorithms.py"})
+    assert W.load_stored(full) == demos
+    quick = llm.save_results(tmp_path / "quick.json", demos,
+                             {"command": "09_ptq_algorithms.py --quick"})
+    part = llm.save_results(tmp_path / "part.json", {"demo2": 1},
+                            {"command": "09_ptq_algorithms.py"})
+    for path in (quick, part):
+        with pytest.raises(ValueError, match="not a full run of lecture 09"):
+            W.load_stored(path)
+    for bad in ("9", 9, "ab"):
+        with pytest.raises(ValueError, match="two-digit"):
+            llm.stored_path(bad)

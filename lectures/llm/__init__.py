@@ -1,4 +1,4 @@
-"""The real-model harness of lectures 08 and 09: SmolLM2-135M-Instruct on the CPU (or a GPU).
+"""The real-model harness of lectures 08, 09, 11 and 12: SmolLM2-135M-Instruct on the CPU (or a GPU).
 
 A small, stable API (everything a PTQ method needs, nothing it does not):
 
@@ -61,7 +61,7 @@ from lectures.llm.hooks import (LINEAR_KINDS, LinearInputs, capture_linear_input
                                 quantized_weight_tensors, quantized_weights, swapped_weights)
 from lectures.llm.lab import Lab, float64_copy, open_lab
 from lectures.llm.quantizers import ActFormat, WeightFormat, kv_quantizer, model_bits_per_weight
-from lectures.llm.results import load_results, save_path, save_results
+from lectures.llm.results import load_results, save_path, save_results, stored_path
 from lectures.llm.text import (OOD_MODULE, SEQ_LEN, calibration_windows, corpus_text,
                                corpus_tokens, eval_windows, ood_calibration_windows, ood_text,
                                ood_tokens)
@@ -77,5 +77,5 @@ __all__ = [
     "corpus_text", "corpus_tokens", "eval_windows", "OOD_MODULE", "ood_calibration_windows",
     "ood_text", "ood_tokens", "INPUT_GROUPS", "calibrate_layers",
     "map_items", "one_blas_thread", "workers", "FULL", "QUICK", "Workload", "Lab", "float64_copy", "open_lab",
-    "load_results", "save_path", "save_results",
+    "load_results", "save_path", "save_results", "stored_path",
 ]

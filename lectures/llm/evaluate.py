@@ -6,13 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-
-def check_positive_int(value, name: str) -> int:
-    """``value`` if it is a positive int (not a bool); otherwise ValueError naming ``name``.
-    The harness's one check for counts (windows per batch, threads)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
+from numfmt._validate import check_positive_int   # the harness's check for counts
 
 
 def window_nll(model, windows, batch_size: int = 1) -> np.ndarray:

@@ -17,7 +17,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from lectures.llm.evaluate import check_positive_int
+from numfmt._validate import check_positive_int
 
 #: The seven linears of a LLaMA decoder layer, in the order the forward pass meets them.
 LINEAR_KINDS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")

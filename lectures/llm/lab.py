@@ -8,8 +8,8 @@ for planned reuse, so a lecture that uses one format in several demos quantizes 
 Every perplexity is computed in float64, on a float64 copy of the float32 model (the same
 weight values). In float32 the matmuls, reductions and exponentials of the forward pass round
 differently on different CPUs, BLAS libraries and thread counts, and a quantizer of the
-activations or the KV cache turns a last-bit difference of its input into another code: lecture
-08's W4A4 perplexity moved from 61.69 to 57.17 between two kernel configurations of one machine.
+activations or the KV cache turns a last-bit difference of its input into another code, and a
+row of lecture 08 with quantized activations would print other perplexities on other machines.
 In float64 the same differences are 2^29 times smaller, and the printed figures are the same
 on every machine (tests/test_blas_independence.py runs them under a second configuration).
 """
@@ -51,11 +51,7 @@ def float64_copy(model):
     1.5e-5 rad at position 511 (so are their cos and sin), computed by float32 kernels that
     differ by CPU (measured: 1.53e-5 rad, 1.49e-5 in cos).
 
-    The float64 copy is the model's mathematics in float64. When it moved to float64 norms
-    and angles, the reference perplexity kept its printed digits; rows with quantized
-    activations moved by up to a few percent: lecture 09's W8A8 without smoothing (one INT8
-    scale per activation tensor, spanning the massive activations) from 31.05 to 29.86, its
-    W4A4 from 41.00 to 40.05.
+    The float64 copy is the model's mathematics in float64, norms and angles included.
 
     Raises
     ------

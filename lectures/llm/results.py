@@ -1,6 +1,11 @@
 """A lecture's results as data: written by ``--save PATH`` (lectures 08 and 09), read back
 with :func:`load_results` to print or plot them again without the model.
 
+A notebook that shows a run too long to repeat (a real-model run) keeps it as such a file,
+``lectures/widgets/lectureNN_stored.json`` (:func:`stored_path`), and prints it through the
+lecture's own ``show_demoK`` functions, so that it reads in the reader's language and a Chinese
+notebook is regenerated without running the lecture again.
+
 The format is plain JSON. Demo results (dataclasses) are stored field by field with their
 class name and rebuilt from the lecture module; numpy arrays keep their dtype; tuples and
 dicts whose keys are not all strings are tagged, so a result comes back equal to the one saved
@@ -22,7 +27,9 @@ from lectures.i18n import domain
 
 _ = domain("llm").gettext
 
-__all__ = ["load_results", "save_results"]
+__all__ = ["load_results", "save_results", "stored_path"]
+
+WIDGETS_DIR = Path(__file__).resolve().parent.parent / "widgets"
 
 
 def _encode(obj):
@@ -133,3 +140,17 @@ def load_results(path, module) -> tuple[dict, dict]:
     except KeyError as err:
         raise ValueError(f"{path} names a result class {err} that "
                          f"{module.__name__} does not define") from None
+
+
+def stored_path(nn: str) -> Path:
+    """Where notebook ``nn``'s stored run lives: ``lectures/widgets/lectureNN_stored.json``
+    (written by ``python lectures/NN_*.py --save <that path>``).
+
+    Raises
+    ------
+    ValueError
+        If ``nn`` is not a two-digit lecture number such as "09".
+    """
+    if not (isinstance(nn, str) and len(nn) == 2 and nn.isdigit()):
+        raise ValueError(f"nn must be a two-digit lecture number such as '09', got {nn!r}")
+    return WIDGETS_DIR / f"lecture{nn}_stored.json"

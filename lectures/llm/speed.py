@@ -11,19 +11,16 @@ x86, onednn or qnnpack elsewhere) and torchao's weight-only layouts, an optional
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import importlib.util
-import io
-import logging
-import warnings
 from dataclasses import dataclass
 from typing import Callable
 
 from numfmt import cost
 from lectures.i18n import domain
 from lectures.llm.hooks import decoder_linears
-from lectures.machine import Spread, repeat_seconds
+from lectures.machine import (PathUnavailable, Spread, int8_dynamic_module,
+                              quantize_dynamic_linears, quiet_torch, repeat_seconds)
 
 _ = domain("llm").gettext      # what a lecture prints of this module: why a path cannot run
 
@@ -34,10 +31,6 @@ __all__ = ["ModelShape", "PassCost", "pass_cost", "QuantizedPath", "PathUnavaila
 
 TORCHAO_INSTALL = "pip install --no-deps torchao==0.18.0"
 LLAMA_CPP_INSTALL = "pip install llama-cpp-python"
-
-
-class PathUnavailable(RuntimeError):
-    """A quantized path that cannot run here; the message says why (and what to install)."""
 
 
 @dataclass(frozen=True)
@@ -170,22 +163,6 @@ def _row_scale_bits(bits: int, scale_bits: int = 32) -> Callable:
     return per_weight
 
 
-@contextlib.contextmanager
-def _quiet():
-    """torch.ao's deprecation notices and torchao's import messages (printed, logged and
-    warned) kept off the lecture's output."""
-    previous = logging.root.manager.disable
-    logging.disable(logging.WARNING)        # torch's and torchao's loggers hold the real stderr
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            with contextlib.redirect_stderr(io.StringIO()), \
-                    contextlib.redirect_stdout(io.StringIO()):
-                yield
-    finally:
-        logging.disable(previous)
-
-
 def int8_dynamic(model):
     """A copy of ``model`` whose decoder linears are torch's dynamic int8 linears.
 
@@ -195,24 +172,7 @@ def int8_dynamic(model):
     :func:`dynamic_input_qparams`) and the product runs in int8 with int32 accumulation
     (fbgemm on x86). The output projection stays float32.
     """
-    return _quantize_dynamic(copy.deepcopy(model), list(decoder_linears(model)))
-
-
-def int8_dynamic_module(linear):
-    """One ``torch.nn.Linear`` (left unchanged) as torch's dynamic int8 linear, as in
-    :func:`int8_dynamic`."""
-    import torch
-    return _quantize_dynamic(torch.nn.Sequential(copy.deepcopy(linear)), ["0"])[0]
-
-
-def _quantize_dynamic(module, names):
-    import torch
-    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-
-    with _quiet():
-        torch.backends.quantized.engine = _engine()
-        return quantize_dynamic(module, {n: per_channel_dynamic_qconfig for n in names},
-                                dtype=torch.qint8, inplace=True)
+    return quantize_dynamic_linears(copy.deepcopy(model), list(decoder_linears(model)))
 
 
 def dynamic_input_qparams(x) -> tuple[float, int]:
@@ -226,15 +186,6 @@ def dynamic_input_qparams(x) -> tuple[float, int]:
     reduce = torch.backends.quantized.engine in ("x86", "fbgemm")
     scale, zero_point = torch._choose_qparams_per_tensor(x, reduce_range=reduce)
     return float(scale), int(zero_point)
-
-
-def _engine() -> str:
-    import torch
-    engines = torch.backends.quantized.supported_engines
-    for name in ("x86", "fbgemm", "onednn", "qnnpack"):
-        if name in engines:
-            return name
-    raise PathUnavailable(f"no quantized engine in this torch build ({engines})")
 
 
 def torchao_weight_only(bits: int) -> Callable:
@@ -258,7 +209,7 @@ def torchao_weight_only(bits: int) -> Callable:
     def build(model):
         if importlib.util.find_spec("torchao") is None:
             raise PathUnavailable(f"torchao is not installed ({TORCHAO_INSTALL})")
-        with _quiet():
+        with quiet_torch():
             from torchao.quantization import (Int4WeightOnlyConfig, Int8WeightOnlyConfig,
                                               quantize_)
             # torchao's int4 layouts take bfloat16 weights; int8 keeps the model's float32.
@@ -294,7 +245,7 @@ def import_torchao_quietly() -> bool:
     """
     if importlib.util.find_spec("torchao") is None:
         return False
-    with _quiet():
+    with quiet_torch():
         import torchao  # noqa: F401
         import torchao.quantization  # noqa: F401
         try:    # imported later on first use otherwise, with a deprecation notice of torch's

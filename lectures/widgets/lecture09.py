@@ -4,6 +4,9 @@ A thin layer over lecture 09's demo functions:
 
 - ``plot_output_error(result)`` draws what ``L.demo1_output_error()`` returned;
   ``plot_perplexity(rows)`` the summary table of ``L.demo6_summary``. Nothing is recomputed.
+- ``load_stored()`` reads one full run of demos 2-6 (``STORED``, written by the script's
+  ``--save``), so that the notebook prints it through ``L.show_demoK`` in the reader's language
+  and draws it without the model.
 - ``gptq_explorer()`` builds an :class:`Explorer` whose callback quantizes a small synthetic
   layer (lecture 09's recipe, smaller) with RTN and GPTQ at the chosen bits, group, act-order
   and input correlation, and keeps the errors in ``explorer.state``.
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+
 import ipywidgets as widgets
 import numpy as np
 from matplotlib.figure import Figure
@@ -23,12 +27,35 @@ from matplotlib.figure import Figure
 from console.i18n import N_
 from lectures import lecture
 from lectures.i18n import domain
+from lectures.llm import results as llm_results
 from lectures.widgets.explorer import Explorer, check_result, explorer_figure
 from numfmt import rel_error
 from numfmt.ptq import gptq, hessian, rtn
 
 L = lecture(9)
 _ = domain("lecture09").gettext
+
+#: One full run of demos 2-6: ``python lectures/09_ptq_algorithms.py --save <this file>``.
+STORED = llm_results.stored_path("09")
+#: The demos of a stored run, in the order the script prints them.
+STORED_DEMOS = ("demo2", "demo3", "demo4", "demo5", "demo6")
+
+
+def load_stored(path=STORED) -> dict:
+    """The stored run's results (``"reference"`` perplexity and ``"demo2"`` ... ``"demo6"``, the
+    demos' own result objects), as :func:`lectures.llm.load_results` rebuilds them.
+
+    Raises
+    ------
+    ValueError
+        If the file was not written by the full workload of the script (``--quick`` is not a
+        run the notebook presents as the lecture's) or lacks a demo.
+    """
+    results, about = llm_results.load_results(path, L)
+    if about.get("command") != "09_ptq_algorithms.py" or not set(STORED_DEMOS) <= set(results):
+        raise ValueError(f"{path} is not a full run of lecture 09 saved with --save "
+                         f"(about: {about})")
+    return results
 
 
 def load_model_or_explain():

@@ -35,7 +35,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from numfmt._validate import check_bool, check_fits_storage
+from numfmt._validate import check_bool, check_fits_storage, check_positive_int
 
 from ..formats import FP4_E2M1
 from ._checks import as_float_array, check_ndim
@@ -164,9 +164,7 @@ def _check_levels(levels):
 
 
 def _check_block(block, name="block"):
-    if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {block!r}")
-    return int(block)
+    return check_positive_int(block, name)
 
 
 @dataclass(frozen=True)
@@ -211,10 +209,10 @@ def absmax_quantize(x, levels, block=64):
     Raises
     ------
     TypeError
-        If ``x`` is not a real array.
+        If ``x`` is not a real array, or ``block`` is not an integer.
     ValueError
         If ``x`` is empty or holds NaN or inf, ``levels`` is not a valid
-        codebook, or ``block`` is not a positive integer; or a block's absmax does not fit
+        codebook, or ``block`` is not positive; or a block's absmax does not fit
         FP32 (above 3.4e38 it would be Inf, below 7e-46 it would flush to 0, and below
         FP32's smallest normal 1.2e-38 it would be a subnormal with fewer bits, unless exact).
 
@@ -332,10 +330,10 @@ def double_quantize(scales, block=256, center=True, signed=True, code="dynamic")
     Raises
     ------
     TypeError
-        If ``scales`` is not a real array.
+        If ``scales`` is not a real array, or ``block`` is not an integer.
     ValueError
         If ``scales`` is not a non-empty 1-D array of finite non-negative values,
-        ``block`` is not a positive integer, ``center`` is asked of an unsigned code, or
+        ``block`` is not positive, ``center`` is asked of an unsigned code, or
         ``code`` is unknown; or a scale or a block's FP32 step does not fit FP32 (it would be
         Inf, or flush to 0).
 
@@ -527,8 +525,10 @@ def qlora_bits_per_parameter(block=64, double_quant=True, scale_block=256, code_
 
     Raises
     ------
+    TypeError
+        If ``block`` or ``scale_block`` is not an integer.
     ValueError
-        If ``block`` or ``scale_block`` is not a positive integer.
+        If ``block`` or ``scale_block`` is not positive.
     """
     block = _check_block(block)
     scale_block = _check_block(scale_block, "scale_block")

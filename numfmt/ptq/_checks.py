@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from numfmt._validate import as_calibration_array, check_int, check_real_scalar
+from numfmt._validate import as_calibration_array, check_real_scalar
 
 
 def as_matrix(x, name: str) -> np.ndarray:
@@ -24,14 +24,6 @@ def as_inputs(x, k: int, name: str = "x") -> np.ndarray:
     return arr.reshape(-1, k)
 
 
-def check_positive_int(value, name: str) -> int:
-    """``value`` as a positive int (TypeError for non-integers, ValueError for <= 0)."""
-    value = check_int(value, name)
-    if value <= 0:
-        raise ValueError(f"{name} must be positive, got {value}")
-    return value
-
-
 def check_fraction(value, name: str, lo: float = 0.0, hi: float = 1.0,
                    lo_open: bool = False) -> float:
     """``value`` as a float in [lo, hi] (or (lo, hi] with ``lo_open``); NaN refused."""
@@ -41,12 +33,6 @@ def check_fraction(value, name: str, lo: float = 0.0, hi: float = 1.0,
         left = "(" if lo_open else "["
         raise ValueError(f"{name} must be in {left}{lo}, {hi}], got {value!r}")
     return v
-
-
-def check_bool(value, name: str) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be True or False, got {value!r}")
-    return bool(value)
 
 
 _TINY = float(np.finfo(np.float64).tiny)

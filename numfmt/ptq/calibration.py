@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from numfmt._validate import as_calibration_array
+from numfmt._validate import as_calibration_array, check_bool, check_positive_int
 from numfmt.intquant import _round_symmetric_into, int_range, quantize_int
 
-from ._checks import check_bool, check_fraction, check_positive_int
+from ._checks import check_fraction
 
 __all__ = ["calibrate_kl", "calibrate_mse", "calibrate_percentile"]
 

@@ -29,11 +29,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from numfmt._validate import as_calibration_array, check_block, check_real_scalar
+from numfmt._validate import (as_calibration_array, check_block, check_bool, check_positive_int,
+                              check_real_scalar)
 from numfmt.intquant import int_range
 from numfmt.packing.gptq import act_order_permutation, group_index
 
-from ._checks import as_matrix, check_bool, check_positive_int, check_weight_scales, damping
+from ._checks import as_matrix, check_weight_scales, damping
 
 __all__ = ["DEAD_INPUTS", "GPTQResult", "SYMMETRIC_GRIDS", "g_idx_bits_per_weight", "gptq",
            "hessian", "rtn", "rtn_values"]

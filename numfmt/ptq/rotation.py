@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from numfmt._validate import check_int
+from numfmt._validate import check_bool, check_int, check_positive_int
 
-from ._checks import as_matrix, check_bool, check_positive_int
+from ._checks import as_matrix
 
 __all__ = ["fuse_rotation", "hadamard", "hadamard_orders", "random_rotation"]
 

@@ -22,9 +22,9 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from numfmt._validate import as_calibration_array, as_real_array
+from numfmt._validate import as_calibration_array, as_real_array, check_bool, check_positive_int
 
-from ._checks import as_inputs, as_matrix, check_bool, check_fraction, check_positive_int
+from ._checks import as_inputs, as_matrix, check_fraction
 
 __all__ = ["AWQResult", "awq_search", "smoothquant_scales"]
 

@@ -7,7 +7,8 @@ from typing import Callable
 
 import numpy as np
 
-from numfmt._validate import as_calibration_array, as_real_array, check_real_scalar
+from numfmt._validate import (as_calibration_array, as_real_array, check_positive_int,
+                              check_real_scalar)
 from numfmt.qat.fake_quant import FakeQuantized
 
 __all__ = ["QATAdam", "adam_update"]
@@ -34,7 +35,8 @@ def adam_update(param, grad, m, v, t: int, lr: float, beta1: float = 0.9, beta2:
     Raises
     ------
     TypeError
-        If an array is not real-valued or a hyper-parameter is not a real number.
+        If an array is not real-valued, a hyper-parameter is not a real number or ``t`` is not
+        an integer.
     ValueError
         If shapes differ, an array is not finite, ``v`` has a negative entry (a second moment
         is a mean of squares), ``t < 1``, a hyper-parameter is out of range or not finite, or
@@ -55,8 +57,7 @@ def adam_update(param, grad, m, v, t: int, lr: float, beta1: float = 0.9, beta2:
             raise ValueError(f"{name} contains NaN or Inf")
     if (v < 0).any():
         raise ValueError(f"v must be non-negative (a second moment), got {v[v < 0].min()!r}")
-    if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 1:
-        raise ValueError(f"t must be an integer >= 1, got {t!r}")
+    check_positive_int(t, "t")
     _check_adam(lr, beta1, beta2, eps, weight_decay)
     # beta**t for t beyond 2**1000 is 0 to float64 precision (beta <= 1 - 2**-53); Python's
     # float ** int would raise OverflowError converting such a t to float.
