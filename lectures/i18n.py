@@ -39,7 +39,7 @@ LOCALE_DIR = Path(__file__).resolve().parent / "locale"
 
 #: domain -> (locale folder, the source files whose messages it holds, as globs under ROOT)
 DOMAINS = {
-    "console": (ROOT / "console" / "locale", ["console/__init__.py"]),
+    "console": (ROOT / "console" / "locale", ["console/__init__.py", "console/progress.py"]),
     **{f"lecture{n:02d}": (LOCALE_DIR, [f"lectures/{n:02d}_*.py",
                                         f"lectures/widgets/lecture{n:02d}.py"])
        for n in range(1, 13)},
