@@ -57,7 +57,7 @@ import numpy as np
 from console import (lecture_parser, print_header, print_observations, print_table, print_title,
                      run_lecture)
 from console.i18n import N_
-from console.progress import progress
+from console.progress import LineProgress, progress
 from lectures import llm
 from lectures.i18n import domain, numbered_label
 from lectures.llm.calibrate import INPUT_GROUPS, calibrate_layers, map_items, workers
@@ -162,18 +162,15 @@ def real_model_demos(workload: Workload = FULL, save: str | None = None) -> None
         print_header(_("Demos 2-6: the real model"))
         print(_("Skipped: {error}").format(error=e.wrapped(90)))   # 100 columns with "Skipped: "
         return
-    g = demo2_gptq(m)
+    g = counted(m, 2, demo2_gptq)
     show_demo2(g)
-    sys.stdout.flush()                    # each demo shows as it finishes, redirected too
-    a = demo3_awq(m, g)
+    a = counted(m, 3, demo3_awq, g)
     show_demo3(a)
-    sys.stdout.flush()
-    d4 = demo4_activations(m)
+    d4 = counted(m, 4, demo4_activations)
     show_demo4(d4)
-    sys.stdout.flush()
-    d5 = demo5_calibration(m, activations=d4)
+    d5 = counted(m, 5, demo5_calibration, activations=d4)
     show_demo5(d5)
-    d6 = demo6_summary(m, g, a)
+    d6 = counted(m, 6, demo6_summary, g, a)
     show_demo6(d6)
     if save:
         results = {"reference": m.reference_ppl, "demo2": dataclasses.replace(g, weights={}),
@@ -350,6 +347,25 @@ class Model:
     reference_nll: object = None  # float64 (n_eval,): the unquantized model's NLL per window
     ood_windows: np.ndarray | None = None  # (n_calib, seq_len): out-of-domain calibration
     model: object = None     # the float64 copy of ck.model that every demo runs
+    progress: object = None  # a console.progress log that counts the perplexities, or None
+
+
+def counted(m: Model, n: int, demo, *args, **kwargs):
+    """``demo(m, *args, **kwargs)``, with a line on stderr for each perplexity it computes when
+    stderr is not a terminal (a log file: between the calibration bars, the evaluations would
+    otherwise run minutes without a line; on a terminal the bars show the activity). What was
+    printed before is flushed first, so a redirected run shows each demo as it finishes."""
+    sys.stdout.flush()
+    try:
+        terminal = sys.stderr.isatty()
+    except (AttributeError, ValueError):       # no isatty, or a closed stream
+        terminal = False
+    m.progress = None if terminal else LineProgress(
+        desc=_("Demo {n}: perplexities").format(n=n))
+    try:
+        return demo(m, *args, **kwargs)
+    finally:
+        m.progress = None
 
 
 def load_model(ck=None, workload: Workload = FULL) -> Model:
@@ -396,7 +412,10 @@ def nll(m: Model, weights: dict | None = None, inputs=None) -> np.ndarray:
         # window at a time here (tests/test_lecture09.py), about half the CPU time; the
         # activation hooks quantize each window of the batch on its own, the windows on
         # torch's threads at once (the quantizers are numpy's, which release the GIL).
-        return llm.window_nll(m.model, m.eval_windows, batch_size=len(m.eval_windows))
+        out = llm.window_nll(m.model, m.eval_windows, batch_size=len(m.eval_windows))
+    if m.progress is not None:
+        m.progress.update(1)
+    return out
 
 
 def float_weights(m: Model) -> dict:
@@ -678,7 +697,7 @@ def show_ood(r: AWQRealResult) -> None:
 def ood_observation(r: AWQRealResult) -> str:
     """What in-domain calibration buys, in words, from :func:`ood_rows`."""
     rows = ood_rows(r)
-    changes = "; ".join(_("{method} {inside:.2f} -> {outside:.2f} ({change}, {verdict})").format(
+    changes = _("; ").join(_("{method} {inside:.2f} -> {outside:.2f} ({change}, {verdict})").format(
         method=_(name), inside=a, outside=b, change=p.percent(), verdict=verdict(p))
         for name, a, b, p in rows)
     worse = [_(name) for name, _a, _b, p in rows if not p.within_noise and p.ratio > 1]

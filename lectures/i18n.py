@@ -40,7 +40,7 @@ NOTEBOOKS = tuple(sorted(p.name[:2] for p in (ROOT / "notebooks").glob("[0-9][0-
 
 #: domain -> (locale folder, the source files whose messages it holds, as globs under ROOT)
 DOMAINS = {
-    "console": (ROOT / "console" / "locale", ["console/__init__.py"]),
+    "console": (ROOT / "console" / "locale", ["console/__init__.py", "console/progress.py"]),
     **{f"lecture{nn}": (LOCALE_DIR, [f"lectures/{nn}_*.py", f"lectures/widgets/lecture{nn}.py"])
        for nn in LECTURES},
     "llm": (LOCALE_DIR, ["lectures/llm/*.py"]),

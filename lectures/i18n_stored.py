@@ -104,7 +104,7 @@ class Renderer:
         if "; " in text:
             parts = [self.sentence(p, strict=False) for p in text.split("; ")]
             if all(p is not None for p in parts):
-                return "; ".join(parts)
+                return self.catalog.get("; ", "; ").join(parts)
         done = self.sentence(text, strict=False)
         if done is not None:
             return done
@@ -210,7 +210,9 @@ def render_stored(stored: str, renderer: Renderer) -> str:
     if head != STORED_HEAD:
         raise ValueError(f"stored block must start with {STORED_HEAD!r}, got {head!r}")
     blocks = re.findall(r"```text\n(.*?)\n```", rest, re.S)
-    tail = rest[rest.rindex("```") + 3:]
+    tail = re.sub(r"!\[([^\]]*)\]",                  # an image's alt text, translated
+                  lambda m: f"![{renderer.catalog.get(m.group(1)) or m.group(1)}]",
+                  rest[rest.rindex("```") + 3:])
     return (STORED_HEAD_ZH + "\n"
             + "\n".join(f"```text\n{render_demo(b, renderer)}\n```" for b in blocks) + tail)
 

@@ -41,3 +41,26 @@ def test_closed_or_plain_objects_are_not_terminals():
     out = io.StringIO()
     out.close()
     assert isinstance(progress(range(1), file=out), LineProgress)
+
+
+def test_each_line_estimates_what_is_left_from_the_mean_step(monkeypatch):
+    """Steps of 4 s, 6 s, then 2 s on a fake clock: after step n of 4 the estimate is the mean
+    step so far times the steps left (10 s / 2 * 2 = 10 s after step 2); the last line and a
+    bar without a total give the elapsed time only."""
+    import console.progress as P
+    clock = iter([100.0, 104.0, 110.0, 112.0, 200.0, 203.0, 210.0])
+    monkeypatch.setattr(P.time, "monotonic", lambda: next(clock))
+    out = io.StringIO()
+    with P.progress(total=4, desc="Demo 2", file=out) as bar:
+        for _ in range(3):
+            bar.update(1)
+        bar.update(1)
+    with P.progress(desc="ppl", file=out) as bar:
+        bar.update(1)
+    assert out.getvalue().splitlines() == [
+        "Demo 2: 1/4 (4 s, about 12 s left)",
+        "Demo 2: 2/4 (10 s, about 10 s left)",
+        "Demo 2: 3/4 (12 s, about 4 s left)",
+        "Demo 2: 4/4 (100 s)",
+        "ppl: 1 (7 s)",
+    ]

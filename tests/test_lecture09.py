@@ -529,3 +529,21 @@ def test_kl_uses_tensorrts_2048_bins(monkeypatch):
     calibrate, threaded = L.CALIBRATORS["KL (entropy)"]
     calibrate(np.ones(4))
     assert seen["bins"] == 2048 and not threaded
+
+
+def test_counted_logs_each_perplexity_when_stderr_is_a_file(capsys):
+    """Off a terminal (pytest's stderr), a demo run through ``counted`` writes one line per
+    perplexity it computes, and leaves the model without a log afterwards."""
+    import types
+    m = types.SimpleNamespace(progress=None)
+
+    def demo(m, k, twice=False):
+        for _ in range(k * (2 if twice else 1)):
+            m.progress.update(1)
+        return "done"
+
+    assert L.counted(m, 3, demo, 2, twice=True) == "done"
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(" (")[0] for line in lines] == [f"Demo 3: perplexities: {i}"
+                                                       for i in range(1, 5)]
+    assert m.progress is None

@@ -139,3 +139,43 @@ def test_tidy_joins_streams_and_drops_timing(tmp_path):
     assert [(o["name"], "".join(o["text"])) for o in saved["outputs"]] == [
         ("stdout", "1\n2\n"), ("stderr", "w\n"), ("stdout", "3\n")]
     assert tidy(p) is False
+
+
+#: Notebooks whose cells still carry nbval comment markers until they are next re-stored
+#: through lectures.widgets.tidy (which moves them into tags).
+MARKERS_IN_SOURCE = {"10", "11", "12"}
+
+
+@pytest.mark.parametrize("path", [
+    pytest.param(p, marks=pytest.mark.xfail(reason="re-stored with its next run", strict=False))
+    if p.name[:2] in MARKERS_IN_SOURCE else p for p in NOTEBOOKS], ids=lambda p: str(p.name))
+def test_nbval_markers_are_tags_not_code(path):
+    """A student reads code cells: nbval's markers live in the cells' tags."""
+    import re
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    marked = [i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code"
+              and re.search(r"^\s*#\s*NBVAL_", "".join(c["source"]), re.M)]
+    assert marked == [], f"{path.name}: cells {marked}; run python -m lectures.widgets.tidy"
+
+
+def test_tidy_moves_nbval_markers_into_tags(tmp_path):
+    """nbval's tag for each marker (its plugin's metadata_tags), the rest of the cell kept."""
+    from nbval.plugin import metadata_tags
+
+    from lectures.widgets.tidy import tidy
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("# NBVAL_SKIP\n# why\nrun()"),
+                nbformat.v4.new_code_cell("x = 1\n  # NBVAL_IGNORE_OUTPUT\nx",
+                                          metadata={"tags": ["keep"]}),
+                nbformat.v4.new_code_cell("print('# NBVAL_SKIP is a marker')")]
+    p = tmp_path / "x.ipynb"
+    p.write_text(nbformat.writes(nb) + "\n", encoding="utf-8")
+    assert tidy(p) is True
+    cells = json.loads(p.read_text(encoding="utf-8"))["cells"]
+    assert ["".join(c["source"]) for c in cells] == [
+        "# why\nrun()", "x = 1\nx", "print('# NBVAL_SKIP is a marker')"]
+    assert [c["metadata"].get("tags") for c in cells] == [
+        ["nbval-skip"], ["keep", "nbval-ignore-output"], None]
+    assert metadata_tags["nbval-skip"] == "skip"
+    assert metadata_tags["nbval-ignore-output"] == ("check", False)
+    assert tidy(p) is False

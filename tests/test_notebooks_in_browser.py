@@ -83,11 +83,13 @@ def _free_port() -> int:
 
 
 def _runnable(path: Path) -> dict:
-    """The notebook without the cells nbval skips (``# NBVAL_SKIP``: real-model runs of
+    """The notebook without the cells nbval skips (tag ``nbval-skip``: real-model runs of
     minutes, left to the lecture's own tests); the browser runs what nbval runs."""
     nb = json.loads(path.read_text())
     nb["cells"] = [c for c in nb["cells"]
-                   if not (c["cell_type"] == "code" and "NBVAL_SKIP" in "".join(c["source"]))]
+                   if not (c["cell_type"] == "code" and (
+                       "NBVAL_SKIP" in "".join(c["source"])
+                       or "nbval-skip" in c.get("metadata", {}).get("tags", [])))]
     # Answer cells are stored collapsed; a collapsed cell shows no prompt, and the run is
     # followed through the prompts, so the browser run shows them.
     for c in nb["cells"]:

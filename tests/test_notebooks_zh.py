@@ -24,6 +24,7 @@ from matplotlib.text import Text
 from console.i18n import language
 from lectures import i18n
 from lectures import i18n_notebooks as zh
+from lectures.widgets import fonts
 from lectures.widgets.fonts import CJK_FONT, cjk_font_path, use_language_fonts
 from text_checks import number_differences
 
@@ -108,6 +109,50 @@ def test_use_language_fonts_sets_and_removes_the_cjk_font():
         use_language_fonts(3)
 
 
+
+def test_choose_cjk_font_prefers_a_package_then_the_listed_order():
+    """The fallback order over a made-up machine: a packaged font first, then the system's
+    fonts in CJK_FAMILIES' order whatever order the system lists them in."""
+    system = [("DejaVu Sans", "/f/dv.ttf"), ("WenQuanYi Zen Hei", "/f/wqy.ttc"),
+              ("SimHei", "/f/simhei.ttf"), ("Microsoft YaHei", "/f/msyh.ttc"),
+              ("Noto Sans CJK SC", "/f/noto.otf")]
+    assert fonts.choose_cjk_font([("Noto Sans SC", "/p/sc.otf")], system) == (
+        "Noto Sans SC", "/p/sc.otf")
+    assert fonts.choose_cjk_font([], system) == ("Noto Sans CJK SC", "/f/noto.otf")
+    assert fonts.choose_cjk_font([], system[:4]) == ("Microsoft YaHei", "/f/msyh.ttc")
+    assert fonts.choose_cjk_font([], system[:3]) == ("SimHei", "/f/simhei.ttf")
+    assert fonts.choose_cjk_font([], system[:2]) == ("WenQuanYi Zen Hei", "/f/wqy.ttc")
+    assert fonts.choose_cjk_font([], system[:1]) is None
+    assert fonts.choose_cjk_font([], [("PingFang SC", "/a"), ("PingFang SC", "/b"),
+                                      ("Source Han Sans SC", "/c")]) == ("Source Han Sans SC",
+                                                                          "/c")
+
+
+def test_a_system_font_serves_without_the_font_package(monkeypatch):
+    """Without a font package, a Chinese font the system has (here the packaged file under a
+    system family's name) becomes the figures' font."""
+    real = cjk_font_path()
+    monkeypatch.setattr(fonts, "_packaged_fonts", lambda: [])
+    monkeypatch.setattr(fonts, "_system_fonts", lambda: [("DejaVu Sans", "/f/dv.ttf"),
+                                                         ("PingFang SC", real)])
+    with matplotlib.rc_context():
+        assert use_language_fonts("zh") == ["sans-serif", "PingFang SC"]
+        assert use_language_fonts("en") == ["sans-serif"]
+    assert cjk_font_path() == real
+
+
+def test_no_cjk_font_warns_what_to_install_and_does_not_raise(monkeypatch):
+    monkeypatch.setattr(fonts, "_packaged_fonts", lambda: [])
+    monkeypatch.setattr(fonts, "_system_fonts", lambda: [("DejaVu Sans", "/f/dv.ttf")])
+    with matplotlib.rc_context():
+        with pytest.warns(fonts.NoCJKFontWarning, match="fonts-noto-cjk"):
+            assert use_language_fonts("zh") == ["sans-serif"]
+        with pytest.raises(FileNotFoundError, match="pip install"):
+            cjk_font_path()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert use_language_fonts("en") == ["sans-serif"]
+
 # --- generation -------------------------------------------------------------------------------
 @pytest.mark.parametrize("text", [
     "one\n\ntwo\n\n\nthree", "a\n```\nx = 1\n\ny = 2\n```\n\nb",
@@ -150,9 +195,11 @@ def test_zh_notebook_is_generated_from_the_current_sources(nn):
 MEASURES_THE_MACHINE = {"12"}
 
 
-def _nbval_leaves_alone(source: str) -> bool:
-    first = source.lstrip().split("\n", 1)[0].strip()
-    return first in ("# NBVAL_IGNORE_OUTPUT", "# NBVAL_SKIP")
+def _nbval_leaves_alone(cell) -> bool:
+    """Whether nbval skips the code cell or ignores its output (a tag, or a comment marker)."""
+    first = cell.source.lstrip().split("\n", 1)[0].strip()
+    return (first in ("# NBVAL_IGNORE_OUTPUT", "# NBVAL_SKIP")
+            or bool({"nbval-ignore-output", "nbval-skip"} & set(cell.metadata.get("tags", []))))
 
 
 @pytest.mark.parametrize("nn", TRANSLATED)
@@ -171,7 +218,7 @@ def test_zh_notebook_has_the_english_code_and_numbers(nn):
         # committed executed, except the cells the English notebook keeps unexecuted (a
         # real-model run stored in markdown instead)
         assert (zc.execution_count is None) == (en.execution_count is None), en.source
-        if not (nn in MEASURES_THE_MACHINE and _nbval_leaves_alone(en.source)):
+        if not (nn in MEASURES_THE_MACHINE and _nbval_leaves_alone(en)):
             assert number_differences(_text(en.outputs), _text(zc.outputs)) == [], en.source
         kinds = [sorted(o.data) for o in en.outputs if "data" in o]    # figures, widgets
         assert kinds == [sorted(o.data) for o in zc.outputs if "data" in o], en.source

@@ -70,3 +70,22 @@ def test_explorer_saturation_and_nan_cases():
     assert np.isnan(e.state["anatomy"].stored) and "NaN" in e.state["summary"]
     with pytest.raises(ValueError, match="fmt must be one of"):
         W.format_explorer("FP12")
+
+
+@pytest.mark.parametrize("fmt", ["E2M1", "E3M2", "E4M3", "E5M2", "FP16", "BF16"])
+def test_explorer_symlog_tick_labels_do_not_overlap(fmt):
+    """The whole-grid axis labels 0 and ±10^k without any two labels overprinting (the
+    default symlog ticks put ±10^k next to 0), measured on the drawn figure's text boxes."""
+    e = W.format_explorer(fmt=fmt, value=0.3)
+    e.update()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    fig = e.figure
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    ax = fig.axes[0]
+    renderer = canvas.get_renderer()
+    lo, hi = ax.get_xlim()
+    labels = [t for t in ax.get_xticklabels() if t.get_text() and lo <= t.get_position()[0] <= hi]
+    boxes = sorted((t.get_window_extent(renderer) for t in labels), key=lambda b: b.x0)
+    assert "0" in "".join(t.get_text() for t in labels) and len(boxes) >= 3
+    assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:])), [t.get_text() for t in labels]

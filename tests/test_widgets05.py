@@ -453,3 +453,23 @@ def test_a_scale_kind_added_to_the_lecture_reaches_the_block_explorer(monkeypatc
 def test_no_control_updates_while_it_is_dragged(clip, gran, block):
     for e in (clip, gran, block):
         assert not any(getattr(w, "continuous_update", False) for w in e.controls.values())
+
+
+def test_affine_figure_labels_overprint_nothing():
+    """Demo 1's bars: each legend clear of every bar, each error label inside its axes and
+    clear of the legend, measured on the drawn figure's boxes (pixels)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.patches import Rectangle
+    fig = W.plot_affine(L.demo1_affine_and_integer_matmul())
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    for ax in fig.axes:
+        legend = ax.get_legend().get_window_extent(renderer)
+        bars = [p.get_window_extent(renderer) for p in ax.patches if isinstance(p, Rectangle)]
+        assert bars and not any(legend.overlaps(b) for b in bars), ax.get_title()
+        frame = ax.get_window_extent(renderer)
+        for t in ax.texts:
+            box = t.get_window_extent(renderer)
+            assert frame.y0 <= box.y0 and box.y1 < frame.y1 - 1, (ax.get_title(), t.get_text())
+            assert not box.overlaps(legend), t.get_text()

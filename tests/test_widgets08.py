@@ -2,6 +2,8 @@
 64 tokens). Expected values come from numfmt called here directly and from the harness
 functions the callback is meant to call, computed here on their own."""
 
+import importlib
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -113,3 +115,42 @@ def test_explorer_disables_int_controls_for_other_formats(W, lab):
     assert ex.state["bits_per_weight"] == 4.25
     ex.controls["kind"].value = "INT"
     assert not ex.controls["bits"].disabled
+
+
+def _stored_demo2():
+    """Demo 2's result rebuilt from the English notebook's stored table (no model needed)."""
+    import json
+    import re
+    from pathlib import Path
+    L = importlib.import_module("lectures.08_real_model")
+    nb = json.loads((Path(__file__).resolve().parents[1] / "notebooks" / "08_real_model.ipynb")
+                    .read_text(encoding="utf-8"))
+    text = next("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown"
+                and "Demo 2: weight-only formats" in "".join(c["source"]))
+    reference = float(re.search(r"reference (\d+\.\d+)\.", text).group(1))
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()
+            if re.match(r"\| (INT|MXFP|NVFP|NF|FP8)", line)]
+    bits = {r[0]: float(r[1]) for r in rows}
+    ppl = {r[0]: float(r[3]) for r in rows}
+    return L.WeightOnlyResult(reference=reference, rows=rows, bits=bits, ppl=ppl, error={},
+                              sensitivity={}, sensitivity_format="", share={})
+
+
+def test_perplexity_labels_overprint_nothing():
+    """The stored run's points (INT4 g32, INT3 + zero point and NVFP4 close together): no two
+    point labels overlap, none covers the legend, all inside the axes (drawn boxes, pixels)."""
+    W = importlib.import_module("lectures.widgets.lecture08")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    r = _stored_demo2()
+    assert len(r.ppl) == 7
+    fig = W.plot_perplexity_vs_bits(r)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    ax = fig.axes[0]
+    boxes = [t.get_window_extent(renderer) for t in ax.texts]
+    assert len(boxes) == 7
+    legend, frame = ax.get_legend().get_window_extent(renderer), ax.get_window_extent(renderer)
+    for i, a in enumerate(boxes):
+        assert not a.overlaps(legend) and frame.x0 <= a.x0 and a.x1 <= frame.x1
+        assert not any(a.overlaps(b) for b in boxes[i + 1:]), ax.texts[i].get_text()

@@ -136,6 +136,31 @@ def explorer_summary(a) -> str:
                                                    upper=upper, abs_error=a.abs_error, rel=e))
 
 
+def _spaced_symlog_ticks(ax, linthresh: float, vmax: float, min_gap: float = 0.06) -> list:
+    """Put the x ticks of symlog axes `ax` at 0 and ±10^k for k a multiple of the smallest step
+    (1, 2, 3, 5, 10 or 20 decades) that keeps labels `min_gap` of the axis width apart, up to
+    `vmax`: the default ticks put ±10^k inside the linear part around 0, where their labels
+    overprint 0's. Returns the ticks."""
+    lo, hi = ax.get_xlim()
+    scale = ax.xaxis.get_transform()
+    left, right = scale.transform([lo, hi])
+
+    def where(v: float) -> float:                      # fraction of the axis width
+        return float((scale.transform([v])[0] - left) / (right - left))
+
+    zero = where(0.0)
+    top, bottom = int(np.floor(np.log10(vmax))), int(np.floor(np.log10(linthresh)))
+    for step in (1, 2, 3, 5, 10, 20):
+        ks = [k for k in range(top, bottom - 1, -1)
+              if k % step == 0 and where(10.0 ** k) - zero >= min_gap]
+        if all(where(10.0 ** a) - where(10.0 ** b) >= min_gap for a, b in zip(ks, ks[1:])):
+            break
+    ticks = sorted([-(10.0 ** k) for k in ks] + [0.0] + [10.0 ** k for k in ks])
+    ax.set_xticks(ticks)
+    ax.set_xlim(lo, hi)
+    return ticks
+
+
 def _draw_explorer(s: dict, fig: Figure | None = None) -> Figure:
     a, grid, window = s["anatomy"], s["grid"], s["window"]
     fig, (ax1, ax2) = explorer_figure(fig, (11, 4), 2, 1)
@@ -143,6 +168,8 @@ def _draw_explorer(s: dict, fig: Figure | None = None) -> Figure:
              label=_("{fmt}: all values").format(fmt=a.fmt))
     ax1.plot([a.x], [0], "v", color="C3", ms=9, label=f"x = {a.x:g}")
     ax1.set_xscale("symlog", linthresh=float(FORMATS[a.fmt].min_normal))
+    _spaced_symlog_ticks(ax1, float(FORMATS[a.fmt].min_normal),
+                         float(np.max(np.abs(grid[np.isfinite(grid)]))))
     ax1.set_xlabel(_("value (symmetric log scale)"))
     ax1.set_ylabel(_("whole grid"))
     ax1.set_yticks([])

@@ -153,16 +153,18 @@ def plot_affine(r) -> Figure:
     ax1.bar(names, [256] * 2, color="0.85", label=_("codes the format has (2^8)"))
     ax1.bar(names, [r.codes_used[k] for k in keys], color=["C0", "C1"],
             label=_("codes the data uses"))
+    # headroom above the bars for the legend (and below, the error's labels): nothing overprints
     ax1.set(title=_("Codes used on ReLU outputs (8 bits)"), ylabel=_("number of codes"),
-            xlabel=_("scheme"))
-    ax1.legend(loc="lower center")
+            xlabel=_("scheme"), ylim=(0, 256 * 1.4))
+    ax1.legend(loc="upper center", fontsize=8)
     errs = [r.errors[k] * 100 for k in keys]
     ax2.bar(names, errs, color=["C0", "C1"], label=_("relative error ||q − x|| / ||x||"))
     for i, e in enumerate(errs):
-        ax2.annotate(f"{e:.3f}%", (i, e), ha="center", va="bottom")
+        ax2.annotate(f"{e:.3f}%", (i, e), xytext=(0, 2), textcoords="offset points",
+                     ha="center", va="bottom")
     ax2.set(title=_("Error: same bits, twice the codes"), ylabel=_("relative error (%)"),
-            xlabel=_("scheme"))
-    ax2.legend(loc="lower center")
+            xlabel=_("scheme"), ylim=(0, max(errs) * 1.4))
+    ax2.legend(loc="upper center", fontsize=8)
     return fig
 
 

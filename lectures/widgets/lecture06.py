@@ -168,7 +168,7 @@ def master_explorer() -> Explorer:
     The demo runs for all five learning rates when the explorer is built (a second or two).
     """
     controls = {"lr": widgets.SelectionSlider(options=[0.001, 0.003, 0.01, 0.03, 0.1],
-                                              value=0.01, description="lr")}
+                                              value=0.01, description=_("lr"))}
     # Five learning rates: each demo is run here, once, so that moving the slider only redraws.
     demos = {lr: L.master_weights_demo(lr=lr) for lr in controls["lr"].options}
 

@@ -25,6 +25,7 @@ from numfmt.packing import marlin_int4_tile_map
 
 L = importlib.import_module("lectures.07_weight_storage")
 _ = domain("lecture07").gettext
+N_("NF4 + double quant")      # the explorer's one format name with words (L.EXPLORER_FORMATS)
 
 BLOCK_SIZES = (16, 32, 64, 128, 256)
 DISTRIBUTIONS = (N_("Gaussian"), N_("Student-t"))
@@ -98,7 +99,8 @@ def storage_explorer(seed: int = 0) -> Explorer:
     ``points`` (one such dict per format in ``L.EXPLORER_FORMATS`` at the same block size).
     """
     controls = {
-        "fmt": widgets.Dropdown(options=L.EXPLORER_FORMATS, value="NF4", description=_("format")),
+        "fmt": widgets.Dropdown(options=[(_(f), f) for f in L.EXPLORER_FORMATS], value="NF4",
+                                description=_("format")),
         "block": widgets.Dropdown(options=BLOCK_SIZES, value=64, description=_("block")),
         "distribution": widgets.Dropdown(options=[(_(d), d) for d in DISTRIBUTIONS],
                                          value="Gaussian", description=_("weights")),
@@ -115,7 +117,7 @@ def storage_explorer(seed: int = 0) -> Explorer:
 def _draw_storage(s: dict, fig: Figure | None = None) -> Figure:
     fig, ax = explorer_figure(fig, (7, 4))
     for p in s["points"]:
-        ax.plot(p["bits"], p["rel_error"] * 100, "o", ms=7, label=p["format"])
+        ax.plot(p["bits"], p["rel_error"] * 100, "o", ms=7, label=_(p["format"]))
     c = s["chosen"]
     ax.plot(c["bits"], c["rel_error"] * 100, "o", ms=16, mfc="none", mec="k", mew=1.5,
             label=_("chosen: {bits:.3f} bits, {error:.2f}%, {sqnr:.2f} dB").format(

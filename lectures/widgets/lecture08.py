@@ -112,8 +112,6 @@ def plot_perplexity_vs_bits(r) -> Figure:
         ax.scatter(r.bits[label], r.ppl[label], color=families[family],
                    label=None if family in seen else _(family), zorder=3)
         seen.add(family)
-        ax.annotate(_(label.split(" (")[0]), (r.bits[label], r.ppl[label]), fontsize=7,
-                    xytext=(4, 2), textcoords="offset points")
     ax.axhline(r.reference, color="k", ls="--", lw=1,
                label=_("float32 ({reference:.2f})").format(reference=r.reference))
     ax.set_yscale("log")
@@ -122,7 +120,44 @@ def plot_perplexity_vs_bits(r) -> Figure:
     ax.set_ylabel(_("perplexity (log scale)"))
     ax.set_title(_("Weight-only round-to-nearest: perplexity against storage"))
     ax.legend(fontsize=8)
+    _label_points(ax, [(_(label.split(" (")[0]), r.bits[label], r.ppl[label]) for label in r.ppl])
     return fig
+
+
+#: Where a point's label may go, tried in order: (dx, dy) in points and the alignment.
+_LABEL_SPOTS = [(4, 2, "left", "bottom"), (4, -2, "left", "top"), (-4, 2, "right", "bottom"),
+                (-4, -2, "right", "top"), (4, 9, "left", "bottom"), (4, -9, "left", "top"),
+                (-4, 9, "right", "bottom"), (-4, -9, "right", "top"), (0, 16, "center", "bottom"),
+                (0, -16, "center", "top")]
+
+
+def _label_points(ax, points) -> list:
+    """Label each ``(text, x, y)`` point of `ax` at the first spot of :data:`_LABEL_SPOTS`
+    whose text box overlaps no label placed before, no point and no legend, inside the axes
+    (the last spot when none is free). Labels are placed from the left. Returns the labels."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    fig = ax.figure
+    if not hasattr(fig.canvas, "get_renderer"):
+        FigureCanvasAgg(fig)
+    renderer = fig.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)
+    taken = [ax.get_legend().get_window_extent(renderer)] if ax.get_legend() else []
+    dots = [ax.transData.transform((x, y)) for _t, x, y in points]
+    texts = []
+    for text, x, y in sorted(points, key=lambda p: (p[1], p[2])):
+        for dx, dy, ha, va in _LABEL_SPOTS:
+            t = ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points",
+                            ha=ha, va=va, fontsize=7)
+            box = t.get_window_extent(renderer).expanded(1.05, 1.1)
+            free = (frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0
+                    and box.y1 <= frame.y1 and not any(box.overlaps(b) for b in taken)
+                    and not any(box.contains(*d) for d in dots))
+            if free or (dx, dy, ha, va) == _LABEL_SPOTS[-1]:
+                break
+            t.remove()
+        taken.append(box)
+        texts.append(t)
+    return texts
 
 
 def plot_sensitivity(r) -> Figure:

@@ -6,6 +6,10 @@ keeps Python's ``3.0`` in its widget state, so the first save in JupyterLab rewr
 lines and ``git status`` shows the notebook modified though nothing was run. JupyterLab also
 replaces a kernelspec whose display name is not the current ipykernel's.
 
+A cell's nbval marker (``# NBVAL_SKIP``, ``# NBVAL_IGNORE_OUTPUT``, ... on a line of its own)
+moves into the cell's tags (``nbval-skip``, ``nbval-ignore-output``, as nbval reads them), so
+that the code a student reads does not start with test machinery.
+
 Run after executing a notebook (``python -m lectures.widgets.tidy notebooks/*.ipynb``);
 ``tests/test_notebooks_clean.py`` checks every committed notebook.
 """
@@ -13,6 +17,7 @@ Run after executing a notebook (``python -m lectures.widgets.tidy notebooks/*.ip
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -46,11 +51,38 @@ def _merged_streams(outputs: list) -> list:
     return merged
 
 
+#: A line that holds only an nbval comment marker (nbval's own list of markers).
+_MARKER = re.compile(r"^[ \t]*#[ \t]*(NBVAL_IGNORE_OUTPUT|NBVAL_CHECK_OUTPUT|NBVAL_RAISES_EXCEPTION"
+                     r"|NBVAL_SKIP)[ \t]*$")
+
+
+def markers_to_tags(cell) -> list[str]:
+    """Move code cell `cell`'s nbval comment markers into its ``metadata.tags`` (nbval's tag of
+    each: the marker in lower case with ``-`` for ``_``); return the tags added.
+
+    The marker's line leaves the source; the cell's other lines stay as they were."""
+    source = cell.source if isinstance(cell.source, str) else "".join(cell.source)
+    lines = source.split("\n")
+    found = [m.group(1) for m in map(_MARKER.match, lines) if m]
+    if not found:
+        return []
+    cell.source = "\n".join(line for line in lines if not _MARKER.match(line))
+    tags = cell.metadata.setdefault("tags", [])
+    added = []
+    for marker in found:
+        tag = marker.lower().replace("_", "-")
+        if tag not in tags:
+            tags.append(tag)
+            added.append(tag)
+    return added
+
+
 def tidy_text(text: str) -> str:
     """The notebook JSON ``text`` as JupyterLab would save it after running it (nbformat's
     writer, JavaScript numbers, the ipykernel kernelspec, no per-cell ``execution`` timing
     metadata, which JupyterLab removes when it runs a cell without recording timing, and
-    consecutive stream outputs of one name joined)."""
+    consecutive stream outputs of one name joined), with nbval's markers in the cells' tags
+    (:func:`markers_to_tags`)."""
     import nbformat
 
     nb = nbformat.from_dict(_as_javascript(json.loads(text)))
@@ -59,6 +91,7 @@ def tidy_text(text: str) -> str:
         if cell.cell_type == "code":
             cell.metadata.pop("execution", None)
             cell.outputs = _merged_streams(cell.outputs)
+            markers_to_tags(cell)
     out = nbformat.writes(nb)
     return out if out.endswith("\n") else out + "\n"
 
