@@ -156,6 +156,10 @@ def main(argv=None) -> None:
 
 
 def real_model_demos(workload: Workload = FULL, save: str | None = None) -> None:
+    sys.stdout.flush()
+    # the load and the reference perplexity take minutes on a busy machine: say so in a log
+    print(_("Demos 2-6: loading SmolLM2-135M and its reference perplexity"), file=sys.stderr,
+          flush=True)
     try:
         m = load_model(workload=workload)
     except llm.ModelUnavailableError as e:   # its message names the install command

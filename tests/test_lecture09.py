@@ -547,3 +547,14 @@ def test_counted_logs_each_perplexity_when_stderr_is_a_file(capsys):
     assert [line.split(" (")[0] for line in lines] == [f"Demo 3: perplexities: {i}"
                                                        for i in range(1, 5)]
     assert m.progress is None
+
+
+def test_loading_the_model_is_announced_on_stderr(monkeypatch, tmp_path, capsys):
+    """Before the minutes of loading, a log gets a line (stdout stays the lecture's)."""
+    llm = pytest.importorskip("lectures.llm")
+    monkeypatch.setattr(L, "load_model",
+                        lambda **kw: llm.verify_gguf(tmp_path / "missing.gguf"))
+    L.real_model_demos()
+    out, err = capsys.readouterr()
+    assert err == "Demos 2-6: loading SmolLM2-135M and its reference perplexity\n"
+    assert "reference perplexity" not in out
