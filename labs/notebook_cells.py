@@ -1,5 +1,5 @@
 """Give every notebook its closing "Lab" cells: a markdown cell naming the lab and a code cell
-that checks the student's file (``# NBVAL_SKIP``: stored unexecuted, so its output never
+that checks the student's file (tagged ``nbval-skip``: stored unexecuted, so its output never
 depends on the student's work).
 
 ::
@@ -37,7 +37,7 @@ _ZH = ("## 实验 {nn}\n"
        "`python -m labs check {nn}`）：它会告诉你哪些练习已完成；对于错误的练习，给出使你的输出"
        "不同的最小输入，并以位显示。`python -m labs show {nn}` 打印各练习的任务；参考答案在 "
        "`labs/solutions/` 中（会剧透）。")
-_CODE = '# NBVAL_SKIP\nimport labs\n\nlabs.check("{nn}");'
+_CODE = 'import labs\n\nlabs.check("{nn}");'
 
 
 def markdown(nn: str, lang: str = "en") -> str:
@@ -49,7 +49,8 @@ def cells(nn: str, lang: str = "en") -> list:
     """The two Lab cells of notebook `nn` (nbformat cells)."""
     import nbformat
     return [nbformat.v4.new_markdown_cell(markdown(nn, lang), id=MARKDOWN_ID),
-            nbformat.v4.new_code_cell(_CODE.format(nn=nn), id=CODE_ID)]
+            nbformat.v4.new_code_cell(_CODE.format(nn=nn), id=CODE_ID,
+                                      metadata={"tags": ["nbval-skip"]})]
 
 
 def _replace_cells(path, new) -> None:
@@ -67,8 +68,9 @@ def _translate(nn: str) -> None:
     are)."""
     from babel.messages.pofile import write_po
 
-    from lectures.i18n import _read, domain
-    catalog = _read(f"notebook{nn}", "zh_CN")
+    from lectures.i18n import domain
+    from lectures.i18n_catalogs import read_catalog
+    catalog = read_catalog(f"notebook{nn}", "zh_CN")
     for m in list(catalog):
         if m.id and isinstance(m.id, str) and m.id.startswith("## Lab ") and m.id != markdown(nn):
             catalog.delete(m.id)

@@ -141,14 +141,7 @@ def test_tidy_joins_streams_and_drops_timing(tmp_path):
     assert tidy(p) is False
 
 
-#: Notebooks whose cells still carry nbval comment markers until they are next re-stored
-#: through lectures.widgets.tidy (which moves them into tags).
-MARKERS_IN_SOURCE = {"10", "11", "12"}
-
-
-@pytest.mark.parametrize("path", [
-    pytest.param(p, marks=pytest.mark.xfail(reason="re-stored with its next run", strict=False))
-    if p.name[:2] in MARKERS_IN_SOURCE else p for p in NOTEBOOKS], ids=lambda p: str(p.name))
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.name))
 def test_nbval_markers_are_tags_not_code(path):
     """A student reads code cells: nbval's markers live in the cells' tags."""
     import re
