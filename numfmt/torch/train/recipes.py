@@ -326,9 +326,10 @@ def nvfp4_recipe(*, stochastic_rounding: bool = True, rht: bool = True, weight_2
     through a 16x16 random Hadamard transform along the tokens; layers matching
     ``high_precision_layers`` run in BF16. The paper describes the four techniques in its
     section 4. TransformerEngine's ``NVFP4BlockScaling`` (``disable_rht``,
-    ``disable_stochastic_rounding``, ``disable_2d_quantization``) has the same switches;
-    TE draws the RHT's signs once (a fixed sign vector), and so does :class:`QuantLinear`,
-    once per layer from its seed.
+    ``disable_stochastic_rounding``, ``disable_2d_quantization``) has the same switches.
+    TE does not draw the RHT's signs: it hard-codes one sign vector
+    (:data:`~numfmt.torch.train.TE_WGRAD_SIGNS`); :class:`QuantLinear` draws one per layer
+    from its seed and keeps it for the run.
 
     Raises
     ------
