@@ -140,8 +140,11 @@ class QuantLinear(nn.Module):
     rounding would be (FP32 operands are left unrounded) and products are accumulated in
     float64, more exactly than any tensor core; what it buys is results that do not depend on
     the CPU's kernels, whose float32 sums differ in the last bits from one instruction set to
-    another. Delayed scaling keeps an :class:`AmaxHistory` for x, W and dy; it advances on
-    training steps only, so evaluation does not change a run.
+    another. Each GEMM's output (y, dx, dW) is rounded to the recipe's ``output`` format (BF16
+    or FP16 as torch.autocast returns a 16-bit matmul's; the FP8 and FP4 recipes output BF16,
+    as TransformerEngine does in a BF16 model), so activations and activation gradients between
+    layers carry the recipe's precision. Delayed scaling keeps an :class:`AmaxHistory` for x, W
+    and dy; it advances on training steps only, so evaluation does not change a run.
     """
 
     def __init__(self, in_features: int, out_features: int, recipe="fp32", *, name: str = "",
