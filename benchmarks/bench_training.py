@@ -27,7 +27,7 @@ from lectures.tinylm.model import TinyLM, TinyLMConfig
 from lectures.machine import repeat_seconds
 
 RECIPES = ["fp32", "bf16", "fp16", "fp8_delayed", "fp8_current", "fp8_blockwise",
-           "mxfp8_floor", "mxfp8_rceil", "nvfp4", "mxfp4"]
+           "fp8_blockwise_pow2", "mxfp8_floor", "mxfp8_rceil", "nvfp4", "mxfp4", "mxfp4_sr_rht"]
 
 
 def step_seconds(recipe: str, cfg: TinyLMConfig, batch: int, repeat: int,

@@ -8,30 +8,38 @@ The question
     converges? A tiny LLaMA-style model (RMSNorm, SwiGLU, RoPE) is trained from scratch on the
     bytes of CPython's language reference under each recipe of numfmt.torch.train:
 
-      Demo 1  The three GEMMs and real gradients: the decades they span; FP16 without loss
-              scaling (what flushes to zero, and the loss curve), with the scaler, and BF16.
+      Demo 1  The three GEMMs and real gradients: the range they span; FP16 without loss
+              scaling (what flushes to zero layer by layer, and the loss curve), with the
+              scaler (its scale over the steps, the steps it skips), and BF16.
       Demo 2  FP8 per tensor: delayed against current scaling, E5M2 against E4M3 gradients,
-              and what one activation spike does to delayed scaling.
-      Demo 3  Fine-grained FP8: DeepSeek-V3's 1x128 / 128x128 tiles and MXFP8 (E8M0 scales,
-              the OCP floor rule against RCEIL).
-      Demo 4  FP4: the NVFP4 recipe built up technique by technique, against MXFP4 and BF16.
+              and what one activation spike does to delayed scaling (the same seed with and
+              without it).
+      Demo 3  Fine-grained FP8: DeepSeek-V3's 1x128 / 128x128 tiles (FP32 and TE's
+              power-of-two scales) and MXFP8 (E8M0 scales, the OCP floor rule against RCEIL).
+      Demo 4  FP4: the NVFP4 recipe built up technique by technique (the output head and the
+              BF16 layers apart), against MXFP4 bare and with the same techniques.
       Demo 5  Why each technique works, measured on this run's tensors: round-to-nearest's
               bias against stochastic rounding, the random Hadamard transform's effect on
               block amax and kurtosis, and Q(W)ᵀ against Q(Wᵀ) with 1x16 and 16x16 blocks.
-      Demo 6  One table: recipe -> operand formats, bits moved per GEMM, validation loss and
-              its gap to BF16, with the spread across seeds.
+      Demo 6  One table: recipe -> operand formats, bits moved per GEMM, the share kept in
+              BF16, validation loss and its paired gap to BF16.
 
 How to read the output
     Losses are cross-entropies in bits per byte (8 is a uniform guess over 256 byte values;
     lower is better), on fixed validation windows that share no byte with training. Every
     recipe is trained with the same seeds: a seed fixes the initial weights, the batches and
-    every stochastic-rounding and Hadamard draw. A difference between recipes is a finding only
-    when it exceeds the spread across seeds, which is printed; otherwise the text says "within
-    noise". Operand formats are emulated (fake quantization: values rounded onto the format's
-    grid), so no timing here says anything about hardware. The emulation computes in float64,
-    weights and optimizer state included, and quantizes each operand as its float32 rounding
-    would be: the FP32 run is the unquantized reference. Float64 is what makes every printed
-    loss the same on every CPU (lectures/tinylm/loop.py says why float32 would not).
+    every stochastic-rounding and Hadamard draw. Recipes are compared paired, seed by seed: a
+    difference is a finding only when the 95% t interval of its mean over seeds excludes zero
+    (the interval and the per-seed differences are printed); otherwise the text says "within
+    noise". Beside the training
+    runs, a probe compares every recipe's weight gradient with FP32's on the same weights and
+    batch, without training noise. Operand formats are emulated (fake quantization: values
+    rounded onto the format's grid), so no timing here says anything about hardware. The
+    emulation computes in float64, weights and optimizer state included, quantizes each
+    operand as its float32 rounding would be, and rounds each GEMM's output (y, dx, dW) to the
+    recipe's output format as torch.autocast and TransformerEngine return it (FP16 for FP16,
+    BF16 otherwise): the FP32 run is the unquantized reference. Float64 is what makes every
+    printed loss the same on every CPU (lectures/tinylm/loop.py says why float32 would not).
 
 Run
     python lectures/10_low_precision_training.py            (full: 120 steps, 3 seeds, about
@@ -64,12 +72,18 @@ from console.i18n import N_  # noqa: E402
 from lectures.i18n import domain  # noqa: E402
 from lectures.tinylm.loop import TrainConfig, train, train_many  # noqa: E402
 from lectures.tinylm.model import TinyLMConfig  # noqa: E402
+from lectures.tinylm.probe import gradient_errors  # noqa: E402
 
 _ = domain("lecture10").gettext
 
 MODEL = TinyLMConfig()                      # d 128, 2 layers, SwiGLU 256, context 64
 BATCH = 8                                   # 8 x 64 = 512 tokens a step
-HIGH_PRECISION = ("layers.1.mlp.*", "lm_head")   # NVFP4's "last layers in BF16" for this model
+#: The NVFP4 recipe's BF16 layers: the output head (as every FP8 and FP4 recipe here keeps it)
+#: and the last block's down projection: 18 % of the linear weights, near the paper's ~16 %.
+HIGH_PRECISION = ("lm_head", "layers.1.mlp.down")
+#: The loss scaler's constants: torch.amp.GradScaler's (init_scale 2^16, growth x2, backoff
+#: x0.5) but a growth interval of 10 steps instead of 2,000, so that it acts within the run.
+SCALER = (2.0 ** 16, 2.0, 0.5, 10)
 
 
 @dataclass(frozen=True)
@@ -86,7 +100,12 @@ class Workload:
         evals = tuple(range(self.eval_every, self.steps + 1, self.eval_every))
         return TrainConfig(steps=self.steps, batch=BATCH, warmup=max(1, self.steps // 10),
                            eval_steps=evals, val_windows=self.val_windows, seed=seed,
-                           spike=spike)
+                           spike=spike, loss_scaler=SCALER)
+
+    @property
+    def grad_steps(self) -> tuple:
+        """Steps of the probe run at which every recipe's dW is compared with FP32's."""
+        return (self.probe_steps // 4, self.probe_steps // 2, self.probe_steps - 1)
 
 
 FULL = Workload(steps=120, seeds=(0, 1, 2), eval_every=30, val_windows=64, probe_steps=60,
@@ -107,15 +126,15 @@ def with_gradients(recipe, fmt: str, name: str):
 def recipes() -> dict:
     """Every recipe the lecture trains, by its label (labels are data; printed translated)."""
     R = ntt.RECIPES
+    plain = dict(high_precision_layers=())
     ladder = [
         ("NVFP4, round-to-nearest", dict(stochastic_rounding=False, rht=False, weight_2d=False,
-                                         high_precision_layers=())),
-        ("NVFP4 + SR", dict(stochastic_rounding=True, rht=False, weight_2d=False,
-                            high_precision_layers=())),
-        ("NVFP4 + SR + RHT", dict(stochastic_rounding=True, rht=True, weight_2d=False,
-                                  high_precision_layers=())),
+                                         **plain)),
+        ("NVFP4 + SR", dict(stochastic_rounding=True, rht=False, weight_2d=False, **plain)),
+        ("NVFP4 + SR + RHT", dict(stochastic_rounding=True, rht=True, weight_2d=False, **plain)),
         ("NVFP4 + SR + RHT + 2D", dict(stochastic_rounding=True, rht=True, weight_2d=True,
-                                       high_precision_layers=())),
+                                       **plain)),
+        ("NVFP4 + BF16 output head", dict(high_precision_layers=("lm_head",))),
         ("NVFP4 (full recipe)", dict(high_precision_layers=HIGH_PRECISION)),
     ]
     out = {
@@ -136,8 +155,23 @@ def recipes() -> dict:
     for label, kw in ladder:
         out[label] = ntt.nvfp4_recipe(**kw)
     out["MXFP4"] = R["mxfp4"]
+    out["MXFP4 (full recipe)"] = ntt.mxfp4_recipe(high_precision_layers=HIGH_PRECISION)
     # each recipe named by its label, so a finished run says which one it was
     return {label: replace(r, name=label) for label, r in out.items()}
+
+
+#: Recipes the gradient probe compares with FP32 but the lecture does not train.
+PROBE_ONLY = {"FP8 blockwise, power-of-two scales": "fp8_blockwise_pow2"}
+
+
+def probe_recipes() -> dict:
+    """The recipes whose dW the probe compares with FP32's: every trained one without delayed
+    scaling or a spike, and :data:`PROBE_ONLY`."""
+    out = {label: r for label, r in recipes().items() if label != "FP32"
+           and "spike" not in label and not any(s.scaling == "delayed" for g in ntt.GEMMS
+                                                for s in getattr(r, g))}
+    out.update({label: replace(ntt.RECIPES[k], name=label) for label, k in PROBE_ONLY.items()})
+    return out
 
 
 N_("FP32"), N_("BF16"), N_("FP16, no loss scaling"), N_("FP16 + loss scaling")
@@ -145,7 +179,8 @@ N_("FP8 delayed"), N_("FP8 current"), N_("FP8 current, E4M3 gradients")
 N_("FP8 delayed + spike"), N_("FP8 current + spike"), N_("FP8 blockwise (DeepSeek-V3)")
 N_("MXFP8, floor scales"), N_("MXFP8, RCEIL scales"), N_("NVFP4, round-to-nearest")
 N_("NVFP4 + SR"), N_("NVFP4 + SR + RHT"), N_("NVFP4 + SR + RHT + 2D"), N_("NVFP4 (full recipe)")
-N_("MXFP4")
+N_("NVFP4 + BF16 output head"), N_("MXFP4"), N_("MXFP4 (full recipe)")
+N_("FP8 blockwise, power-of-two scales")
 
 
 # ---------------------------------------------------------------------------- all the runs
@@ -228,25 +263,41 @@ def finals(runs: Runs, label: str) -> np.ndarray:
     return np.array([r.final_val for r in runs.results[label]])
 
 
-def spread(values) -> float:
-    """The range (max - min) across seeds."""
-    return float(np.max(values) - np.min(values)) if len(values) > 1 else 0.0
+#: Student's t, 97.5th percentile, by degrees of freedom (any t table; scipy.stats.t.ppf):
+#: the half-width of a 95 % interval for a mean of n values is T975[n - 1] * sd / sqrt(n).
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365}
+
+
+def signed(v: float, digits: int = 3) -> str:
+    """``v`` with its sign, never "-0.000" for a value that rounds to zero."""
+    text = f"{v:+.{digits}f}"
+    return text.replace("-", "+") if float(text) == 0 else text
 
 
 def compare(runs: Runs, a: str, b: str) -> dict:
-    """Mean final loss of a minus b, and whether it exceeds the noise: the larger of the two
-    seed ranges (a difference within it is called within noise)."""
+    """Final loss of a minus b, paired by seed: every recipe shares a seed's initial weights,
+    batches and draws, so the seeds' common part cancels in the per-seed differences.
+
+    Returns ``{"gap": mean difference, "diffs": per-seed differences, "low", "high": the 95 %
+    t interval of the mean difference, "noise": its half-width, "finding": bool}``: a finding
+    when the interval excludes zero."""
     fa, fb = finals(runs, a), finals(runs, b)
-    gap = float(fa.mean() - fb.mean())
-    noise = max(spread(fa), spread(fb))
-    return {"gap": gap, "noise": noise, "finding": abs(gap) > noise and len(fa) > 1
-            and len(fb) > 1}
+    diffs = fa - fb
+    n = len(diffs)
+    gap = float(diffs.mean())
+    half = T975[n - 1] * float(diffs.std(ddof=1)) / math.sqrt(n) if n > 1 else float("inf")
+    return {"gap": gap, "diffs": [float(d) for d in diffs], "noise": half,
+            "low": gap - half, "high": gap + half, "finding": n > 1 and abs(gap) > half}
 
 
 def verdict(c: dict) -> str:
+    per = ", ".join(signed(d) for d in c["diffs"])
     if c["finding"]:
-        return _("{gap:+.3f} bits/byte, beyond the seed range of {noise:.3f}").format(**c)
-    return _("{gap:+.3f} bits/byte, within noise (seed range {noise:.3f})").format(**c)
+        return _("{gap} bits/byte, 95% interval [{low}, {high}] (per seed {per})").format(
+            gap=signed(c["gap"]), low=signed(c["low"]), high=signed(c["high"]), per=per)
+    return _("{gap} bits/byte, within noise: 95% interval [{low}, {high}] (per seed {per})"
+             ).format(gap=signed(c["gap"]), low=signed(c["low"]), high=signed(c["high"]),
+                      per=per)
 
 
 def curve_rows(runs: Runs, labels) -> list:
@@ -267,28 +318,40 @@ def print_curves(runs: Runs, labels) -> None:
 # --------------------------------------------------------------- the probe run's tensors
 @dataclass
 class Probe:
-    """The raw GEMM operands of every linear after ``step`` steps of FP32 training."""
+    """The raw GEMM operands of every linear after ``step`` steps of FP32 training, and every
+    probed recipe's weight gradients against FP32's at the workload's ``grad_steps``."""
     step: int
     operands: dict      # layer name -> {"x": (N, in), "w": (out, in), "dy": (N, out)} float64
+    grads: dict = None  # step -> {label: {"error", "cosine", "flushed"}} (gradient_errors)
+
+
+#: The fixed loss scale of the gradient probe's "FP16 + loss scaling" (GradScaler's initial).
+PROBE_SCALE = 2.0 ** 16
 
 
 def probe_run(w: Workload, device: str | None = None) -> Probe:
-    """Train FP32 for ``probe_steps`` steps with capture on and keep the last step's operands.
+    """Train FP32 for ``probe_steps`` steps with capture on and keep the last step's operands;
+    at each of the workload's ``grad_steps``, compare every recipe of :func:`probe_recipes`
+    with FP32 on that step's weights and batch (:func:`lectures.tinylm.probe.gradient_errors`).
 
     dy is the gradient of the mean loss in nats (no loss scale), as an FP16 run without
     loss scaling would see it.
     """
     device = device or device_name()
-    keep = {}
+    keep, grads = {}, {}
+    rec = probe_recipes()
+    scales = {"FP16 + loss scaling": PROBE_SCALE}
 
-    def probe(step, model, loss):
+    def probe(step, model, loss, batch):
         if step == w.probe_steps - 1:
             for name, m in model.linears().items():
                 keep[name] = {k: v.detach().cpu().clone() for k, v in m.last_operands.items()}
+        if step in w.grad_steps:
+            grads[step] = gradient_errors(model, batch, rec, scales)
 
     train("fp32", replace(w.train_config(0), steps=w.probe_steps, eval_steps=()), MODEL,
           probe=probe, device=device, capture=True)
-    return Probe(w.probe_steps, keep)
+    return Probe(w.probe_steps, keep, grads)
 
 
 # ------------------------------------------------------------- demo 1: the three GEMMs, FP16
@@ -299,26 +362,36 @@ FP16_MIN_NORMAL = 2.0 ** -14
 @dataclass
 class GemmDemo:
     shapes: list            # rows: GEMM, product, operand shapes, inner dim
-    decades: list           # rows: operand, amax, smallest nonzero |v|, decades
-    dy_decades: float       # decades spanned by the nonzero |dy| of all layers
+    decades: list           # rows: operand, amax, median and 1st percentile of nonzero |v|,
+                            # decades from that percentile to amax
+    dy_range: tuple         # all layers' nonzero |dy|: 1st percentile, median, 99th, max
     flush: float            # fraction of nonzero dy values that round to 0 in FP16
     subnormal: float        # fraction that land among FP16's subnormals (precision lost)
     flush_scaled: float     # the same with the loss scaled by 2^16
     scale: float
+    layers: list            # rows: layer, FP16 flushed / dW error, the same with PROBE_SCALE
+    grad_step: int          # the probe step those rows come from
+    total: dict             # label -> dW error over all layers at that step (FP16s, BF16)
 
 
 def _operand_stats(values: torch.Tensor) -> tuple:
+    """amax, median and 1st percentile of the nonzero magnitudes, decades from the latter to
+    amax (a percentile: the single smallest value would measure one outlier)."""
     a = values.abs().flatten().double()
     nz = a[a > 0]
-    return float(a.max()), float(nz.min()), math.log10(float(a.max()) / float(nz.min()))
+    p1, med = (float(v) for v in torch.quantile(nz, torch.tensor([0.01, 0.5],
+                                                                  dtype=torch.float64)))
+    return float(a.max()), med, p1, math.log10(float(a.max()) / p1)
 
 
 def gemm_demo(p: Probe, layer: str = "layers.1.mlp.down", scale: float = 2.0 ** 16) -> GemmDemo:
     """The three GEMMs of one linear with this model's shapes, and what the operands span.
 
-    Notice: weights and activations span a few decades; the gradient dy spans many more, and
+    Notice: weights and activations span a few decades; the gradient dy spans more, and
     most of its values are tiny: in FP16 a part of them lands among the subnormals or flushes
-    to zero. A loss scale of 2^16 moves them back into FP16's normal range.
+    to zero. In an FP16 run (GEMM outputs in FP16, as torch.autocast returns them) the
+    gradients of the attention's q and k projections, the smallest of all, flush layer after
+    layer; a loss scale of 2^16 moves them back into FP16's normal range.
     """
     op = p.operands[layer]
     n, d_in = op["x"].shape
@@ -330,43 +403,88 @@ def gemm_demo(p: Probe, layer: str = "layers.1.mlp.down", scale: float = 2.0 ** 
     ]
     decades = []
     for key in ("x", "w", "dy"):
-        amax, amin, dec = _operand_stats(op[key])
-        decades.append([key, f"{amax:.2e}", f"{amin:.2e}", f"{dec:.1f}"])
+        amax, med, p1, dec = _operand_stats(op[key])
+        decades.append([key, f"{amax:.2e}", f"{med:.2e}", f"{p1:.2e}", f"{dec:.1f}"])
     dy = torch.cat([o["dy"].flatten() for o in p.operands.values()])
     dy = dy[dy != 0]
+    a = dy.abs()
+    q_ = torch.quantile(a, torch.tensor([0.01, 0.5, 0.99], dtype=torch.float64))
+    dy_range = (*(float(v) for v in q_), float(a.max()))
     fp16 = ntt.OperandSpec("fp16")
     q = ntt.quantize_operand(dy.view(1, -1), fp16).flatten()
     qs = ntt.quantize_operand((dy * scale).view(1, -1), fp16).flatten()
-    a = dy.abs()
-    return GemmDemo(shapes, decades, _operand_stats(dy)[2],
+    step = max(p.grads)
+    g0, g1 = p.grads[step]["FP16, no loss scaling"], p.grads[step]["FP16 + loss scaling"]
+    layers = [[name, f"{g0['flushed'][name]:.1%}", f"{g0['layer_error'][name]:.2%}",
+               f"{g1['flushed'][name]:.1%}", f"{g1['layer_error'][name]:.2%}"]
+              for name in g0["flushed"]]
+    return GemmDemo(shapes, decades, dy_range,
                     float((q == 0).double().mean()),
                     float(((a < FP16_MIN_NORMAL) & (q != 0)).double().mean()),
-                    float((qs == 0).double().mean()), scale)
+                    float((qs == 0).double().mean()), scale, layers, step,
+                    {k: p.grads[step][k]["error"] for k in
+                     ("FP16, no loss scaling", "FP16 + loss scaling", "BF16")})
+
+
+def scaler_rows(runs: Runs) -> tuple[list, list]:
+    """The loss scaler of each seed's "FP16 + loss scaling" run: log2 of its scale at each
+    evaluation step and the steps it skipped (header, rows)."""
+    res = runs.results["FP16 + loss scaling"]
+    steps = res[0].val_steps
+    header = [_("seed")] + [_("2^k at step {s}").format(s=s) for s in steps] + [_("skipped")]
+    rows = [[str(r.seed)] + [f"{math.log2(r.loss_scale[s - 1]):.0f}" for s in steps]
+            + [str(r.skipped)] for r in res]
+    return header, rows
 
 
 def print_gemm_demo(d: GemmDemo, runs: Runs) -> None:
     print_header(_("Demo 1: the three GEMMs of a linear layer, and FP16 against BF16"))
     print_table([_("GEMM"), _("product"), _("operand shapes"), _("inner dim")], d.shapes)
-    print_table([_("operand"), "amax", _("smallest nonzero |v|"), _("decades")], d.decades)
+    print_table([_("operand"), "amax", _("median |v|"), _("1st percentile |v|"),
+                 _("decades")], d.decades)
+    print_paragraph(_("Weight gradients of one batch at step {step} of the FP32 run, under FP16 "
+                      "(GEMM outputs in FP16) without a loss scale and with a fixed one of "
+                      "2^{log:.0f}: the share of each layer's nonzero dy that FP16 flushes to "
+                      "zero, and the relative error of its dW against FP32's.").format(
+        step=d.grad_step, log=math.log2(PROBE_SCALE)))
+    print_table([_("layer"), _("flushed, no scale"), _("dW error, no scale"),
+                 _("flushed, scaled"), _("dW error, scaled")], d.layers)
     labels = ["FP32", "BF16", "FP16, no loss scaling", "FP16 + loss scaling"]
     print_curves(runs, labels)
+    header, rows = scaler_rows(runs)
+    print_table(header, rows)
+    worst = max(d.layers, key=lambda r: float(r[1].rstrip("%")))
     scaled = runs.results["FP16 + loss scaling"]
-    c_unscaled = compare(runs, "FP16, no loss scaling", "BF16")
-    c_scaled = compare(runs, "FP16 + loss scaling", "BF16")
     print_observations([
-        _("The gradient dy of all linears spans {dec:.1f} decades; FP16 covers about 9 decades "
-          "with normal numbers (6.1e-05 to 65504) and 12 with its subnormals (IEEE 754-2019, "
-          "binary16).").format(dec=d.dy_decades),
-        _("In FP16 without a loss scale, {flush:.1%} of the nonzero dy values flush to zero and "
+        _("The nonzero gradients dy of all linears: 1st percentile {p1:.1e}, median {p50:.1e}, "
+          "99th percentile {p99:.1e}, largest {mx:.1e}. FP16's normal numbers run from 6.1e-05 "
+          "to 65504, its subnormals down to 6.0e-08 (IEEE 754-2019, binary16).").format(
+            p1=d.dy_range[0], p50=d.dy_range[1], p99=d.dy_range[2], mx=d.dy_range[3]),
+        _("Cast to FP16 without a loss scale, {flush:.1%} of those values flush to zero and "
           "{sub:.1%} land among the subnormals, with fewer than 10 significant bits. Scaled by "
           "2^{log:.0f}, {flush_scaled:.2%} flush.").format(
             flush=d.flush, sub=d.subnormal, log=math.log2(d.scale), flush_scaled=d.flush_scaled),
-        _("Final validation loss, FP16 without loss scaling minus BF16: {v}.").format(
-            v=verdict(c_unscaled)),
-        _("FP16 with the dynamic loss scaler minus BF16: {v}; the scaler skipped {skipped} of "
-          "{steps} steps (seed 0) and ended at a scale of 2^{log:.0f}.").format(
-            v=verdict(c_scaled), skipped=scaled[0].skipped, steps=len(scaled[0].train_loss),
-            log=math.log2(scaled[0].loss_scale[-1])),
+        _("In FP16 every GEMM output is FP16, so the activation gradients dx are rounded layer "
+          "after layer: at step {step}, {worst} loses {flush} of its dy and its dW is {err} "
+          "off FP32's (with the loss scale: {flush_s}, {err_s}). Over all layers the dW error "
+          "is {t0:.3%} ({t1:.3%} with the loss scale, {tb:.3%} in BF16).").format(
+            step=d.grad_step, worst=worst[0], flush=worst[1], err=worst[2], flush_s=worst[3],
+            err_s=worst[4], t0=d.total["FP16, no loss scaling"],
+            t1=d.total["FP16 + loss scaling"], tb=d.total["BF16"]),
+        _("Final validation loss, FP16 without loss scaling minus FP16 with it: {v}. Minus "
+          "BF16: {v2}. AdamW divides each weight's step by the running rms of its own "
+          "gradient, so a gradient made smaller by flushing still takes a full-sized step; "
+          "only the direction of what is left counts.").format(v=verdict(compare(runs, "FP16, no loss scaling",
+                                            "FP16 + loss scaling")),
+                          v2=verdict(compare(runs, "FP16, no loss scaling", "BF16"))),
+        _("The dynamic loss scaler starts at 2^16, doubles its scale after {interval} steps "
+          "without an overflow and halves it when a gradient overflows FP16 (the step is "
+          "skipped): torch.amp.GradScaler's constants except its growth interval of 2,000 "
+          "steps, which would never act in {steps} steps. Seed {seed} skipped {skipped} steps "
+          "and ended at 2^{log:.0f}; minus BF16: {v}.").format(
+            interval=SCALER[3], steps=len(scaled[0].train_loss), seed=scaled[0].seed,
+            skipped=scaled[0].skipped, log=math.log2(scaled[0].loss_scale[-1]),
+            v=verdict(compare(runs, "FP16 + loss scaling", "BF16"))),
         _("BF16 keeps FP32's 8 exponent bits, so the gradients keep their range and no loss "
           "scale is needed; it gives up mantissa bits instead (7 against FP16's 10)."),
     ])
@@ -425,24 +543,42 @@ def fp8_demo(p: Probe, layer: str = "layers.0.mlp.down") -> FP8Demo:
     return FP8Demo(underflow, grad_error, spike)
 
 
-def spike_compare(runs: Runs) -> dict:
-    """Delayed minus current scaling after the spike (one seed), against the seed range of the
-    unspiked FP8 delayed and current runs."""
-    gap = (runs.results["FP8 delayed + spike"][0].final_val
-           - runs.results["FP8 current + spike"][0].final_val)
-    noise = max(spread(finals(runs, "FP8 delayed")), spread(finals(runs, "FP8 current")))
-    return {"gap": gap, "noise": noise, "finding": abs(gap) > noise}
+def spike_rows(runs: Runs) -> list:
+    """The spike's effect on one seed: the spiked run minus the same seed's run without the
+    spike (identical up to the spike step, so every difference is the spike's doing), under
+    delayed and current scaling. Per row: scaling, mean training-loss difference on the spike
+    step, over the amax history's steps after it, over the steps after those, and the final
+    validation difference (bits/byte)."""
+    w = runs.workload
+    s, hist = w.spike_step, ntt.RECIPES["fp8_delayed"].amax_history
+    rows = []
+    for label, plain in (("FP8 delayed + spike", "FP8 delayed"),
+                         ("FP8 current + spike", "FP8 current")):
+        a, b = runs.results[label][0], runs.results[plain][0]
+        d = a.train_loss - b.train_loss
+        assert not d[:s].any(), "the runs part ways before the spike"
+        rows.append([_(label), float(d[s]), float(d[s + 1:s + 1 + hist].mean()),
+                     float(d[s + 1 + hist:].mean()) if len(d) > s + 1 + hist else float("nan"),
+                     a.final_val - b.final_val])
+    return rows
 
 
 def print_fp8_demo(d: FP8Demo, runs: Runs) -> None:
     print_header(_("Demo 2: FP8 per tensor: delayed and current scaling, E4M3 and E5M2"))
-    print_curves(runs, ["BF16", "FP8 delayed", "FP8 current", "FP8 current, E4M3 gradients",
-                        "FP8 delayed + spike", "FP8 current + spike"])
+    print_curves(runs, ["BF16", "FP8 delayed", "FP8 current", "FP8 current, E4M3 gradients"])
     w = runs.workload
-    spike_d = runs.results["FP8 delayed + spike"][0]
-    spike_c = runs.results["FP8 current + spike"][0]
-    plain_d = runs.results["FP8 delayed"][0]
+    hist = ntt.RECIPES["fp8_delayed"].amax_history
     s = w.spike_step
+    rows = spike_rows(runs)
+    print_paragraph(_("The spike, seed {seed}: training loss with the spike minus without it, "
+                      "the same seed (the two runs are identical up to step {s})."
+                      ).format(seed=w.seeds[0], s=s))
+    print_table([_("recipe"), _("step {s}").format(s=s),
+                 _("steps {a}-{b}").format(a=s + 1, b=min(s + hist, w.steps - 1)),
+                 _("later steps"), _("final validation")],
+                [[r[0]] + [signed(v) if np.isfinite(v) else "-" for v in r[1:]]
+                 for r in rows])
+    (dl, d_s, d_h, d_l, d_f), (cl, c_s, c_h, c_l, c_f) = rows
     print_observations([
         _("FP8 delayed minus current scaling: {v}.").format(
             v=verdict(compare(runs, "FP8 delayed", "FP8 current"))),
@@ -458,40 +594,67 @@ def print_fp8_demo(d: FP8Demo, runs: Runs) -> None:
             _("E5M2's range outweighs E4M3's finer steps.")),
         _("A spike: the input x of {layer} multiplied by {factor:.0f} for one step. Delayed "
           "scaling takes the scale from the amax of earlier steps: measured on this run's x, "
-          "{sat:.1%} of the spiked values exceed it and saturate at 448, and that step's x has a "
-          "relative error of {ed:.1%} (current scaling: {ec:.1%}). While the spike's amax stays "
-          "in the history ({hist} steps), the ordinary x of the next steps gets a scale "
-          "{factor:.0f} times too small: {zero:.1%} of its values flush to zero ({zero0:.1%} "
-          "with its own amax), a relative error of {ea:.2%} ({ea0:.2%}): the large values, which "
-          "dominate that error, keep their 3 mantissa bits.").format(
+          "{sat:.1%} of the spiked values exceed its reach and saturate at 448, and that step's "
+          "x has a relative error of {ed:.1%} (current scaling: {ec:.1%}). While the spike's "
+          "amax stays in the history ({hist} steps here; TransformerEngine's default "
+          "amax_history_len is 1,024), the ordinary x of the next steps gets a scale {factor:.0f} "
+          "times too large: {zero:.1%} of its values flush to zero ({zero0:.1%} with its own "
+          "amax), a relative error of {ea:.2%} ({ea0:.2%}): the large values, which dominate "
+          "that error, keep their 3 mantissa bits.").format(
             layer=SPIKE[0], factor=SPIKE[1], sat=d.spike["saturated"],
             ed=d.spike["error_delayed"], ec=d.spike["error_current"],
-            hist=ntt.RECIPES["fp8_delayed"].amax_history, zero=d.spike["zero_after"],
+            hist=hist, zero=d.spike["zero_after"],
             zero0=d.spike["zero_plain"], ea=d.spike["error_after"],
             ea0=d.spike["error_plain"]),
-        _("In training, the spike at step {step}: training loss on the next step {d:.3f} bits/"
-          "byte with delayed scaling, {c:.3f} with current scaling ({p:.3f} without the "
-          "spike).").format(step=s, d=spike_d.train_loss[s + 1], c=spike_c.train_loss[s + 1],
-                            p=plain_d.train_loss[s + 1]),
-        _("Final validation loss after the spike, delayed minus current (seed {seed}): {v}."
-          ).format(seed=w.seeds[0], v=verdict(spike_compare(runs))),
+        _("In training (seed {seed}): on the spike step the loss changes by {c_s} bits/byte "
+          "under current scaling, which lets the spike through, and by {d_s} under delayed "
+          "scaling, which clips it. Over the {hist} steps the spike's amax stays in the "
+          "history, delayed scaling's loss differs from the run without the spike by {d_h} on "
+          "average (current scaling: {c_h}). Final validation: {d_f} delayed, {c_f} current."
+          ).format(seed=w.seeds[0], c_s=signed(c_s), d_s=signed(d_s), hist=hist,
+                   d_h=signed(d_h), c_h=signed(c_h), d_f=signed(d_f), c_f=signed(c_f)),
     ])
 
 
 # ------------------------------------------------------------- demo 3: fine-grained FP8
-def print_fine_fp8(runs: Runs) -> None:
+def probe_errors(p: Probe, label: str) -> list:
+    """The dW error of ``label`` against FP32's at each gradient-probe step (fractions)."""
+    return [p.grads[s][label]["error"] for s in sorted(p.grads)]
+
+
+def _errors(p: Probe, label: str) -> str:
+    return " / ".join(f"{e:.1%}" for e in probe_errors(p, label))
+
+
+def probe_paragraph(p: Probe) -> str:
+    return _("dW error: the relative error of all linears' weight gradients against FP32's on "
+             "the same weights and batch, at steps {steps} of the FP32 run: deterministic, "
+             "no training noise.").format(steps=", ".join(str(s) for s in sorted(p.grads)))
+
+
+def print_fine_fp8(runs: Runs, p: Probe) -> None:
     print_header(_("Demo 3: fine-grained FP8: DeepSeek-V3's tiles and MXFP8"))
     print_curves(runs, ["BF16", "FP8 current", "FP8 blockwise (DeepSeek-V3)",
                         "MXFP8, floor scales", "MXFP8, RCEIL scales"])
+    print_paragraph(probe_paragraph(p))
+    labels = ["FP8 current", "FP8 blockwise (DeepSeek-V3)", "FP8 blockwise, power-of-two scales",
+              "MXFP8, floor scales", "MXFP8, RCEIL scales"]
+    print_table([_("recipe"), _("dW error")], [[_(label), _errors(p, label)] for label in labels])
     print_observations([
         _("DeepSeek-V3 (arXiv 2412.19437, section 3.3) scales activations and gradients per 1x128 "
           "tile and weights per 128x128 block, all E4M3 with float32 scales; minus BF16: "
-          "{v}.").format(v=verdict(compare(runs, "FP8 blockwise (DeepSeek-V3)", "BF16"))),
+          "{v}. TransformerEngine's Float8BlockScaling rounds those scales to powers of two by "
+          "default (its use_f32_scales is off): the dW errors above put the two within "
+          "{d:.2%} of each other.").format(
+            v=verdict(compare(runs, "FP8 blockwise (DeepSeek-V3)", "BF16")),
+            d=max(abs(a - b) for a, b in zip(probe_errors(p, labels[1]),
+                                             probe_errors(p, labels[2])))),
         _("MXFP8 (OCP MX v1.0): E4M3 in blocks of 32 with a power-of-two E8M0 scale. The OCP "
           "rule floors the scale's exponent, so a block's amax can land above 448 and saturate; "
-          "Mishra et al. (arXiv 2506.08027) round it up (RCEIL) and report that the floor rule "
-          "can diverge. Floor minus RCEIL here: {v}.").format(
-            v=verdict(compare(runs, "MXFP8, floor scales", "MXFP8, RCEIL scales"))),
+          "Mishra et al. (arXiv 2506.08027) round it up (RCEIL), which is what "
+          "TransformerEngine's MXFP8BlockScaling does (the floor rule is OCP's, not a TE "
+          "option), and report that the floor rule can diverge. Floor minus RCEIL here: "
+          "{v}.").format(v=verdict(compare(runs, "MXFP8, floor scales", "MXFP8, RCEIL scales"))),
         _("MXFP8 (RCEIL) minus BF16: {v}.").format(
             v=verdict(compare(runs, "MXFP8, RCEIL scales", "BF16"))),
     ])
@@ -499,36 +662,77 @@ def print_fine_fp8(runs: Runs) -> None:
 
 # ---------------------------------------------------------------------------- demo 4: FP4
 LADDER = ["NVFP4, round-to-nearest", "NVFP4 + SR", "NVFP4 + SR + RHT", "NVFP4 + SR + RHT + 2D",
-          "NVFP4 (full recipe)"]
+          "NVFP4 + BF16 output head", "NVFP4 (full recipe)"]
 
 
-def print_fp4(runs: Runs) -> None:
+def high_precision_share(recipe) -> tuple[float, float]:
+    """Shares of this model's linear weights and of its linears' GEMM FLOPs that ``recipe``
+    keeps in BF16 (every GEMM of a linear costs 2 x tokens x in x out FLOPs)."""
+    shapes = layer_shapes()
+    total = sum(i * o for i, o in shapes.values())
+    kept = sum(i * o for n, (i, o) in shapes.items() if recipe.is_high_precision(n))
+    # the tokens are the same for every linear, so FLOPs are in proportion to the weights
+    n = BATCH * MODEL.context
+    flops = sum(3 * 2 * n * i * o for i, o in shapes.values())
+    flops_kept = sum(3 * 2 * n * i * o for nm, (i, o) in shapes.items()
+                     if recipe.is_high_precision(nm))
+    return kept / total, flops_kept / flops
+
+
+def print_fp4(runs: Runs, p: Probe) -> None:
     print_header(_("Demo 4: FP4: the NVFP4 recipe, one technique at a time, against MXFP4"))
-    print_curves(runs, ["BF16"] + LADDER + ["MXFP4"])
+    print_curves(runs, ["BF16"] + LADDER + ["MXFP4", "MXFP4 (full recipe)"])
+    rec = recipes()
     rows = []
     prev = None
-    for label in LADDER:
+    for label in LADDER + ["MXFP4", "MXFP4 (full recipe)"]:
         f = finals(runs, label)
-        c = None if prev is None else compare(runs, label, prev)
-        step = "" if c is None else f"{c['gap']:+.3f}" + ("" if c["finding"] else " ~")
-        rows.append([_(label), f"{f.mean():.3f}", f"{spread(f):.3f}", step])
+        base = {"MXFP4": "NVFP4, round-to-nearest",
+                "MXFP4 (full recipe)": "NVFP4 (full recipe)"}.get(label, prev)
+        c = None if base is None else compare(runs, label, base)
+        step = "" if c is None else signed(c["gap"]) + ("" if c["finding"] else " ~")
+        rows.append([_(label), f"{f.mean():.3f}", step, _errors(p, label),
+                     f"{high_precision_share(rec[label])[0]:.0%}"])
         prev = label
-    print_table([_("recipe"), _("final bits/byte"), _("seed range"),
-                 _("change from the row above")], rows)
-    print_paragraph(_("A change marked ~ is within noise: no larger than the seed range of "
-                      "either row."))
+    print_table([_("recipe"), _("bits/byte"), _("change, paired"), _("dW error"),
+                 _("BF16 weights")], rows)
+    print_paragraph(_("Change, paired: the mean over seeds of each seed's difference from the row "
+                      "above (MXFP4 rows: from the NVFP4 row with the same techniques); ~ marks "
+                      "one within noise, whose 95% t interval contains zero. ") +
+                    probe_paragraph(p))
+    hp_w, hp_f = high_precision_share(rec["NVFP4 (full recipe)"])
+    e = {label: float(np.mean(probe_errors(p, label))) for label in LADDER + ["MXFP4",
+                                                                             "MXFP4 (full recipe)"]}
     print_observations([
         _("NVFP4 (arXiv 2509.25149, section 4): E2M1 elements in blocks of 16 with E4M3 scales "
           "under a float32 tensor scale; stochastic rounding on gradients, a 16x16 random "
-          "Hadamard transform on the wgrad operands, 16x16 weight blocks, and the last layers "
-          "({layers}) in BF16."
-          ).format(layers=", ".join(HIGH_PRECISION)),
+          "Hadamard transform on the wgrad operands, 16x16 weight blocks, and about 16 % of the "
+          "linear layers in BF16. Here {layers} stay in BF16: {w:.1%} of the linear weights and "
+          "{f:.1%} of their GEMM FLOPs."
+          ).format(layers=", ".join(HIGH_PRECISION), w=hp_w, f=hp_f),
+        _("Mean dW error over the probe steps, one technique at a time: {rtn:.1%} with "
+          "round-to-nearest, {sr:.1%} with SR, {rht:.1%} with the RHT, {d2:.1%} with 2D "
+          "weights, {head:.1%} with the output head in BF16, {full:.1%} for the full recipe. "
+          "Round-to-nearest's error is a bias, repeated on every step; SR's is noise that "
+          "averages out over steps (demo 5), so a lower error here is not the whole story.").format(
+            rtn=e[LADDER[0]], sr=e[LADDER[1]], rht=e[LADDER[2]], d2=e[LADDER[3]],
+            head=e[LADDER[4]], full=e[LADDER[5]]),
         _("Full NVFP4 recipe minus BF16: {v}.").format(
             v=verdict(compare(runs, "NVFP4 (full recipe)", "BF16"))),
         _("Full NVFP4 minus plain NVFP4 with round-to-nearest: {v}.").format(
             v=verdict(compare(runs, "NVFP4 (full recipe)", "NVFP4, round-to-nearest"))),
-        _("MXFP4 (E2M1, blocks of 32, E8M0 scales) minus the full NVFP4 recipe: {v}.").format(
-            v=verdict(compare(runs, "MXFP4", "NVFP4 (full recipe)"))),
+        _("Like for like, MXFP4 (E2M1, blocks of 32, E8M0 scales) minus NVFP4. As bare formats "
+          "(round-to-nearest, every layer in FP4; dW error {e1:.1%} against {e0:.1%}): {v}. "
+          "With the same BF16 layers, SR and RHT, as Tseng et al. (arXiv 2502.20586) train "
+          "MXFP4 (NVFP4 adds its 16x16 weight tiles; dW error {e3:.1%} against {e2:.1%}): "
+          "{v2}.").format(
+            v=verdict(compare(runs, "MXFP4", "NVFP4, round-to-nearest")),
+            v2=verdict(compare(runs, "MXFP4 (full recipe)", "NVFP4 (full recipe)")),
+            e0=e[LADDER[0]], e1=e["MXFP4"], e2=e[LADDER[-1]], e3=e["MXFP4 (full recipe)"]),
+        _("These runs are {steps} steps of {tokens} bytes: the papers' gaps between FP4 and "
+          "BF16 open over hundreds of billions of tokens. Within noise here means not "
+          "resolvable at this scale, not equal."
+          ).format(steps=runs.workload.steps, tokens=BATCH * MODEL.context),
     ])
 
 
@@ -539,6 +743,7 @@ class WhyDemo:
     bias_rows: list        # draws, RNE error, SR error of the mean dW
     rne_error: float       # relative error of dW with round-to-nearest dy (any number of draws)
     sr_errors: dict        # draws -> relative error of the mean of that many SR dW
+    floor: float           # relative error of dyᵀ Q(x), exact dy: where SR's mean converges
     rht: dict              # before/after: kurtosis, mean block amax / rms, dW GEMM error
     transpose: dict        # "1x16" / "16x16" -> fraction of weights where Q(W)ᵀ != Q(Wᵀ)
 
@@ -555,11 +760,14 @@ def why_demo(p: Probe, layer: str = "layers.0.mlp.down", draws=(1, 4, 16),
     """Stochastic rounding, the RHT and 2-D weight blocks, measured on this run's operands.
 
     Notice: the error of round-to-nearest is the same on every draw, so averaging never
-    removes it (a bias); stochastic rounding is unbiased, and its error shrinks like
-    1/sqrt(draws). The RHT spreads a block's outliers over its 16 values: the kurtosis drops
-    toward a Gaussian's 3 and so does the block amax relative to the rms. With 1x16 blocks a
-    weight quantized along its rows (fprop) and along its columns (dgrad) gets two different
-    values; 16x16 blocks give the same value both ways.
+    removes it (a bias); stochastic rounding of dy is unbiased, so the mean of its draws
+    converges, but to dyᵀ Q(x), not dyᵀ x: x is rounded to nearest in both arms, and its error
+    is the floor. The RHT (random signs, then a Hadamard: diag(s) H) mixes each block of 16
+    values; what it does to the block amax relative to the rms, and to the kurtosis, is
+    measured, not assumed: it spreads a block's outlier over the block but also mixes values
+    of equal sign into a larger one. With 1x16 blocks a weight quantized along its rows
+    (fprop) and along its columns (dgrad) gets two different values; 16x16 blocks give the
+    same value both ways.
     """
     op = p.operands[layer]
     dyt = op["dy"].T.contiguous()                                   # (out, N): wgrad's dyᵀ
@@ -581,10 +789,9 @@ def why_demo(p: Probe, layer: str = "layers.0.mlp.down", draws=(1, 4, 16),
             sr_errors[k] = rel(acc / k)
     rows = [[k, f"{rel(rne):.2%}", f"{sr_errors[k]:.2%}"] for k in draws]
 
-    h = ntt.random_hadamard(16, generator=torch.Generator().manual_seed(seed)).to(dyt.dtype)
-    rows_out, n = dyt.shape
-    dyh = (dyt.view(rows_out, n // 16, 16) @ h).view(rows_out, n)
-    xh = (xt.view(xt.shape[0], n // 16, 16) @ h).view(xt.shape[0], n)
+    h = ntt.random_hadamard(16, generator=torch.Generator().manual_seed(seed),
+                            dtype=torch.float64)
+    dyh, xh = ntt.apply_rht(dyt, h), ntt.apply_rht(xt, h)
 
     def amax_ratio(t):
         b = t.view(t.shape[0], -1, 16).double()
@@ -604,7 +811,7 @@ def why_demo(p: Probe, layer: str = "layers.0.mlp.down", draws=(1, 4, 16),
         a = ntt.quantize_operand(w, spec)                           # along rows: Q(W)
         b = ntt.quantize_operand(w.T.contiguous(), spec).T          # along columns: Q(Wᵀ)ᵀ
         transpose[name] = float((a != b).double().mean())
-    return WhyDemo(layer, rows, rel(rne), sr_errors, rht, transpose)
+    return WhyDemo(layer, rows, rel(rne), sr_errors, rel(dyt.double() @ qx.T), rht, transpose)
 
 
 def print_why(d: WhyDemo) -> None:
@@ -633,10 +840,12 @@ def print_why(d: WhyDemo) -> None:
     dy_down = r["kurtosis_dy"][1] < r["kurtosis_dy"][0]
     print_observations([
         _("Round-to-nearest: {rne:.2%} error whatever the number of draws: a bias, the same "
-          "error on every step. Stochastic rounding: {one:.2%} for one draw, {many:.2%} for the "
-          "mean of {k}: its errors average out over draws, as they do over the optimizer's many "
-          "small updates.").format(rne=d.rne_error, one=d.sr_errors[1], many=d.sr_errors[k],
-                                   k=k),
+          "error on every draw of this tensor. Stochastic rounding of dy: {one:.2%} for one "
+          "draw, {many:.2%} for the mean of {k}. Its mean converges to dyᵀ Q(x), not to dyᵀ x: "
+          "x is rounded to nearest in both arms, and dyᵀ Q(x) alone is {floor:.2%} off. That "
+          "floor, not 1/sqrt(draws), is why the mean of {k} draws is not {r:.0f} times better "
+          "than one.").format(rne=d.rne_error, one=d.sr_errors[1], many=d.sr_errors[k], k=k,
+                              floor=d.floor, r=math.sqrt(k)),
         _("The 16x16 random Hadamard transform (Hᵀ H = I, so dyᵀ x is unchanged in exact "
           "arithmetic) takes the kurtosis of x from {kx0:.1f} to {kx1:.1f} ({x_dir}) and of dy "
           "from {k0:.1f} to {k1:.1f} ({dy_dir}); the dW error goes from {e0:.2%} to "
@@ -694,13 +903,13 @@ def bits_per_gemm(recipe) -> tuple:
 
 
 SUMMARY = ["FP32", "BF16", "FP16 + loss scaling", "FP8 delayed", "FP8 current",
-           "FP8 blockwise (DeepSeek-V3)", "MXFP8, RCEIL scales", "NVFP4 (full recipe)", "MXFP4"]
+           "FP8 blockwise (DeepSeek-V3)", "MXFP8, RCEIL scales", "NVFP4 (full recipe)",
+           "MXFP4 (full recipe)", "MXFP4"]
 
 
 def summary_rows(runs: Runs) -> tuple[list, list]:
     """Two tables' rows: recipe -> operand formats; recipe -> bits, loss, spread, gap."""
     rec = recipes()
-    base = finals(runs, "BF16").mean()
     formats, losses = [], []
     for label in SUMMARY:
         r = rec[label]
@@ -708,9 +917,11 @@ def summary_rows(runs: Runs) -> tuple[list, list]:
         c = compare(runs, label, "BF16")
         formats.append([_(label), _spec_name(r.fprop[0]), _spec_name(r.fprop[1]),
                         _spec_name(r.wgrad[0])])
+        w, fl = high_precision_share(r)
+        assert w == fl    # every linear sees the same tokens: FLOPs in proportion to weights
         losses.append([_(label), " / ".join(f"{b:.2f}" for b in bits_per_gemm(r)),
-                       f"{f.mean():.3f}", f"{spread(f):.3f}",
-                       "" if label == "BF16" else f"{f.mean() - base:+.3f}"
+                       f"{w:.0%}", f"{f.mean():.3f}",
+                       "" if label == "BF16" else signed(c["gap"])
                        + ("" if c["finding"] else " ~")])
     return formats, losses
 
@@ -724,13 +935,15 @@ def print_summary(runs: Runs) -> None:
     print_paragraph(_("Scales are float32 per tensor or block, except: floor and RCEIL are E8M0 "
                       "power-of-two block scales (OCP MX); E2M1 in 1x16 or 16x16 blocks has "
                       "NVFP4's E4M3 block scales under a float32 tensor scale."))
-    print_table([_("recipe"), _("bits: fprop / dgrad / wgrad"), _("bits/byte"),
-                 _("seed range"), _("gap to BF16")], losses)
+    print_table([_("recipe"), _("bits: fprop/dgrad/wgrad"), _("kept in BF16"),
+                 _("bits/byte"), _("gap to BF16")], losses)
     noise = [label for label in SUMMARY[2:] if not compare(runs, label, "BF16")["finding"]]
     print_observations([
-        _("Each loss is the mean over {n} seeds ({seeds}) after {steps} steps of {tokens} bytes; "
-          "the seed range is max - min. A gap marked ~ is within noise: no larger than the seed "
-          "range of the recipe or of BF16.").format(
+        _("Each loss is the mean over {n} seeds ({seeds}) after {steps} steps of {tokens} "
+          "bytes. The gap to BF16 is paired: the mean of each seed's difference, marked ~ when "
+          "within noise, when the 95% t interval of that mean contains zero. Kept in BF16: "
+          "the share of the linear weights the recipe keeps in BF16, and of their GEMM FLOPs "
+          "alike (every linear multiplies the same tokens).").format(
             n=len(w.seeds), seeds=", ".join(map(str, w.seeds)), steps=w.steps,
             tokens=BATCH * MODEL.context),
         _("Within noise of BF16 here: {labels}.").format(
@@ -757,8 +970,9 @@ def intro(w: Workload) -> list[str]:
             params=f"{params():,}", d=MODEL.d_model, layers=MODEL.n_layers, ff=MODEL.d_ff,
             ctx=MODEL.context),
         _("Losses are in bits per byte on validation text the model never trains on (8 = a "
-          "uniform guess). Each recipe trains {steps} steps with seeds {seeds}; a difference "
-          "smaller than the spread across seeds is called within noise.").format(
+          "uniform guess). Each recipe trains {steps} steps with seeds {seeds}; recipes are "
+          "compared seed by seed, and a mean difference whose 95% t interval contains zero is "
+          "called within noise.").format(
             steps=w.steps, seeds=", ".join(map(str, w.seeds))),
     ]
 
@@ -805,18 +1019,19 @@ DEMO_RUNS = (
      "FP8 current + spike"),
     ("BF16", "FP8 current", "FP8 blockwise (DeepSeek-V3)", "MXFP8, floor scales",
      "MXFP8, RCEIL scales"),
-    ("BF16", *LADDER, "MXFP4"),
+    ("BF16", *LADDER, "MXFP4", "MXFP4 (full recipe)"),
     (),
     None,
 )
 
 
-def demos(gemm: GemmDemo, fp8: FP8Demo, why: WhyDemo) -> list:
+def demos(gemm: GemmDemo, fp8: FP8Demo, why: WhyDemo, probe: Probe) -> list:
     """``(labels, print_demo(runs))`` for demos 1-6 in print order; ``labels``: the runs the
     demo reads (:data:`DEMO_RUNS`, None for all of them)."""
     printers = (lambda runs: print_gemm_demo(gemm, runs),
                 lambda runs: print_fp8_demo(fp8, runs),
-                print_fine_fp8, print_fp4,
+                lambda runs: print_fine_fp8(runs, probe),
+                lambda runs: print_fp4(runs, probe),
                 lambda runs: print_why(why),
                 print_summary)
     return list(zip(DEMO_RUNS, printers))
@@ -833,7 +1048,7 @@ def compute(w: Workload, workers: int = 2, stream: bool = False) -> Lecture:
     gemm, fp8, why = gemm_demo(probe), fp8_demo(probe), why_demo(probe)
     on_label = None
     if stream:
-        queue = demos(gemm, fp8, why)
+        queue = demos(gemm, fp8, why, probe)
         labels_all = tuple(recipes())
 
         def on_label(runs: Runs) -> None:
@@ -850,7 +1065,7 @@ def compute(w: Workload, workers: int = 2, stream: bool = False) -> Lecture:
 
 def show(lec: Lecture) -> None:
     print_title(title(), intro(lec.runs.workload))
-    for _labels, print_demo in demos(lec.gemm, lec.fp8, lec.why):
+    for _labels, print_demo in demos(lec.gemm, lec.fp8, lec.why, lec.probe):
         print_demo(lec.runs)
 
 

@@ -171,11 +171,14 @@ def test_gemm_shapes_and_decades(lec):
     for row, key in zip(lec.gemm.decades, ("x", "w", "dy")):
         a = op[key].abs().double().numpy().ravel()
         nz = a[a > 0]
-        assert row[3] == f"{np.log10(a.max() / nz.min()):.1f}"
+        p1, med = np.quantile(nz, [0.01, 0.5])          # numpy's linear interpolation
+        assert row[2:] == [f"{med:.2e}", f"{p1:.2e}", f"{np.log10(a.max() / p1):.1f}"]
     dy = np.concatenate([o["dy"].numpy().ravel() for o in lec.probe.operands.values()])
     dy = np.abs(dy[dy != 0]).astype(np.float64)
-    assert lec.gemm.dy_decades == pytest.approx(np.log10(dy.max() / dy.min()), rel=1e-9)
-    assert lec.gemm.dy_decades > 9.03          # printed: more than FP16's normal range
+    np.testing.assert_allclose(lec.gemm.dy_range, [*np.quantile(dy, [0.01, 0.5, 0.99]),
+                                                   dy.max()], rtol=1e-12)
+    # printed: the 1st percentile lies below FP16's subnormals, the 99th among its normals
+    assert lec.gemm.dy_range[0] < 2.0 ** -24 and lec.gemm.dy_range[2] > 2.0 ** -14
 
 
 def test_fp16_flush_fractions_against_torch_half(lec):
@@ -191,22 +194,27 @@ def test_fp16_flush_fractions_against_torch_half(lec):
 
 
 def _noise(lec, a, b):
-    fa = np.array([r.val_loss[-1] for r in lec.runs.results[a]])
-    fb = np.array([r.val_loss[-1] for r in lec.runs.results[b]])
-    gap = fa.mean() - fb.mean()
-    noise = max(np.ptp(fa), np.ptp(fb))
-    return gap, noise, abs(gap) > noise and len(fa) > 1 and len(fb) > 1
+    # the paired 95% t interval of the mean per-seed difference (scipy's t quantile)
+    from scipy import stats
+    d = np.array([r.val_loss[-1] for r in lec.runs.results[a]]) - np.array(
+        [r.val_loss[-1] for r in lec.runs.results[b]])
+    half = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
+    return d.mean(), half, abs(d.mean()) > half
 
 
 @pytest.mark.parametrize("a,b", [("FP16, no loss scaling", "BF16"), ("FP16 + loss scaling", "BF16"),
+                                 ("FP16, no loss scaling", "FP16 + loss scaling"),
                                  ("FP8 delayed", "FP8 current"),
                                  ("FP8 blockwise (DeepSeek-V3)", "BF16"),
                                  ("MXFP8, floor scales", "MXFP8, RCEIL scales"),
-                                 ("NVFP4 (full recipe)", "BF16"), ("MXFP4", "NVFP4 (full recipe)")])
-def test_each_verdict_follows_the_seed_spread(lec, text, a, b):
+                                 ("NVFP4 (full recipe)", "BF16"),
+                                 ("MXFP4", "NVFP4, round-to-nearest"),
+                                 ("MXFP4 (full recipe)", "NVFP4 (full recipe)")])
+def test_each_verdict_follows_the_paired_interval(lec, text, a, b):
     gap, noise, finding = _noise(lec, a, b)
     c = L.compare(lec.runs, a, b)
     assert c["gap"] == pytest.approx(gap, abs=1e-12) and c["finding"] == finding
+    assert c["noise"] == pytest.approx(noise, rel=1e-3)     # the table's t to 3 decimals
     assert L.verdict(c) in " ".join(text.split())        # the text wraps lines
     assert ("within noise" in L.verdict(c)) == (not finding)
 
@@ -239,9 +247,18 @@ def test_spike_claims(lec):
     assert s["saturated"] > 0
     assert s["error_delayed"] > s["error_current"]
     assert s["zero_after"] > s["zero_plain"]
-    c = L.spike_compare(lec.runs)
-    d, cur = lec.runs.results["FP8 delayed + spike"][0], lec.runs.results["FP8 current + spike"][0]
-    assert c["gap"] == d.val_loss[-1] - cur.val_loss[-1]
+    # the spike table: the same seed with and without the spike, identical before it
+    w = lec.runs.workload
+    rows = L.spike_rows(lec.runs)
+    for row, (spiked, plain) in zip(rows, (("FP8 delayed + spike", "FP8 delayed"),
+                                           ("FP8 current + spike", "FP8 current"))):
+        a, b = lec.runs.results[spiked][0], lec.runs.results[plain][0]
+        assert a.seed == b.seed == w.seeds[0]
+        np.testing.assert_array_equal(a.train_loss[:w.spike_step], b.train_loss[:w.spike_step])
+        assert row[1] == a.train_loss[w.spike_step] - b.train_loss[w.spike_step]
+        assert row[4] == a.final_val - b.final_val
+    # printed: current scaling lets the spike through, so its spike step costs more
+    assert rows[1][1] > rows[0][1] > 0
 
 
 def test_why_claims(lec):
@@ -250,7 +267,10 @@ def test_why_claims(lec):
     assert all(r[1] == d.bias_rows[0][1] for r in d.bias_rows)
     ks = sorted(d.sr_errors)
     assert all(d.sr_errors[a] > d.sr_errors[b] for a, b in zip(ks, ks[1:]))
-    assert d.rne_error > d.sr_errors[ks[-1]]      # printed: averaging removes SR's error
+    assert d.rne_error > d.sr_errors[ks[-1]]
+    # printed: SR's mean converges to dyᵀ Q(x), whose error is the floor
+    assert d.floor < d.sr_errors[ks[-1]] < d.floor * 1.1 + 0.01
+    assert d.sr_errors[ks[-1]] > d.sr_errors[1] / np.sqrt(ks[-1])
     assert d.transpose["16x16"] == 0.0 < d.transpose["1x16"]
     op = lec.probe.operands[d.layer]
     for key in ("dy", "x"):
@@ -261,14 +281,87 @@ def test_why_claims(lec):
     # the transform is orthonormal: dW from the transformed operands, unquantized, is dW
     h = L.ntt.random_hadamard(16, generator=torch.Generator().manual_seed(0)).double()
     torch.testing.assert_close(h @ h.T, torch.eye(16, dtype=torch.float64), rtol=0, atol=1e-12)
+    # the printed amax / rms after the RHT is TE's transform (diag(s) H, scipy's Hadamard)
+    import scipy.linalg
+    g = torch.Generator().manual_seed(0)
+    signs = torch.randint(0, 2, (16,), generator=g, dtype=torch.int64) * 2 - 1
+    te = torch.diag(signs.double()) @ torch.from_numpy(scipy.linalg.hadamard(16) / 4.0)
+    xt = op["x"].T.contiguous().double()
+    xh = (xt.reshape(-1, 16) @ te).reshape(xt.shape)
+    b = xh.reshape(xt.shape[0], -1, 16)
+    ratio = float((b.abs().amax(-1) / b.pow(2).mean(-1).sqrt()).mean())
+    assert d.rht["amax_rms_x"][1] == pytest.approx(ratio, rel=1e-12)
 
 
 def test_summary_bits_are_the_formats_bits(lec):
+    from dataclasses import replace
     bf16 = L.bits_per_gemm(L.recipes()["BF16"])
     assert bf16 == (16.0, 16.0, 16.0)
     assert L.bits_per_gemm(L.recipes()["FP32"]) == (32.0, 32.0, 32.0)
-    mx = L.bits_per_gemm(L.recipes()["MXFP8, RCEIL scales"])
+    mx = L.bits_per_gemm(replace(L.recipes()["MXFP8, RCEIL scales"], high_precision_layers=()))
     assert all(b == pytest.approx(8 + 8 / 32) for b in mx)       # OCP MX: an 8-bit scale per 32
+
+
+def test_high_precision_shares_by_hand():
+    # 2 blocks of q, k, v, o (128 x 128) and gate, up, down (128 x 256), lm_head 128 x 256
+    total = 2 * (4 * 128 * 128 + 3 * 128 * 256) + 128 * 256
+    rec = L.recipes()
+    assert L.high_precision_share(rec["NVFP4 (full recipe)"]) == pytest.approx(
+        (2 * 128 * 256 / total,) * 2)
+    for label in ("FP8 delayed", "FP8 current", "FP8 blockwise (DeepSeek-V3)",
+                  "MXFP8, floor scales", "MXFP8, RCEIL scales", "NVFP4 + BF16 output head"):
+        assert rec[label].is_high_precision("lm_head"), label       # DeepSeek-V3 3.3.1
+        assert L.high_precision_share(rec[label])[0] == pytest.approx(128 * 256 / total)
+    for label in ("NVFP4, round-to-nearest", "MXFP4", "BF16"):
+        assert L.high_precision_share(rec[label]) == (0.0, 0.0)
+    # MXFP4 like for like: the full NVFP4 recipe's BF16 layers, SR and RHT
+    m, n = rec["MXFP4 (full recipe)"], rec["NVFP4 (full recipe)"]
+    assert m.high_precision_layers == n.high_precision_layers
+    assert m.wgrad[0].mode == n.wgrad[0].mode == "stochastic" and m.wgrad[0].rht and n.wgrad[1].rht
+
+
+def test_scaler_constants_are_gradscalers_but_the_interval(lec):
+    import inspect
+    defaults = inspect.signature(torch.amp.GradScaler.__init__).parameters
+    assert L.SCALER[:3] == tuple(defaults[k].default for k in ("init_scale", "growth_factor",
+                                                                "backoff_factor"))
+    assert defaults["growth_interval"].default == 2000 > L.FULL.steps > L.SCALER[3]
+    # printed: the scaler acts within the run (its scale changes)
+    for r in lec.runs.results["FP16 + loss scaling"]:
+        assert len(set(r.loss_scale)) > 1
+
+
+def test_fp16_layer_rows_against_torch_half():
+    # the gradient probe's flushed fractions, on the captured dy of an FP16 backward
+    import copy
+
+    from lectures.tinylm.probe import gradient_errors
+    from torch.nn import functional as F
+    model = TinyLM(SMALL, "fp32", seed=0).double()
+    for m in model.linears().values():
+        m.capture = True
+    x = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(0))
+    y = torch.roll(x, -1, 1)
+    F.cross_entropy(model(x).flatten(0, 1), y.flatten()).backward()
+    before = {n: p.grad.clone() for n, p in model.named_parameters()}
+    ref = copy.deepcopy(model)
+    out = gradient_errors(model, (x, y), {"FP16": L.ntt.RECIPES["fp16"],
+                                          "FP32": L.ntt.RECIPES["fp32"]})
+    assert out["FP32"]["error"] == 0.0 and out["FP32"]["cosine"] == pytest.approx(1.0)
+    for n, p in model.named_parameters():               # the model is left as it was
+        assert torch.equal(p.grad, before[n]), n
+    # FP16's dW, again by hand: the same model under the fp16 recipe
+    ref.set_recipe("fp16")
+    ref.zero_grad()
+    F.cross_entropy(ref(x).flatten(0, 1), y.flatten()).backward()
+    for name, m in ref.linears().items():
+        dy = m.last_operands["dy"]
+        nz = dy != 0
+        flushed = float(((dy.float().half() == 0) & nz).sum()) / int(nz.sum())
+        assert out["FP16"]["flushed"][name] == flushed, name
+        e = float((m.weight.grad - before[name + ".weight"]).norm()
+                  / before[name + ".weight"].norm())
+        assert out["FP16"]["layer_error"][name] == pytest.approx(e, rel=1e-12), name
 
 
 def test_each_demo_reads_only_the_runs_it_waits_for(lec, text):
@@ -277,7 +370,7 @@ def test_each_demo_reads_only_the_runs_it_waits_for(lec, text):
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         L.print_title(L.title(), L.intro(lec.runs.workload))
-        for labels, print_demo in L.demos(lec.gemm, lec.fp8, lec.why):
+        for labels, print_demo in L.demos(lec.gemm, lec.fp8, lec.why, lec.probe):
             keep = lec.runs.results if labels is None else {k: lec.runs.results[k]
                                                             for k in labels}
             print_demo(L.Runs(lec.runs.workload, keep))
@@ -304,7 +397,8 @@ def test_streamed_lecture_prints_each_demo_when_its_runs_are_done(lec, text, mon
     assert text.startswith(seen["FP32"]) and "Demo" not in seen["FP32"]   # the title first
     first = {n: next(k for k, v in seen.items() if f"Demo {n}:" in v) for n in range(1, 7)}
     assert first == {1: "FP16 + loss scaling", 2: "FP8 current + spike",
-                     3: "MXFP8, RCEIL scales", 4: "MXFP4", 5: "MXFP4", 6: "MXFP4"}
+                     3: "MXFP8, RCEIL scales", 4: "MXFP4 (full recipe)",
+                     5: "MXFP4 (full recipe)", 6: "MXFP4 (full recipe)"}
 
 
 def test_text_fits_and_is_complete(text):

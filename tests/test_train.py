@@ -45,6 +45,11 @@ def tiles_reference(x: np.ndarray, fmt, a: int, b: int, scale: str, rule: str = 
                 s = float(nf.FP8_E4M3.round(amax / fmt.max_value / g)) * g
             elif scale == "exact":
                 s = amax / fmt.max_value if amax > 0 else 1.0
+            elif scale == "e8m0" and rule == "rceil":
+                # TE's power-of-two block scales (recipe_common.cuh, compute_scale_from_amax):
+                # the FP32 quotient max / amax with its mantissa bits cleared, inverted
+                q = np.float32(fmt.max_value) / np.float32(amax) if amax > 0 else np.float32(1)
+                s = 1.0 / float((np.array(q).view(np.uint32) & 0xFF800000).view(np.float32))
             else:
                 raise AssertionError(scale)
             out[i:i + a, j:j + b] = fmt.round(tile / s) * s if s > 0 else 0.0
@@ -335,11 +340,17 @@ def test_layer_gemms_multiply_numfmts_operands(name):
     def q(t, gemm, op):
         return numpy_reference(np.ascontiguousarray(t), recipe.spec(gemm, op)).astype(np.float64)
 
+    out = {"fp32": (0.0, 0.0), "bf16": (2.0**-8, 0.0), "fp16": (2.0**-11, 2.0**-25)}
+    rel, tiny = out[recipe.output]
+
     def check(got, a, b):
         # float32 products of float32 operands accumulate with relative error at most
-        # k * 2^-24 of sum |a||b| (k the inner length); the operands themselves are exact.
+        # k * 2^-24 of sum |a||b| (k the inner length); the operands themselves are exact;
+        # the sum is then rounded to the recipe's output format (half a step: 2^-8 relative
+        # in bf16, 2^-11 in fp16 and 2^-25 absolute among its subnormals)
         ref = a @ b.T
         bound = a.shape[1] * 2.0**-24 * (np.abs(a) @ np.abs(b).T) + 1e-30
+        bound = bound + rel * (np.abs(ref) + bound) + tiny
         assert np.all(np.abs(got.detach().numpy() - ref) <= bound)
     check(y, q(xn, "fprop", "x"), q(w, "fprop", "w"))
     check(x.grad, q(dyn, "dgrad", "dy"), q(w.T, "dgrad", "w"))
@@ -441,7 +452,8 @@ def test_recipe_is_settable_and_nvfp4_switches():
     assert all(s == ntt.OperandSpec("e2m1", (1, 16), "e4m3")
                for g in ntt.GEMMS for s in getattr(plain, g))
     assert set(ntt.RECIPES) == {"fp32", "bf16", "fp16", "fp8_delayed", "fp8_current",
-                                "fp8_blockwise", "mxfp8_floor", "mxfp8_rceil", "nvfp4", "mxfp4"}
+                                "fp8_blockwise", "fp8_blockwise_pow2", "mxfp8_floor",
+                                "mxfp8_rceil", "nvfp4", "mxfp4", "mxfp4_sr_rht"}
     assert ntt.RECIPES["fp16"].loss_scaling and not ntt.RECIPES["bf16"].loss_scaling
     # TE's HYBRID: E4M3 forward tensors, E5M2 gradient
     for name in ("fp8_delayed", "fp8_current"):

@@ -68,6 +68,11 @@ def test_explorer_trains_what_the_controls_say(monkeypatch):
     e.controls["dy"].value = "e4m3"
     assert e.state["recipe"].wgrad[0].fmt == "e4m3"
     assert len(e.state["run"].train_loss) == W.EXPLORER_STEPS
+    # the probe: dW error against FP32 on one batch, repeatable, and zero for FP32 itself
+    err = e.state["dw_error"]
+    assert 0 < err["bf16"] < err["recipe"] and W.gradient_error(e.state["recipe"]) == err
+    assert W.gradient_error(ntt.RECIPES["fp32"])["recipe"] == 0.0
+    assert W.gradient_error(ntt.RECIPES["fp8_delayed"]) is None
     e.controls["base"].value = "bf16"
     e.controls["dy"].value = "base"
     e.controls["sr"].value = "on"
@@ -96,6 +101,19 @@ def test_plots_in_chinese(tiny):
     ax = figs[2].axes[0]
     assert cjk(ax.get_xlabel())
     assert any(cjk(t.get_text()) for t in ax.get_xticklabels())   # the recipes' names
+
+
+def test_recipe_names_in_chinese():
+    """The explorer's recipe menu shows the lecture's names, translated; the values stay the
+    keys of RECIPES."""
+    from console.i18n import language
+    assert set(W.RECIPE_NAMES) == set(ntt.RECIPES)
+    with language("zh"):
+        options = W.recipe_explorer().controls["base"].options
+    assert [v for _, v in options] == list(ntt.RECIPES)
+    names = dict((v, k) for k, v in options)
+    assert names["fp8_current"] == "FP8 即时缩放" and names["fp8_blockwise"] == "FP8 分块（DeepSeek-V3）"
+    assert not any("_" in k for k, _ in options)
 
 
 def test_invalid_combinations_explained_in_chinese():

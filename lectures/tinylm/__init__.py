@@ -3,5 +3,6 @@ precision, on the bytes of CPython's language reference.
 
 model.py   the decoder (RMSNorm, SwiGLU, RoPE), every linear a numfmt.torch.train.QuantLinear
 data.py    the bytes, a disjoint validation split, seeded batches
-loop.py    a short seeded training loop (AdamW, float32 master weights, loss scaling), bits/byte
+loop.py    a short seeded training loop (AdamW, float64 master weights, loss scaling), bits/byte
+probe.py   weight gradients of one batch under several recipes, against FP32's
 """

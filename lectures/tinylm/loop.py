@@ -50,6 +50,9 @@ class TrainConfig:
     spike: tuple | None = None     # (step, layer name, factor): that step's input to the layer
                                    # is multiplied by factor (demo 2's outlier)
     dtype: str = "float64"         # what the run computes in: "float64" or "float32"
+    loss_scaler: tuple = (2.0 ** 16, 2.0, 0.5, 2000)   # DynamicLossScaler's init_scale,
+                                   # growth_factor, backoff_factor, growth_interval (these
+                                   # defaults are torch.amp.GradScaler's), for FP16 recipes
 
     def schedule(self, step: int) -> float:
         """Learning-rate multiplier at ``step`` (0-based): linear warmup, cosine to 10%."""
@@ -97,10 +100,11 @@ def train(recipe, cfg: TrainConfig = TrainConfig(), model_cfg: TinyLMConfig = Ti
     ----------
     recipe : str or numfmt.torch.train.Recipe
     cfg, model_cfg : the run's and the model's settings
-    probe : callable(step, model, loss) or None
+    probe : callable(step, model, loss, batch) or None
         Called after each backward pass, before the optimizer step (gradients are the scaled
-        ones when a loss scaler is on); what it returns, if not None, is stored in
-        ``extras[step]``. Use it to read the captured GEMM operands.
+        ones when a loss scaler is on), with the step's ``batch`` (x, y); what it returns, if
+        not None, is stored in ``extras[step]``. Use it to read the captured GEMM operands.
+        It must leave the model's weights and gradients as it found them.
     device : "cpu" or "cuda"
     capture : keep every linear's raw GEMM operands of the latest step (``last_operands``)
     threads : torch's CPU threads for the run (None leaves the setting alone)
@@ -127,7 +131,7 @@ def train(recipe, cfg: TrainConfig = TrainConfig(), model_cfg: TinyLMConfig = Ti
                              {"params": rest, "weight_decay": 0.0}],
                             lr=cfg.lr, betas=(0.9, 0.95), foreach=False)
     params = [p for g in opt.param_groups for p in g["params"]]
-    scaler = ntt.DynamicLossScaler() if rec.loss_scaling else None
+    scaler = ntt.DynamicLossScaler(*cfg.loss_scaler) if rec.loss_scaling else None
     spike_handle = None
     losses, val_steps, val_loss, scales, extras = [], [], [], [], {}
     skipped = 0
@@ -146,7 +150,7 @@ def train(recipe, cfg: TrainConfig = TrainConfig(), model_cfg: TinyLMConfig = Ti
         opt.zero_grad(set_to_none=True)
         (scaler.scale_loss(loss) if scaler else loss).backward()
         if probe is not None:
-            out = probe(step, model, loss)
+            out = probe(step, model, loss, (x, y))
             if out is not None:
                 extras[step] = out
         if scaler is not None:

@@ -176,31 +176,100 @@ def plot_gradient_histogram(probe, fig=None) -> Figure:
     return fig
 
 
-def plot_ablation(runs, fig=None) -> Figure:
-    """Final validation loss of BF16, the NVFP4 ladder and MXFP4: mean bar, seed range."""
+ABLATION = ["FP32"] + ["NVFP4, round-to-nearest", "NVFP4 + SR", "NVFP4 + SR + RHT",
+                        "NVFP4 + SR + RHT + 2D", "NVFP4 + BF16 output head",
+                        "NVFP4 (full recipe)", "MXFP4", "MXFP4 (full recipe)"]
+
+
+def ablation_points(runs, labels=None) -> dict:
+    """Per label: each seed's final validation loss minus BF16's of the same seed, and their
+    mean (bits/byte): the paired differences the lecture's verdicts read."""
     check_result(runs, L.Runs, "run_all")
-    labels = ["BF16"] + L.LADDER + ["MXFP4"]
-    f = [L.finals(runs, label) for label in labels]
-    mean = np.array([v.mean() for v in f])
-    err = np.array([[v.mean() - v.min() for v in f], [v.max() - v.mean() for v in f]])
+    labels = ABLATION if labels is None else labels
+    base = L.finals(runs, "BF16")
+    out = {}
+    for label in labels:
+        d = L.finals(runs, label) - base
+        out[label] = {"diffs": d, "mean": float(d.mean())}
+    return out
+
+
+def plot_ablation(runs, fig=None) -> Figure:
+    """Each recipe's final validation loss minus BF16's, seed by seed (points) and their mean
+    with the range of the per-seed differences (whiskers), against zero (BF16)."""
+    pts = ablation_points(runs)
+    labels = list(pts)
     fig, ax = explorer_figure(fig, (10, 4.5))
-    pos = np.arange(len(labels))
-    ax.bar(pos, mean, yerr=err, capsize=4, color=["0.5"] + ["C0"] * len(L.LADDER) + ["C3"],
-           label=_("mean over seeds (bar), seed range (whiskers)"))
-    ax.set_xticks(pos, [_(label).replace(" + ", "\n+ ") for label in labels], fontsize=7)
-    lo = float(min(v.min() for v in f))
-    ax.set(title=_("NVFP4 one technique at a time, against BF16 and MXFP4"),
-           xlabel=_("recipe"), ylabel=_("final validation bits per byte"),
-           ylim=(lo - 0.05, float(max(v.max() for v in f)) + 0.05))
-    ax.legend(fontsize=8, loc="upper left")
+    ax.axhline(0.0, color="0.5", lw=1, label=_("BF16"))
+    for i, label in enumerate(labels):
+        d = pts[label]["diffs"]
+        m = pts[label]["mean"]
+        ax.errorbar([i], [m], yerr=[[m - d.min()], [d.max() - m]], fmt="o", color="C0",
+                    capsize=5, label=_("mean over seeds, range of the per-seed differences")
+                    if i == 0 else None)
+        ax.plot(np.full(len(d), i + 0.15), d, "x", color="C3",
+                label=_("one seed") if i == 0 else None)
+    ax.set_xticks(np.arange(len(labels)), [_(label).replace(" + ", "\n+ ") for label in labels],
+                  fontsize=7)
+    ax.set(title=_("Final validation loss minus BF16's, paired by seed"),
+           xlabel=_("recipe"), ylabel=_("bits per byte, minus BF16"))
+    ax.legend(fontsize=8, loc="best")
     return fig
 
 
 # ------------------------------------------------------------------------------ widgets
+#: The label each recipe of numfmt.torch.train.RECIPES has in the explorer (lecture 10's
+#: catalog translates them).
+RECIPE_NAMES = {"fp32": "FP32", "bf16": "BF16", "fp16": "FP16 + loss scaling",
+                "fp8_delayed": "FP8 delayed", "fp8_current": "FP8 current",
+                "fp8_blockwise": "FP8 blockwise (DeepSeek-V3)",
+                "fp8_blockwise_pow2": "FP8 blockwise, power-of-two scales",
+                "mxfp8_floor": "MXFP8, floor scales", "mxfp8_rceil": "MXFP8, RCEIL scales",
+                "nvfp4": "NVFP4 + BF16 output head", "mxfp4": "MXFP4",
+                "mxfp4_sr_rht": N_("MXFP4 + SR + RHT")}
+
+
 @lru_cache(maxsize=1)
 def _bf16_reference(steps: int):
     return train("bf16", TrainConfig(steps=steps, batch=L.BATCH, warmup=2, val_windows=8,
                                      eval_steps=()), L.MODEL)
+
+
+@lru_cache(maxsize=1)
+def _fp32_state(steps: int):
+    """The FP32 model after ``steps`` steps, its last batch, and that batch's gradients in
+    ``.grad``: what :func:`gradient_error` compares a recipe's dW against."""
+    import copy
+    keep = {}
+
+    def grab(step, model, loss, batch):
+        if step == steps - 1:
+            # a deep copy of a Parameter leaves its .grad behind: keep the gradients apart
+            keep["model"], keep["batch"] = copy.deepcopy(model), batch
+            keep["grads"] = {n: p.grad.clone() for n, p in model.named_parameters()}
+    train("fp32", TrainConfig(steps=steps, batch=L.BATCH, warmup=2, val_windows=8,
+                              eval_steps=()), L.MODEL, probe=grab, capture=True)
+    return keep["model"], keep["batch"], keep["grads"]
+
+
+def gradient_error(recipe, steps: int | None = None) -> dict | None:
+    """Relative error of ``recipe``'s and BF16's weight gradients against FP32's, on the
+    FP32 model after ``steps`` steps and its last batch (fractions): a comparison without
+    training noise. None for a recipe with delayed scaling (it needs an amax history)."""
+    import copy
+
+    from lectures.tinylm.probe import gradient_errors
+    if any(s.scaling == "delayed" for g in ntt.GEMMS for s in getattr(recipe, g)):
+        return None
+    steps = EXPLORER_STEPS if steps is None else steps
+    model, batch, grads = _fp32_state(steps)
+    model = copy.deepcopy(model)
+    for n, p in model.named_parameters():
+        p.grad = grads[n].clone()
+    scale = {"recipe": L.PROBE_SCALE} if recipe.loss_scaling else {}
+    e = gradient_errors(model, batch,
+                        {"recipe": recipe, "BF16": ntt.RECIPES["bf16"]}, scale)
+    return {"recipe": e["recipe"]["error"], "bf16": e["BF16"]["error"]}
 
 
 def explore(base: str = "fp8_current", x: str = "base", w: str = "base", dy: str = "base",
@@ -217,7 +286,7 @@ def explore(base: str = "fp8_current", x: str = "base", w: str = "base", dy: str
         return {"error": str(err), "recipe": None}
     cfg = TrainConfig(steps=steps, batch=L.BATCH, warmup=2, val_windows=8, eval_steps=())
     return {"error": None, "recipe": recipe, "run": train(recipe, cfg, L.MODEL),
-            "bf16": _bf16_reference(steps)}
+            "bf16": _bf16_reference(steps), "dw_error": gradient_error(recipe, steps)}
 
 
 def _draw_explore(s, fig=None):
@@ -232,8 +301,12 @@ def _draw_explore(s, fig=None):
         ax.plot(np.arange(1, len(r.train_loss) + 1), r.train_loss,
                 label=_("{recipe}: validation {loss:.3f}").format(recipe=label, loss=r.final_val))
     fprop, dy = s["recipe"].fprop, s["recipe"].wgrad[0]
-    ax.set(title=f"x/W: x: {spec_label(fprop[0])}, w: {spec_label(fprop[1])}\n"
-                 f"dy: {spec_label(dy)}", xlabel=_("step"),
+    e = s.get("dw_error")
+    probe = "" if e is None else "\n" + _(
+        "dW error against FP32 on one batch: your recipe {mine:.2%}, BF16 {bf16:.2%}").format(
+        mine=e["recipe"], bf16=e["bf16"])
+    ax.set(title=f"x: {spec_label(fprop[0])}, w: {spec_label(fprop[1])}, "
+                 f"dy: {spec_label(dy)}" + probe, xlabel=_("step"),
            ylabel=_("training loss, bits per byte"))
     ax.title.set_fontsize(8)
     ax.legend(fontsize=8)
@@ -247,8 +320,8 @@ def recipe_explorer() -> Explorer:
     fmts = [(_("base"), "base")] + [(f, f) for f in ("bf16", "e4m3", "e5m2", "e2m1")]
     flags = [(_("base"), "base"), (_("on"), "on"), (_("off"), "off")]
     controls = {
-        "base": widgets.Dropdown(options=list(ntt.RECIPES), value="fp8_current",
-                                 description=_("recipe")),
+        "base": widgets.Dropdown(options=[(_(RECIPE_NAMES.get(k, k)), k) for k in ntt.RECIPES],
+                                 value="fp8_current", description=_("recipe")),
         "x": widgets.Dropdown(options=fmts, value="base", description="x"),
         "w": widgets.Dropdown(options=fmts, value="base", description="W"),
         "dy": widgets.Dropdown(options=fmts, value="base", description="dy"),

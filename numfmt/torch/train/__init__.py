@@ -23,15 +23,21 @@ stochastic rounding kernel for stochastic rounding. This module lays operands ou
 delayed scaling's history and checks the results against numfmt's numpy quantizers in its
 tests. The operands are fake-quantized: dequantized values on the grid, rounded once to
 float32 (exact for power-of-two scales and plain casts; within half a float32 ulp where the
-scale is an arbitrary FP32 number), then multiplied in float32 as tensor cores accumulate.
-Master weights, their gradients and the optimizer state stay float32.
+scale is an arbitrary FP32 number), then multiplied in float32 as tensor cores accumulate;
+the GEMM outputs y, dx and dW are rounded to the recipe's output format (``Recipe.output``:
+BF16 or FP16 as torch.autocast returns them, BF16 for the FP8 and FP4 recipes as
+TransformerEngine does). Master weights, their gradients and the optimizer state are the
+model's dtype: float32, or float64 in the float64 emulation (``QuantLinear.double()``, what
+the lectures run), where the products are summed in float64 and every operand is quantized
+as its float32 rounding would be.
 
 :data:`RECIPES` holds the recipes by the names TransformerEngine gives them (see each entry);
 :func:`nvfp4_recipe` builds NVFP4 with each of the paper's techniques switchable.
 
 One module per idea::
 
-    recipes.py     OperandSpec, Recipe, RECIPES, nvfp4_recipe, fp8_recipe, get_recipe
+    recipes.py     OperandSpec, Recipe, RECIPES, nvfp4_recipe, mxfp4_recipe, fp8_recipe,
+                   get_recipe
     operand.py     quantize_operand: one operand fake-quantized under its spec
     hadamard.py    the random Hadamard transform of NVFP4's wgrad operands
     amax.py        AmaxHistory: delayed scaling's state
@@ -56,15 +62,16 @@ Micikevicius et al., "Mixed Precision Training", ICLR 2018 (loss scaling).
 """
 
 from numfmt.torch.train.amax import AmaxHistory
-from numfmt.torch.train.hadamard import RHT_SIZE, apply_rht, hadamard, random_hadamard
+from numfmt.torch.train.hadamard import (RHT_SIZE, TE_WGRAD_SIGNS, apply_rht, hadamard,
+                                         random_hadamard)
 from numfmt.torch.train.linear import QuantLinear
 from numfmt.torch.train.loss_scale import DynamicLossScaler
 from numfmt.torch.train.operand import quantize_operand
 from numfmt.torch.train.recipes import (GEMMS, HIGH_PRECISION_LAYERS, OPERANDS, RECIPES,
                                         OperandSpec, Recipe, fp8_recipe,
-                                        get_recipe, nvfp4_recipe)
+                                        get_recipe, mxfp4_recipe, nvfp4_recipe)
 
 __all__ = ["OperandSpec", "Recipe", "RECIPES", "HIGH_PRECISION_LAYERS", "nvfp4_recipe",
-           "fp8_recipe", "get_recipe", "quantize_operand", "random_hadamard", "hadamard",
-           "apply_rht", "AmaxHistory",
+           "mxfp4_recipe", "fp8_recipe", "get_recipe", "quantize_operand", "random_hadamard", "hadamard",
+           "apply_rht", "TE_WGRAD_SIGNS", "AmaxHistory",
            "QuantLinear", "DynamicLossScaler", "GEMMS", "OPERANDS"]

@@ -21,29 +21,51 @@ def hadamard(n: int = RHT_SIZE) -> torch.Tensor:
 
 
 def random_hadamard(n: int = RHT_SIZE, *, generator: torch.Generator | None = None,
-                    dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """A random orthonormal Hadamard matrix ``H diag(s) / sqrt(n)``, ``s`` random signs.
+                    signs=None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """A random orthonormal Hadamard matrix ``diag(s) H / sqrt(n)``, ``s`` random signs.
 
     Parameters
     ----------
     n : int, a power of two (16 for NVFP4)
     generator : torch.Generator, optional
         Source of the signs (a CPU generator; default torch's global one).
+    signs : sequence of n values +-1, optional
+        The signs themselves instead of a draw (e.g. :data:`TE_WGRAD_SIGNS`).
     dtype : torch dtype of the result, default float32 (every entry +-2^-2 for n = 16 is exact)
 
     Returns
     -------
     torch.Tensor (n, n) on the CPU; ``R @ R.T`` is the identity.
 
+    Raises
+    ------
+    ValueError
+        If ``n`` is not a power of two, or ``signs`` is not n values of +-1.
+
     Notes
     -----
-    TransformerEngine draws its signs once (a fixed sign vector,
-    ``transformer_engine/pytorch/tensor/nvfp4_tensor.py``); :class:`QuantLinear` likewise
-    draws one per layer from its seed and keeps it for the whole run.
+    The signs scale the rows of H: a row vector t becomes ``t diag(s) H``, its signs flipped
+    *before* the mixing, as TransformerEngine builds it (``sign_matrix @ hadamard`` in
+    ``get_rht_matrix``, ``transformer_engine/pytorch/tensor/nvfp4_tensor.py``; ``h = sign_mat @
+    h`` in ``pytorch/custom_recipes/reference_nvfp4.py``). Flipping them after the mixing
+    (``t H diag(s)``) would change no magnitude, so no block amax and no rounding decision: a
+    fixed Hadamard, which sends a block of equal values into a single coefficient. TE uses
+    one hard-coded sign vector (:data:`TE_WGRAD_SIGNS`); :class:`QuantLinear` draws one per
+    layer from its seed and keeps it for the whole run.
     """
     h = hadamard(n)
-    signs = torch.randint(0, 2, (n,), generator=generator, dtype=torch.int64) * 2 - 1
-    return (h * signs.to(torch.float64) / math.sqrt(n)).to(dtype)
+    if signs is None:
+        s = torch.randint(0, 2, (n,), generator=generator, dtype=torch.int64) * 2 - 1
+    else:
+        s = torch.as_tensor(signs)
+        if s.shape != (n,) or not bool(((s == 1) | (s == -1)).all()):
+            raise ValueError(f"signs must be {n} values of +1 or -1, got {signs!r}")
+    return (s.to(torch.float64)[:, None] * h / math.sqrt(n)).to(dtype)
+
+
+#: TransformerEngine's hard-coded RHT sign vector (``get_wgrad_sign_vector``,
+#: ``transformer_engine/pytorch/tensor/nvfp4_tensor.py``).
+TE_WGRAD_SIGNS = (1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1)
 
 
 def apply_rht(t: torch.Tensor, h: torch.Tensor) -> torch.Tensor:

@@ -10,11 +10,13 @@ from torch import nn
 from numfmt.torch.train.amax import AmaxHistory, _is_int
 from numfmt.torch.train.hadamard import RHT_SIZE, random_hadamard
 from numfmt.torch.train.operand import _check_divides, quantize_operand
-from numfmt.torch.train.recipes import GEMMS, OPERANDS, RECIPES, OperandSpec, Recipe, get_recipe
+from numfmt.torch.train.recipes import (_CASTS, GEMMS, OPERANDS, RECIPES, OperandSpec, Recipe,
+                                        get_recipe)
 
 
 class _QuantLinearFunction(torch.autograd.Function):
-    """The three GEMMs with quantized operands, accumulated in the operands' dtype."""
+    """The three GEMMs with quantized operands, accumulated in the operands' dtype; their
+    outputs y, dx and dW rounded to the recipe's output format."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, layer):
@@ -23,7 +25,8 @@ class _QuantLinearFunction(torch.autograd.Function):
         gen = layer._generator(x.device, 0)
         xq = layer._quantize(x, "fprop", "x", generator=gen)
         wq = layer._quantize(weight, "fprop", "w", generator=gen)
-        y = xq @ wq.t() if bias is None else torch.addmm(bias, xq, wq.t())
+        y = _round_output(xq @ wq.t() if bias is None else torch.addmm(bias, xq, wq.t()),
+                          recipe)
         ctx.layer, ctx.recipe, ctx.has_bias = layer, recipe, bias is not None
         ctx.save_for_backward(x, weight, xq, wq)
         return y
@@ -44,7 +47,7 @@ class _QuantLinearFunction(torch.autograd.Function):
                 wq_t = wq_f.t()  # Q(W)ᵀ == Q(Wᵀ): the tile or the tensor is the same
             else:
                 wq_t = layer._quantize(weight.t(), "dgrad", "w", recipe=recipe)
-            dx = dyq @ wq_t.t()                                  # (N, out) (out, in)
+            dx = _round_output(dyq @ wq_t.t(), recipe)           # (N, out) (out, in)
         if ctx.needs_input_grad[1]:
             s_dy, s_x = recipe.wgrad
             h = layer.hadamard.to(dy.device) if s_dy.rht else None
@@ -57,11 +60,21 @@ class _QuantLinearFunction(torch.autograd.Function):
             else:
                 dyq_t = layer._quantize(dy.t(), "wgrad", "dy", recipe=recipe, generator=gen,
                                         hadamard_matrix=h)
-            dw = (xq_t @ dyq_t.t()).t()                          # (in, N) (N, out) -> (out, in)
+            dw = _round_output((xq_t @ dyq_t.t()).t(), recipe)   # (in, N) (N, out) -> (out, in)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = dy.sum(0)
         layer._end_backward(ctx.call)
         return dx, dw, db, None
+
+
+def _round_output(t: torch.Tensor, recipe: Recipe) -> torch.Tensor:
+    """A GEMM's output rounded to ``recipe.output`` and back to ``t``'s dtype: the float32
+    accumulator rounded to bf16 or fp16, as torch.autocast's matmul returns it (a float64
+    emulation's sum is first rounded to float32, the accumulator it stands for)."""
+    dtype = _CASTS[recipe.output]
+    if dtype is None:
+        return t
+    return t.to(torch.float32).to(dtype).to(t.dtype)
 
 
 def _check_shapes(recipe: Recipe, n: int, d_in: int, d_out: int, name: str) -> None:
@@ -137,10 +150,13 @@ class QuantLinear(nn.Module):
     rounding would be (FP32 operands are left unrounded) and products are accumulated in
     float64, more exactly than any tensor core; what it buys is results that do not depend on
     the CPU's kernels, whose float32 sums differ in the last bits from one instruction set to
-    another. Delayed scaling keeps an :class:`AmaxHistory` for x, W and dy; it advances on
-    training steps only (a forward in training mode with grad enabled, and the backward of
-    such a forward), so evaluation, including a backward pass in eval mode such as an input
-    saliency map, does not change a run.
+    another. Each GEMM's output (y, dx, dW) is rounded to the recipe's ``output`` format (BF16
+    or FP16 as torch.autocast returns a 16-bit matmul's; the FP8 and FP4 recipes output BF16,
+    as TransformerEngine does in a BF16 model), so activations and activation gradients between
+    layers carry the recipe's precision. Delayed scaling keeps an :class:`AmaxHistory` for x, W
+    and dy; it advances on training steps only (a forward in training mode with grad enabled,
+    and the backward of such a forward), so evaluation, including a backward pass in eval mode
+    such as an input saliency map, does not change a run.
 
     Stochastic rounding draws afresh for every backward call: the backward of the forward
     taken at step ``s`` draws from (seed, ``s``), so micro-batches accumulated before one

@@ -3,7 +3,8 @@
 :class:`OperandSpec` says how one operand is quantized (element format, block shape, scale
 format and rule, current or delayed scaling, rounding, random Hadamard transform);
 :class:`Recipe` holds the six specs of fprop, dgrad and wgrad; :data:`RECIPES` names the
-recipes TransformerEngine names, and :func:`nvfp4_recipe` / :func:`fp8_recipe` build variants.
+recipes TransformerEngine names, and :func:`nvfp4_recipe`, :func:`mxfp4_recipe` and
+:func:`fp8_recipe` build variants.
 """
 
 from __future__ import annotations
@@ -214,11 +215,17 @@ class Recipe:
     loss_scaling : bool
         Whether the training loop should use a :class:`DynamicLossScaler` (FP16).
     amax_history : int
-        Length of the amax history of delayed scaling (TE's ``amax_history_len``).
+        Length of the amax history of delayed scaling (TE's ``amax_history_len``; TE's default
+        is 1024, :data:`RECIPES` use 16 for runs of a few hundred steps).
     margin : int
         Delayed scaling only: ``scale = fmt.max / amax / 2**margin`` (TE's
         ``DelayedScaling.margin``). Current scaling has none (TE's ``Float8CurrentScaling``
         has no margin), so a recipe without a delayed operand refuses ``margin != 0``.
+    output : {"fp32", "bf16", "fp16"}, default "fp32"
+        What the GEMM outputs y, dx and dW are rounded to: torch.autocast's output dtype for a
+        bf16 or fp16 matmul (its float32 accumulator rounded to the 16-bit dtype), and for the
+        FP8 and FP4 recipes TransformerEngine's output dtype in a BF16 model (BF16); "fp32"
+        leaves them as the GEMM computed them.
 
     Raises
     ------
@@ -227,7 +234,7 @@ class Recipe:
     ValueError
         Naming the field: an RHT outside wgrad or on one wgrad operand only, an amax history
         shorter than 1, a negative margin or one on a recipe without delayed scaling,
-        patterns that are not strings.
+        patterns that are not strings, an unknown output format.
     """
 
     name: str
@@ -238,6 +245,7 @@ class Recipe:
     loss_scaling: bool = False
     amax_history: int = 16
     margin: int = 0
+    output: str = "fp32"
 
     def __post_init__(self):
         if not isinstance(self.name, str):
@@ -273,6 +281,9 @@ class Recipe:
             raise ValueError(f"Recipe.margin={self.margin!r} applies to delayed scaling only "
                              "(TE's Float8CurrentScaling has no margin); this recipe has no "
                              "delayed operand")
+        if self.output not in _CASTS:
+            raise ValueError(f"Recipe.output must be one of {tuple(_CASTS)}, got "
+                             f"{self.output!r}")
         if not isinstance(self.loss_scaling, bool):
             raise ValueError(f"Recipe.loss_scaling must be a bool, got {self.loss_scaling!r}")
 
@@ -325,14 +336,18 @@ def _hybrid(name: str, fwd: OperandSpec, bwd: OperandSpec, **kw) -> Recipe:
     return Recipe(name, (fwd, fwd), (bwd, fwd), (bwd, fwd), **kw)
 
 
-#: Layers the NVFP4 recipe keeps in BF16 by default: the output projection. The paper keeps
-#: about 15% of the linear layers, mostly the last blocks, in BF16 (section 4); which blocks
-#: those are depends on the model, so pass them to :func:`nvfp4_recipe`.
+#: Layers every FP8 and FP4 recipe of :data:`RECIPES` keeps in BF16: the output head.
+#: DeepSeek-V3 (arXiv 2412.19437, section 3.3.1) keeps the embedding, the output head, the
+#: normalizations and attention's batched products out of FP8; Megatron-LM with
+#: TransformerEngine runs its output layer outside TE, in BF16. The NVFP4 paper (arXiv
+#: 2509.25149, section 4) also keeps about 16 % of the blocks' linear layers in BF16; which
+#: ones depends on the model, so pass them to :func:`nvfp4_recipe`.
 HIGH_PRECISION_LAYERS = ("lm_head",)
 
 
 def nvfp4_recipe(*, stochastic_rounding: bool = True, rht: bool = True, weight_2d: bool = True,
-                 high_precision_layers=HIGH_PRECISION_LAYERS, name: str | None = None) -> Recipe:
+                 high_precision_layers=HIGH_PRECISION_LAYERS, name: str | None = None,
+                 output: str = "bf16") -> Recipe:
     """The NVFP4 training recipe of arXiv:2509.25149, each technique switchable.
 
     Every operand is E2M1 with E4M3 scales per 16 elements along the GEMM's inner dimension
@@ -343,9 +358,10 @@ def nvfp4_recipe(*, stochastic_rounding: bool = True, rht: bool = True, weight_2
     through a 16x16 random Hadamard transform along the tokens; layers matching
     ``high_precision_layers`` run in BF16. The paper describes the four techniques in its
     section 4. TransformerEngine's ``NVFP4BlockScaling`` (``disable_rht``,
-    ``disable_stochastic_rounding``, ``disable_2d_quantization``) has the same switches;
-    TE draws the RHT's signs once (a fixed sign vector), and so does :class:`QuantLinear`,
-    once per layer from its seed.
+    ``disable_stochastic_rounding``, ``disable_2d_quantization``) has the same switches.
+    TE does not draw the RHT's signs: it hard-codes one sign vector
+    (:data:`~numfmt.torch.train.TE_WGRAD_SIGNS`); :class:`QuantLinear` draws one per layer
+    from its seed and keeps it for the run.
 
     Raises
     ------
@@ -365,11 +381,39 @@ def nvfp4_recipe(*, stochastic_rounding: bool = True, rht: bool = True, weight_2
                                     ("2d", weight_2d)) if not on)
     return Recipe(name, fprop=(act, w), dgrad=(dy, w),
                   wgrad=(replace(dy, rht=rht), replace(act, rht=rht)),
-                  high_precision_layers=high_precision_layers)
+                  high_precision_layers=high_precision_layers, output=output)
+
+
+def mxfp4_recipe(*, stochastic_rounding: bool = True, rht: bool = True,
+                 high_precision_layers=HIGH_PRECISION_LAYERS, name: str | None = None,
+                 output: str = "bf16") -> Recipe:
+    """MXFP4 training with NVFP4's techniques: OCP MXFP4 operands (E2M1 in 1x32 blocks along
+    the inner dimension, E8M0 scales, OCP's floor rule) with stochastic rounding of the
+    gradient dy and a 16x16 random Hadamard transform of both wgrad operands, as Tseng et al.
+    ("Training LLMs with MXFP4", arXiv 2502.20586) train MXFP4; layers matching
+    ``high_precision_layers`` run in BF16. With both switches off it is plain MXFP4.
+
+    Raises
+    ------
+    ValueError
+        If a switch is not a bool, or a pattern not a string.
+    """
+    for k, v in (("stochastic_rounding", stochastic_rounding), ("rht", rht)):
+        if not isinstance(v, bool):
+            raise ValueError(f"{k} must be a bool, got {v!r}")
+    act = OperandSpec("e2m1", (1, 32), "e8m0")
+    dy = replace(act, mode="stochastic" if stochastic_rounding else "nearest")
+    if name is None:
+        name = "mxfp4" + "".join(f"-no{k}" for k, on in (("sr", stochastic_rounding),
+                                                          ("rht", rht)) if not on)
+    return Recipe(name, fprop=(act, act), dgrad=(dy, act),
+                  wgrad=(replace(dy, rht=rht), replace(act, rht=rht)),
+                  high_precision_layers=high_precision_layers, output=output)
 
 
 def fp8_recipe(*, forward: str = "e4m3", backward: str = "e5m2", scaling: str = "current",
-               amax_history: int = 16, margin: int = 0, name: str | None = None) -> Recipe:
+               amax_history: int = 16, margin: int = 0, name: str | None = None,
+               high_precision_layers=HIGH_PRECISION_LAYERS, output: str = "bf16") -> Recipe:
     """Per-tensor FP8 with FP32 scales: x and W in ``forward``, the gradient dy in ``backward``.
 
     The defaults are TransformerEngine's HYBRID format (E4M3 forward, E5M2 gradients);
@@ -385,38 +429,54 @@ def fp8_recipe(*, forward: str = "e4m3", backward: str = "e5m2", scaling: str = 
     bwd = OperandSpec(backward, "tensor", "exact", scaling=scaling)
     if name is None:
         name = f"fp8_{scaling}_{fwd.fmt}_{bwd.fmt}"
-    return _hybrid(name, fwd, bwd, amax_history=amax_history, margin=margin)
+    return _hybrid(name, fwd, bwd, amax_history=amax_history, margin=margin, output=output,
+                   high_precision_layers=high_precision_layers)
 
 
 _F32 = OperandSpec()
 _E4M3_T = OperandSpec("e4m3", "tensor", "exact")
 _E5M2_T = OperandSpec("e5m2", "tensor", "exact")
+_HEAD = dict(high_precision_layers=HIGH_PRECISION_LAYERS, output="bf16")
+
+
+def _blockwise(name: str, scale_format: str, scale_rule: str = "floor") -> Recipe:
+    """Float8BlockScaling: E4M3 in 1x128 tiles for x and dy, 128x128 blocks for W, the wgrad
+    operands tiled along the tokens."""
+    tile = OperandSpec("e4m3", (1, 128), scale_format, scale_rule)
+    block = OperandSpec("e4m3", (128, 128), scale_format, scale_rule)
+    return Recipe(name, fprop=(tile, block), dgrad=(tile, block), wgrad=(tile, tile), **_HEAD)
+
 
 #: The recipes by name. TransformerEngine names where they exist:
 #: "fp8_delayed" is ``DelayedScaling(fp8_format=Format.HYBRID)``, "fp8_current"
-#: ``Float8CurrentScaling`` (HYBRID), "fp8_blockwise" ``Float8BlockScaling`` with FP32 ("exact") scales
-#: (DeepSeek-V3: 1x128 activations and gradients, 128x128 weights, E4M3 everywhere),
-#: "mxfp8_floor"/"mxfp8_rceil" ``MXFP8BlockScaling`` (E4M3, 1x32) with the OCP and the RCEIL
-#: scale rule, "nvfp4" ``NVFP4BlockScaling`` (see :func:`nvfp4_recipe`), "mxfp4" OCP MXFP4
-#: (E2M1, 1x32, floor scales, round-to-nearest) for comparison.
+#: ``Float8CurrentScaling`` (HYBRID), "fp8_blockwise" ``Float8BlockScaling`` with FP32
+#: ("exact") scales, as DeepSeek-V3 (section 3.3) scales its 1x128 activation and gradient
+#: tiles and 128x128 weight blocks, and "fp8_blockwise_pow2" with TE's default power-of-two
+#: scales (``power_2_scale=not use_f32_scales``; TE's ``compute_scale_from_amax`` truncates
+#: the FP32 scale ``448 / amax`` to a power of two, numfmt's E8M0 RCEIL rule),
+#: "mxfp8_rceil" ``MXFP8BlockScaling`` (E4M3, 1x32, E8M0 scales rounded up) and
+#: "mxfp8_floor" the same with OCP MX v1.0's floor rule (not a TE option),
+#: "nvfp4" ``NVFP4BlockScaling`` (see :func:`nvfp4_recipe`), "mxfp4" plain OCP MXFP4 (E2M1,
+#: 1x32, floor scales, round-to-nearest, every layer: a format, not a recipe) and
+#: "mxfp4_sr_rht" MXFP4 with NVFP4's techniques (:func:`mxfp4_recipe`). FP16 and BF16 are
+#: torch.autocast's (GEMM inputs and outputs in the 16-bit format). The FP8 and FP4 recipes
+#: keep :data:`HIGH_PRECISION_LAYERS` in BF16 and output BF16, except plain "mxfp4".
 RECIPES: dict[str, Recipe] = {
     "fp32": _uniform("fp32", _F32),
-    "bf16": _uniform("bf16", OperandSpec("bf16")),
-    "fp16": _uniform("fp16", OperandSpec("fp16"), loss_scaling=True),
+    "bf16": _uniform("bf16", OperandSpec("bf16"), output="bf16"),
+    "fp16": _uniform("fp16", OperandSpec("fp16"), loss_scaling=True, output="fp16"),
     "fp8_delayed": _hybrid("fp8_delayed", replace(_E4M3_T, scaling="delayed"),
-                           replace(_E5M2_T, scaling="delayed")),
-    "fp8_current": _hybrid("fp8_current", _E4M3_T, _E5M2_T),
-    "fp8_blockwise": Recipe("fp8_blockwise",
-                            fprop=(OperandSpec("e4m3", (1, 128), "exact"),
-                                   OperandSpec("e4m3", (128, 128), "exact")),
-                            dgrad=(OperandSpec("e4m3", (1, 128), "exact"),
-                                   OperandSpec("e4m3", (128, 128), "exact")),
-                            wgrad=(OperandSpec("e4m3", (1, 128), "exact"),
-                                   OperandSpec("e4m3", (1, 128), "exact"))),
-    "mxfp8_floor": _uniform("mxfp8_floor", OperandSpec("e4m3", (1, 32), "e8m0")),
-    "mxfp8_rceil": _uniform("mxfp8_rceil", OperandSpec("e4m3", (1, 32), "e8m0", "rceil")),
+                           replace(_E5M2_T, scaling="delayed"), **_HEAD),
+    "fp8_current": _hybrid("fp8_current", _E4M3_T, _E5M2_T, **_HEAD),
+    "fp8_blockwise": _blockwise("fp8_blockwise", "exact"),
+    "fp8_blockwise_pow2": _blockwise("fp8_blockwise_pow2", "e8m0", "rceil"),
+    "mxfp8_floor": _uniform("mxfp8_floor", OperandSpec("e4m3", (1, 32), "e8m0"), **_HEAD),
+    "mxfp8_rceil": _uniform("mxfp8_rceil", OperandSpec("e4m3", (1, 32), "e8m0", "rceil"),
+                            **_HEAD),
     "nvfp4": nvfp4_recipe(),
-    "mxfp4": _uniform("mxfp4", OperandSpec("e2m1", (1, 32), "e8m0")),
+    "mxfp4": mxfp4_recipe(stochastic_rounding=False, rht=False, high_precision_layers=(),
+                          name="mxfp4"),
+    "mxfp4_sr_rht": mxfp4_recipe(name="mxfp4_sr_rht"),
 }
 
 
