@@ -42,7 +42,7 @@ DOMAINS = {
     "console": (ROOT / "console" / "locale", ["console/__init__.py"]),
     **{f"lecture{n:02d}": (LOCALE_DIR, [f"lectures/{n:02d}_*.py",
                                         f"lectures/widgets/lecture{n:02d}.py"])
-       for n in range(1, 13)},
+       for n in range(1, 14)},
     "llm": (LOCALE_DIR, ["lectures/llm/*.py"]),
     "widgets": (LOCALE_DIR, ["lectures/widgets/explorer.py"]),    # what every explorer says
     # the notebooks that have a Chinese edition: markdown, and code cells' _() (i18n_notebooks)

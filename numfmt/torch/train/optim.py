@@ -122,6 +122,9 @@ class AdamW(torch.optim.Optimizer):
                                       weight_decay=weight_decay))
         self.state_format, self.block, self.master = state, block, master
         self._generator = torch.Generator().manual_seed(seed)
+        #: [weights whose update the BF16 master rounded away, weights whose update was not
+        #: zero] in the last step (stays [0, 0] for FP32 master weights)
+        self.lost = [0, 0]
         for group in self.param_groups:
             for p in group["params"]:
                 if p.dtype not in (torch.float32, torch.float64):
@@ -174,6 +177,7 @@ class AdamW(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        self.lost = [0, 0]
         for group in self.param_groups:
             lr, (b1, b2), eps, wd = (group["lr"], group["betas"], group["eps"],
                                      group["weight_decay"])
@@ -201,6 +205,15 @@ class AdamW(torch.optim.Optimizer):
         return loss
 
     def _write(self, p, new, st):
+        if self.master != "fp32":  # updates the rounding to BF16 lost whole, this step
+            before = p.clone()
+        self._write_master(p, new, st)
+        if self.master != "fp32":
+            moved = new != before
+            self.lost[0] += int(((p == before) & moved).sum())
+            self.lost[1] += int(moved.sum())
+
+    def _write_master(self, p, new, st):
         if self.master == "fp32":
             p.copy_(new)
         elif self.master == "bf16":
