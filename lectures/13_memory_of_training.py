@@ -25,8 +25,8 @@ How to read the output
     Counts (bytes, parameters) are exact and the same on every machine. Losses are
     cross-entropies in bits per byte on lecture 10's validation windows, trained in float64
     (lecture 10 says why), so they too print the same on every machine; a difference between
-    two runs is a finding only beyond the range across seeds, which is printed, and "within
-    noise" otherwise. The torchao comparison prints what is exact (FP8 codes, scales, values
+    two runs is a finding only when their per-seed difference (same data, same initial weights)
+    exceeds its range across seeds, which is printed, and "within noise" otherwise. The torchao comparison prints what is exact (FP8 codes, scales, values
     within float32 ulps) and checks the float32 GEMM outputs against a bound instead of
     printing them: their last bits depend on the CPU's kernels.
 
@@ -162,17 +162,18 @@ def finals(runs: Runs, label: str) -> np.ndarray:
 
 
 def compare(runs: Runs, a: str, b: str) -> dict:
-    """Mean final loss of a minus b, and the noise: the larger of the two seed ranges."""
-    fa, fb = finals(runs, a), finals(runs, b)
-    noise = max(float(np.ptp(fa)), float(np.ptp(fb)))
-    gap = float(fa.mean() - fb.mean())
+    """Final loss of a minus b, paired by seed (same data, same initial weights): the mean
+    difference, and the noise: the range of the per-seed differences. A finding when the
+    mean exceeds that range (so every seed's difference has the mean's sign)."""
+    diff = finals(runs, a) - finals(runs, b)
+    gap, noise = float(diff.mean()), float(np.ptp(diff))
     return {"gap": gap, "noise": noise, "finding": abs(gap) > noise}
 
 
 def verdict(c: dict) -> str:
     if c["finding"]:
-        return _("{gap:+.3f} bits/byte, beyond the seed range of {noise:.3f}").format(**c)
-    return _("{gap:+.3f} bits/byte, within noise (seed range {noise:.3f})").format(**c)
+        return _("{gap:+.4f} bits/byte, beyond the paired range of {noise:.4f}").format(**c)
+    return _("{gap:+.4f} bits/byte, within noise (paired range {noise:.4f})").format(**c)
 
 
 def curve_rows(runs: Runs, labels) -> tuple:
@@ -338,9 +339,9 @@ def linear_int8(x: np.ndarray, block: int = 2048, signed: bool = True) -> np.nda
 def demo2_adam_state(runs: Runs, steps: int = 10) -> AdamStateResult:
     """The moments of a real run in 8 bits, and training with them.
 
-    Notice: v, the second moment, spans decades inside a block; linear INT8 rounds most of it
-    to 0, the dynamic map keeps every value within a few percent. Training with 8-bit or BF16
-    moments ends where FP32 Adam ends, within noise.
+    Notice: v, the second moment, spans decades inside a block; linear INT8 rounds its small
+    values to 0 (where Adam then divides by eps alone), the dynamic map keeps every one. The
+    training runs show whether the moments' format moves the loss beyond the seeds' noise.
     """
     m, v = _moments_of_a_run(steps)
     rows, errors = [], {}
