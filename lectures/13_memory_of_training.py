@@ -26,7 +26,8 @@ How to read the output
     cross-entropies in bits per byte on lecture 10's validation windows, trained in float64
     (lecture 10 says why), so they too print the same on every machine; a difference between
     two runs is a finding only when their per-seed difference (same data, same initial weights)
-    exceeds its range across seeds, which is printed, and "within noise" otherwise. The torchao comparison prints what is exact (FP8 codes, scales, values
+    exceeds its range across seeds, which is printed, and "within noise" otherwise. The
+    torchao comparison prints what is exact (FP8 codes, scales, values
     within float32 ulps) and checks the float32 GEMM outputs against a bound instead of
     printing them: their last bits depend on the CPU's kernels.
 
@@ -41,11 +42,14 @@ Run
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
-import math
+import io
+import logging
 import os
 import sys
-from dataclasses import dataclass, replace
+import warnings
+from dataclasses import dataclass
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
@@ -484,6 +488,22 @@ class StackResult:
         return sum(n - e for e, n, _u in v), sum(n for _e, n, _u in v)
 
 
+@contextlib.contextmanager
+def quiet():
+    """torchao's import-time messages (kernels it cannot load here, torch's deprecation
+    notices; printed, logged and warned) kept off the lecture's output."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with contextlib.redirect_stderr(io.StringIO()), \
+                    contextlib.redirect_stdout(io.StringIO()):
+                yield
+    finally:
+        logging.disable(previous)
+
+
 def _operands(seed: int = 0):
     """A linear of lecture 10's model (layers.0.mlp.up, its initial weights) and a batch:
     x (512, 128) with an outlier channel, dy (512, 256) at a gradient's scale; float32."""
@@ -514,10 +534,11 @@ def demo4_real_stack() -> StackResult:
     whose scales are powers of two. The GEMM outputs differ only by float32 accumulation.
     """
     try:
-        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
-        from torchao.float8.config import ScalingGranularity
-        from torchao.float8.float8_scaling_utils import hp_tensor_to_float8_dynamic
-        from torchao.float8.float8_training_tensor import LinearMMConfig
+        with quiet():
+            from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+            from torchao.float8.config import ScalingGranularity
+            from torchao.float8.float8_scaling_utils import hp_tensor_to_float8_dynamic
+            from torchao.float8.float8_training_tensor import LinearMMConfig
     except ImportError as err:
         return StackResult([], {}, {}, {}, "", False, str(err))
     x, w, dy = _operands()
@@ -604,8 +625,10 @@ def _within_bound(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
 def _mx_status() -> str:
     """What torchao's MXFP8 training layer does on this CPU: run it, report the outcome."""
     try:
-        from torchao.prototype.moe_training.mxfp8_linear import MXFP8Linear
-        from torchao.quantization.quantize_.common.kernel_preference import KernelPreference
+        with quiet():
+            from torchao.prototype.moe_training.mxfp8_linear import MXFP8Linear
+            from torchao.quantization.quantize_.common.kernel_preference import \
+                KernelPreference
     except ImportError as err:
         return _("not available: {err}").format(err=err)
     out = []

@@ -36,7 +36,7 @@ NOTEBOOK_DIR = ROOT / "notebooks"
 ZH_DIR = NOTEBOOK_DIR / "zh"
 
 #: The notebooks that have a Chinese edition (their domains are ``notebookNN``).
-TRANSLATED = ("01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "12")
+TRANSLATED = ("01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "12", "13")
 
 #: The cell a Chinese notebook runs first.
 LANGUAGE_CELL = """\

@@ -24,7 +24,8 @@ tested equal, byte for byte per layer, in tests/test_memory.py. Per token and la
 (d the hidden size, d_ff the SwiGLU width, d_kv = kv_heads * head_dim, h the heads; the RMSNorms
 upcast to float32, which is most of the 20 d). The embedding, final norm, head and loss add
 ``8 d + 4 V + 20`` bytes per token (V the vocabulary: the logits in float32 for the loss) and
-``4 T * head_dim + 4`` (RoPE's cos and sin, a scalar; 8 bytes more for a batch of one). With full activation checkpointing a
+``4 T * head_dim + 4`` (RoPE's cos and sin, a scalar; 8 bytes more for a batch of one).
+With full activation checkpointing a
 layer keeps only its BF16 input (2 d bytes per token), RoPE's tables are not kept, and the
 backward recomputes one layer at a time, whose activations are then live.
 
@@ -54,7 +55,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = ["DecoderShape", "LLAMA_3_2_1B", "LLAMA_3_1_8B", "Precision", "PRECISIONS",
-           "activation_bytes", "layer_activation_bytes", "memory_bill", "communication_bytes", "BILL_ITEMS"]
+           "activation_bytes", "layer_activation_bytes", "memory_bill", "communication_bytes",
+           "BILL_ITEMS"]
 
 
 def _count(value, name: str, minimum: int = 1) -> int:

@@ -66,7 +66,7 @@ def adam(runs):
 def test_dynamic_map_keeps_the_second_moment(adam):
     lin_rel, lin_flush = adam.errors[("v", "linear INT8")]
     dyn_rel, dyn_flush = adam.errors[("v", "dynamic map")]
-    assert lin_flush > 0.05 and dyn_flush == 0 and dyn_rel < lin_rel
+    assert lin_flush > 0.05 and dyn_flush < lin_flush / 100 and dyn_rel < lin_rel
     lin_m, dyn_m = adam.errors[("m", "linear INT8")], adam.errors[("m", "dynamic map")]
     assert dyn_m[0] < lin_m[0] and dyn_m[1] < lin_m[1]
 
@@ -135,7 +135,7 @@ def test_lost_updates(runs):
 def test_lost_count_is_torchs_bf16_cast():
     # one step on known weights: an update is lost where torch's BF16 cast of w + u is w
     g = torch.Generator().manual_seed(0)
-    w = (torch.randn(4096, generator=g, dtype=torch.float64) * 0.05).to(torch.bfloat16).double()
+    w = (torch.randn(4096, generator=g, dtype=torch.float64) * 0.3).to(torch.bfloat16).double()
     p = torch.nn.Parameter(w.clone())
     o = L.AdamW([p], lr=1e-3, master="bf16")
     p.grad = torch.randn(4096, generator=g, dtype=torch.float64)
@@ -143,7 +143,7 @@ def test_lost_count_is_torchs_bf16_cast():
     # Adam's first step is lr * sign(g) (to eps): the new value, cast by torch
     new = w - 1e-3 * p.grad.sign() * (p.grad.abs() / (p.grad.abs() + 1e-8))
     lost = int((new.to(torch.bfloat16).double() == w).sum())
-    assert o.lost == [lost, 4096] and lost > 0
+    assert o.lost == [lost, 4096] and 0 < lost < 4096
 
 
 # ------------------------------------------------------------------------------- demo 4

@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from numfmt.optim_state import (BlockwiseState, blockwise_dequantize, blockwise_quantize,
-                                dynamic_map)
+from numfmt.optim_state import blockwise_dequantize, blockwise_quantize, dynamic_map
 from numfmt.torch.train.optim import AdamW, state_bytes_per_weight
 
 torchao_optim = pytest.importorskip("torchao.optim")
