@@ -525,8 +525,9 @@ TORCHAO_RECIPES = {
 }
 
 
-def demo4_real_stack() -> StackResult:
-    """torchao's Float8Linear on this CPU beside numfmt's emulation of the same recipe.
+def demo4_real_stack(device: str = "cpu") -> StackResult:
+    """torchao's Float8Linear on this CPU (or ``device``) beside numfmt's emulation of the
+    same recipe.
 
     Notice: every FP8 code and scale torchao computes is numfmt's; torchao multiplies by a
     float32 reciprocal of its scale where numfmt divides exactly, so dequantized values differ
@@ -541,7 +542,7 @@ def demo4_real_stack() -> StackResult:
             from torchao.float8.float8_training_tensor import LinearMMConfig
     except ImportError as err:
         return StackResult([], {}, {}, {}, "", False, str(err))
-    x, w, dy = _operands()
+    x, w, dy = (t.to(device) for t in _operands())
     rows, codes_eq, values_eq, within = [], {}, {}, {}
     fp8 = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
     # each operand laid out (rows, inner) as numfmt takes it, and torchao's axiswise dim
@@ -579,7 +580,7 @@ def demo4_real_stack() -> StackResult:
                 rows.append([recipe, gemm, name, spec.fmt.upper(),
                              f"{codes_eq[key][0]:,} / {n:,}", f"{values_eq[key][0]:,} / {n:,}",
                              str(values_eq[key][2])])
-        lin = torch.nn.Linear(MODEL.d_model, MODEL.d_ff, bias=False)
+        lin = torch.nn.Linear(MODEL.d_model, MODEL.d_ff, bias=False, device=device)
         with torch.no_grad():
             lin.weight.copy_(w)
         model = torch.nn.Sequential(lin)
@@ -591,7 +592,8 @@ def demo4_real_stack() -> StackResult:
         for gemm, out in outs.items():
             a, b = (quantized[(gemm, n)][1] for n in ntt.OPERANDS[gemm])
             within[(recipe, gemm)] = _within_bound(out, a, b, OUTPUT_ROUNDING[recipe])
-    return StackResult(rows, codes_eq, values_eq, within, _mx_status(), True)
+    return StackResult(rows, codes_eq, values_eq, within,
+                       _mx_status() if device == "cpu" else "", True)
 
 
 def _numfmt_scale(amax: torch.Tensor, spec) -> torch.Tensor:
