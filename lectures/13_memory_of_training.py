@@ -174,10 +174,13 @@ def compare(runs: Runs, a: str, b: str) -> dict:
     return {"gap": gap, "noise": noise, "finding": abs(gap) > noise}
 
 
-def verdict(c: dict) -> str:
-    if c["finding"]:
-        return _("{gap:+.4f} bits/byte, beyond the paired range of {noise:.4f}").format(**c)
-    return _("{gap:+.4f} bits/byte, within noise (paired range {noise:.4f})").format(**c)
+def verdict_cells(c: dict) -> list:
+    """[difference, paired range, verdict] as table cells."""
+    return [f"{c['gap']:+.4f}", f"{c['noise']:.4f}",
+            _("beyond noise") if c["finding"] else _("within noise")]
+
+
+VERDICT_HEADERS = (N_("Δ loss vs FP32 Adam"), N_("paired range"), N_("verdict"))
 
 
 def curve_rows(runs: Runs, labels) -> tuple:
@@ -197,6 +200,10 @@ BILL_PRECISIONS = ("BF16 mixed", "BF16 mixed, 8-bit Adam", "FP8 weights, 8-bit A
 N_("BF16 mixed"), N_("BF16 mixed, 8-bit Adam"), N_("FP8 weights, 8-bit Adam")
 N_("pure BF16 + Kahan"), N_("FP32")
 SETUPS = (("dp", 1, False), ("fsdp", 8, False), ("fsdp", 8, True))
+#: The recipes' labels in the bill's table (numfmt.memory.PRECISIONS names them in full)
+BILL_LABELS = {"BF16 mixed": N_("BF16 mixed"), "BF16 mixed, 8-bit Adam": N_("+ 8-bit Adam"),
+               "FP8 weights, 8-bit Adam": N_("FP8 W + 8-bit Adam"),
+               "pure BF16 + Kahan": N_("pure BF16 + Kahan")}
 
 
 @dataclass
@@ -256,11 +263,16 @@ ITEM_NAMES = {"weights": N_("weights (GEMM copy)"), "master": N_("master weights
               "gradients": N_("gradients"), "moments": N_("Adam moments"),
               "compensation": N_("Kahan buffer"), "activations": N_("activations"),
               "gathered": N_("all-gathered layer")}
+#: The bill's columns: short names, the Kahan buffer counted with the master weights
+COLUMNS = (("weights", ("weights",)), ("master", ("master", "compensation")),
+           ("grads", ("gradients",)), ("m, v", ("moments",)), ("acts", ("activations",)),
+           ("gather", ("gathered",)))
+N_("weights"), N_("master"), N_("grads"), N_("m, v"), N_("acts"), N_("gather")
 
 
 def setup_label(sharding: str, n: int, ck: bool) -> str:
-    base = _("DP, 1 GPU") if sharding == "dp" else _("FSDP, {n} GPUs").format(n=n)
-    return base + (_(", checkpointing") if ck else "")
+    base = "DP" if sharding == "dp" else _("FSDP×{n}").format(n=n)
+    return base + (_(" + ckpt") if ck else "")
 
 
 def show_demo1(r: BillResult) -> None:
@@ -271,16 +283,22 @@ def show_demo1(r: BillResult) -> None:
                       "(numfmt.memory; its test measures them with torch). In GB (10^9 "
                       "bytes).").format(p1=r.params["Llama 3.2 1B"],
                                         p8=r.params["Llama 3.1 8B"], seq=SEQ))
+    print_paragraph(_("Columns: the GEMMs' copy of the weights, the master weights (with the "
+                      "Kahan buffer of pure BF16), gradients, Adam's m and v, activations, and "
+                      "the largest unit FSDP all-gathers at a time. Recipes: BF16 mixed "
+                      "precision (FP32 master weights and moments); + 8-bit Adam: its moments in "
+                      "8 bits; FP8 W: FP8 weights for the GEMMs and BF16 gradients; pure BF16: "
+                      "no FP32 copy. FSDP×8: sharded over 8 GPUs; ckpt: activation "
+                      "checkpointing."))
     for name in SHAPES:
         rows = []
         for prec in BILL_PRECISIONS:
             for sharding, n, ck in SETUPS:
                 bill = r.bills[(name, prec, sharding, n, ck)]
-                rows.append([_(prec), setup_label(sharding, n, ck)]
-                            + [f"{bill[k] / GB:.2f}" for k in memory.BILL_ITEMS]
+                rows.append([_(BILL_LABELS[prec]), setup_label(sharding, n, ck)]
+                            + [f"{sum(bill[k] for k in keys) / GB:.2f}" for _c, keys in COLUMNS]
                             + [f"{sum(bill.values()) / GB:.2f}"])
-        print_table([_("{model}: recipe").format(model=name), _("sharding")]
-                    + [_(ITEM_NAMES[k]) for k in memory.BILL_ITEMS] + [_("total")], rows)
+        print_table([name, _("sharding")] + [_(c) for c, _k in COLUMNS] + [_("total")], rows)
     b = r.bills
     one = b[("Llama 3.1 8B", "BF16 mixed", "dp", 1, False)]
     eight = b[("Llama 3.1 8B", "BF16 mixed, 8-bit Adam", "fsdp", 8, True)]
@@ -384,10 +402,13 @@ def show_demo2(r: AdamStateResult) -> None:
     print_table([_("moment"), _("8-bit format"), _("relative error"), _("flushed to 0")],
                 r.rows)
     print_table([_("moments, validation bits/byte")] + [str(s) for s in r.steps], r.curves)
-    print_table([_("moments"), _("bytes of m and v"), _("final loss against FP32 Adam")],
-                [[_(label), f"{r.state_bytes[label]:,}",
-                  verdict(r.verdicts[label]) if label in r.verdicts else "-"]
+    print_table([_("moments"), _("bytes of m and v")] + [_(h) for h in VERDICT_HEADERS],
+                [[_(label), f"{r.state_bytes[label]:,}"]
+                 + (verdict_cells(r.verdicts[label]) if label in r.verdicts else ["-"] * 3)
                  for label in MOMENT_RUNS])
+    print_paragraph(_("Δ loss: final validation loss minus FP32 Adam's, in bits/byte, the "
+                      "mean over seeds of the per-seed difference; paired range: the range of "
+                      "those differences."))
     lin, dyn = r.errors[("v", "linear INT8")], r.errors[("v", "dynamic map")]
     print_observations([
         _("Linear INT8 flushes {a:.1f} % of v to 0 (relative error {e1:.3f}); the dynamic map "
@@ -433,10 +454,9 @@ def show_demo3(r: MasterResult) -> None:
                       "weight whose nonzero step left it unchanged."))
     print_table([_("master weights, validation bits/byte")] + [str(s) for s in r.steps],
                 r.curves)
-    print_table([_("master weights"), _("updates lost (run)"), _("updates lost (last step)"),
-                 _("final loss against FP32 Adam")],
-                [[_(label), f"{100 * r.lost[label]:.1f} %", f"{100 * r.lost_last[label]:.1f} %",
-                  verdict(r.verdicts[label])] for label in MASTER_RUNS[1:]])
+    print_table([_("master weights"), _("updates lost")] + [_(h) for h in VERDICT_HEADERS],
+                [[_(label), f"{100 * r.lost[label]:.1f} %"] + verdict_cells(r.verdicts[label])
+                 for label in MASTER_RUNS[1:]])
     print_observations([
         _("Round-to-nearest loses {a:.1f} % of the updates over the run and {b:.1f} % in the "
           "last step, where the learning rate has decayed.").format(
@@ -449,23 +469,23 @@ def show_demo3(r: MasterResult) -> None:
 
 # ---------------------------------------------------------------- demo 4: the real stack
 STACK = [
-    # (lecture 10 recipe, TransformerEngine, torchao)
+    # (lecture 10 recipe, TransformerEngine, torchao): each line at most 80 characters
     ("FP8 delayed", "DelayedScaling(fp8_format=Format.HYBRID, amax_history_len=1024, "
-     "amax_compute_algo='max', margin=0)",
-     "-"),
+     "margin=0)", "-"),
     ("FP8 current", "Float8CurrentScaling(fp8_format=Format.HYBRID)",
-     "convert_to_float8_training(m, config=Float8LinearConfig.from_recipe_name("
-     "'tensorwise'))"),
+     "convert_to_float8_training(m, config=Float8LinearConfig.from_recipe_name"
+     "('tensorwise'))"),
     ("FP8 rowwise", "-",
-     "Float8LinearConfig.from_recipe_name('rowwise'): E4M3 everywhere, "
-     "round_scales_to_power_of_2=True"),
-    ("FP8 blockwise (DeepSeek-V3)", "Float8BlockScaling() (power-of-two scales by default)",
+     "Float8LinearConfig.from_recipe_name('rowwise')  (E4M3, power-of-two scales)"),
+    ("FP8 blockwise (DeepSeek-V3)", "Float8BlockScaling()  (power-of-two scales by default)",
      "prototype.blockwise_fp8_training"),
-    ("MXFP8, RCEIL scales", "MXFP8BlockScaling() (E4M3, 1x32, E8M0 rounded up)",
+    ("MXFP8, RCEIL scales", "MXFP8BlockScaling()  (E4M3, 1x32, E8M0 rounded up)",
      "prototype.moe_training MXFP8Linear(scale_calculation_mode=RCEIL)"),
-    ("NVFP4 (full recipe)", "NVFP4BlockScaling() (RHT on wgrad, 16x16 weights, SR on "
-     "gradients)", "prototype.moe_training.nvfp4_training"),
+    ("NVFP4 (full recipe)", "NVFP4BlockScaling()  (RHT on wgrad, 16x16 W, SR on dy)",
+     "prototype.moe_training.nvfp4_training"),
 ]
+N_("FP8 delayed"), N_("FP8 current"), N_("FP8 rowwise"), N_("FP8 blockwise (DeepSeek-V3)")
+N_("MXFP8, RCEIL scales"), N_("NVFP4 (full recipe)")
 STACK_NOTE = N_("With TE, every recipe runs inside `with te.fp8_autocast(enabled=True, "
                 "fp8_recipe=recipe):` around te.Linear layers.")
 
@@ -477,7 +497,8 @@ class StackResult:
     codes_equal: dict       # (recipe, gemm, operand) -> (equal, total)
     values_equal: dict      # (recipe, gemm, operand) -> (equal, total, max ulps)
     gemm_within: dict       # (recipe, gemm) -> True when every element is within the bound
-    mx_status: str          # what torchao's MXFP8 training path does on this CPU
+    mx_status: list         # torchao's MXFP8 training layer here: (kernel preference, error
+                            # or "" where forward and backward ran)
     available: bool
     error: str = ""
 
@@ -541,7 +562,7 @@ def demo4_real_stack(device: str = "cpu") -> StackResult:
             from torchao.float8.float8_scaling_utils import hp_tensor_to_float8_dynamic
             from torchao.float8.float8_training_tensor import LinearMMConfig
     except ImportError as err:
-        return StackResult([], {}, {}, {}, "", False, str(err))
+        return StackResult([], {}, {}, {}, [], False, str(err))
     x, w, dy = (t.to(device) for t in _operands())
     rows, codes_eq, values_eq, within = [], {}, {}, {}
     fp8 = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
@@ -593,7 +614,7 @@ def demo4_real_stack(device: str = "cpu") -> StackResult:
             a, b = (quantized[(gemm, n)][1] for n in ntt.OPERANDS[gemm])
             within[(recipe, gemm)] = _within_bound(out, a, b, OUTPUT_ROUNDING[recipe])
     return StackResult(rows, codes_eq, values_eq, within,
-                       _mx_status() if device == "cpu" else "", True)
+                       _mx_status() if device == "cpu" else [], True)
 
 
 def _numfmt_scale(amax: torch.Tensor, spec) -> torch.Tensor:
@@ -624,26 +645,31 @@ def _within_bound(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
     return bool(((out.double() - exact).abs() <= bound).all())
 
 
-def _mx_status() -> str:
-    """What torchao's MXFP8 training layer does on this CPU: run it, report the outcome."""
+def _mx_status() -> list:
+    """What torchao's MXFP8 training layer does on this CPU: run it under each kernel
+    preference; [(preference, "" or the error it raised)]."""
     try:
         with quiet():
             from torchao.prototype.moe_training.mxfp8_linear import MXFP8Linear
             from torchao.quantization.quantize_.common.kernel_preference import \
                 KernelPreference
     except ImportError as err:
-        return _("not available: {err}").format(err=err)
+        return [("import", f"{type(err).__name__}: {err}")]
     out = []
     for kp in (KernelPreference.AUTO, KernelPreference.EMULATED):
         try:
             m = MXFP8Linear(MODEL.d_model, 64, bias=False, kernel_preference=kp)
             xx = torch.randn(32, MODEL.d_model, requires_grad=True)
             m(xx).sum().backward()
-            out.append(_("{kp}: forward and backward run").format(kp=kp.name))
+            out.append((kp.name, ""))
         except Exception as err:                     # noqa: BLE001 - the error is the finding
-            out.append(_("{kp}: {name}: {msg}").format(kp=kp.name, name=type(err).__name__,
-                                                       msg=str(err).splitlines()[0]))
-    return "; ".join(out)
+            out.append((kp.name, f"{type(err).__name__}: {str(err).splitlines()[0]}"))
+    return out
+
+
+def mx_text(status: list) -> str:
+    return "; ".join(_("{kp}: forward and backward run").format(kp=kp) if not err
+                     else _("{kp}: {err}").format(kp=kp, err=err) for kp, err in status)
 
 
 def _yes(flag: bool) -> str:
@@ -652,8 +678,12 @@ def _yes(flag: bool) -> str:
 
 def show_demo4(r: StackResult) -> None:
     print_header(_("Demo 4: the real stack"))
-    print_table([_("lecture 10 recipe"), _("TransformerEngine"), _("torchao")],
-                [[_(a), b, c] for a, b, c in STACK])
+    print_paragraph(_("The calls a user writes for each recipe of lecture 10 (defaults "
+                      "named):"))
+    for recipe, te, ao in STACK:
+        print(f"  {_(recipe)}")
+        print(f"    TE       {te}")
+        print(f"    torchao  {ao}")
     print_paragraph(_(STACK_NOTE))
     if not r.available:
         print_paragraph(_("torchao is not installed ({err}): the comparison is skipped.")
@@ -679,7 +709,8 @@ def show_demo4(r: StackResult) -> None:
           "rowwise scales), within that bound plus 2·2^-9 relative: {r}.").format(
             t=_yes(all(v for (rec, _g), v in r.gemm_within.items() if rec == "tensorwise")),
             r=_yes(all(v for (rec, _g), v in r.gemm_within.items() if rec == "rowwise"))),
-        _("torchao's MXFP8 training layer on this CPU: {status}.").format(status=r.mx_status),
+        _("torchao's MXFP8 training layer on this CPU: {status}.").format(
+            status=mx_text(r.mx_status)),
     ])
 
 
@@ -707,7 +738,7 @@ def demo5_communication(devices: int = 8) -> CommResult:
             c = memory.communication_bytes(shape, devices, sharding, weight_bytes=2,
                                            grad_bytes=grad, fp8_all_gather=fp8)
             comm[(name, sharding, fp8)] = c
-            label = (_("DP, FP32 gradients all-reduced") if sharding == "dp" else
+            label = (_("DP, FP32 gradients") if sharding == "dp" else
                      _("FSDP, FP8 all-gather") if fp8 else _("FSDP, BF16"))
             rows.append([name, label] + [f"{c[k] / GB:.2f}" for k in
                                          ("all_gather", "reduce_scatter", "all_reduce")]
