@@ -181,6 +181,20 @@ def test_rowwise_bound_is_needed(stack):
     assert torch.equal(y, y.to(torch.bfloat16).float())          # every output is a BF16
 
 
+def test_torchao_training_stays_with_numfmts(runs):
+    r = L.demo4_training(runs)
+    assert len(r.gaps) == len(L.QUICK.seeds) and max(r.gaps) < L.TORCHAO_TOLERANCE
+    # the torchao runs really trained torchao's layers, in float32, and moved the loss
+    ao = runs.results["FP8 current (torchao)"][0]
+    assert ao.val_loss[-1] < ao.val_loss[0]
+    model = L.to_torchao(L.TinyLM(L.MODEL, "fp32", seed=0))
+    from torchao.float8.float8_linear import Float8Linear
+    assert sum(isinstance(m, Float8Linear) for m in model.modules()) == 15
+    # and the FP8 run's verdict is the paired comparison printed
+    c = L.compare(runs, "FP8 current (numfmt)", "FP32 Adam")
+    assert r.verdict == c
+
+
 def test_mx_status_is_what_torchao_does(stack):
     status = dict(stack.mx_status)
     assert status["EMULATED"] == "" and status["AUTO"].startswith("AssertionError")
@@ -203,11 +217,13 @@ def test_fp8_all_gather_halves_the_gather():
 def test_chinese_prints_the_same_numbers(bill, adam, runs, stack, capsys):
     c = L.demo5_communication()
     master = L.demo3_master_weights(runs)
+    trained = L.demo4_training(runs)
     with language("en"):
         L.show_demo1(bill)
         L.show_demo2(adam)
         L.show_demo3(master)
         L.show_demo4(stack)
+        L.show_demo4_training(trained)
         L.show_demo5(c)
     en = capsys.readouterr().out
     assert layout_problems(en) == []
@@ -216,6 +232,7 @@ def test_chinese_prints_the_same_numbers(bill, adam, runs, stack, capsys):
         L.show_demo2(adam)
         L.show_demo3(master)
         L.show_demo4(stack)
+        L.show_demo4_training(trained)
         L.show_demo5(c)
     zh = capsys.readouterr().out
     assert number_differences(en, zh) == []

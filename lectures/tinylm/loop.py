@@ -90,7 +90,7 @@ def evaluate(model: TinyLM, x: torch.Tensor, y: torch.Tensor, batch: int = 16) -
 
 def train(recipe, cfg: TrainConfig = TrainConfig(), model_cfg: TinyLMConfig = TinyLMConfig(),
           *, probe=None, capture: bool = False, device: str = "cpu",
-          threads: int | None = 1, optimizer=None) -> RunResult:
+          threads: int | None = 1, optimizer=None, model_transform=None) -> RunResult:
     """Train a fresh TinyLM under ``recipe`` and return its losses.
 
     Parameters
@@ -107,6 +107,9 @@ def train(recipe, cfg: TrainConfig = TrainConfig(), model_cfg: TinyLMConfig = Ti
     optimizer : callable(param_groups, lr=, betas=) -> torch.optim.Optimizer, optional
         Builds the optimizer instead of torch.optim.AdamW (e.g. a
         ``functools.partial(numfmt.torch.train.optim.AdamW, state="int8")``).
+    model_transform : callable(TinyLM) -> torch.nn.Module, optional
+        Applied to the fresh model before training (e.g. swapping its linears for another
+        library's training layers).
 
     Returns
     -------
@@ -121,6 +124,8 @@ def train(recipe, cfg: TrainConfig = TrainConfig(), model_cfg: TinyLMConfig = Ti
                                                       dtype=getattr(torch, cfg.dtype))
     for m in model.linears().values():
         m.capture = capture
+    if model_transform is not None:
+        model = model_transform(model)
     data = split()
     batches = Batches(data, cfg.batch, model_cfg.context, cfg.seed, device)
     vx, vy = (t.to(device) for t in val_windows(data, model_cfg.context, cfg.val_windows))
