@@ -15,9 +15,10 @@ The question
               and lecture 10's model trained with FP32, BF16, 8-bit and FP8 moments.
       Demo 3  BF16 master weights: the updates round-to-nearest loses, and stochastic
               rounding and Kahan compensation bringing them back, measured.
-      Demo 4  The real stack: torchao's Float8Linear (tensorwise and rowwise recipes) run on
-              this CPU beside numfmt's emulation of the same recipe, operand by operand, and
-              the table of the calls a user writes for each recipe of lecture 10.
+      Demo 4  The real stack: the calls a user writes for each recipe of lecture 10
+              (TransformerEngine, torchao); torchao's Float8Linear (tensorwise and rowwise
+              recipes) run on this CPU beside numfmt's emulation of the same recipe, operand
+              by operand; then lecture 10's model trained by both.
       Demo 5  FP8 communication: the bytes an FSDP step all-gathers and reduce-scatters, in
               BF16 and with torchao's FP8 all-gather.
 
@@ -27,8 +28,8 @@ How to read the output
     (lecture 10 says why), so they too print the same on every machine; a difference between
     two runs is a finding only when their per-seed difference (same data, same initial weights)
     exceeds its range across seeds, which is printed, and "within noise" otherwise. The
-    torchao comparison prints what is exact (FP8 codes, scales, values
-    within float32 ulps) and checks the float32 GEMM outputs against a bound instead of
+    torchao comparison prints what is exact (FP8 codes, scales, values within float32 ulps)
+    and checks torchao's float32 GEMM outputs and training losses against a bound instead of
     printing them: their last bits depend on the CPU's kernels.
 
 Run
@@ -44,6 +45,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import importlib.util
 import io
 import logging
 import os
@@ -111,6 +113,8 @@ MASTER_RUNS = ("FP32 Adam", "BF16 weights, nearest", "BF16 weights, stochastic",
                "BF16 weights, Kahan")
 STACK_RUNS = ("FP32 Adam", "FP8 current (numfmt)", "FP8 current (torchao)")
 N_("FP8 current (numfmt)"), N_("FP8 current (torchao)")
+#: torchao trains the "FP8 current (torchao)" runs and runs demo 4; without it they are skipped
+HAS_TORCHAO = importlib.util.find_spec("torchao") is not None
 #: How close torchao's float32 losses must stay to numfmt's float64 emulation (bits/byte)
 TORCHAO_TOLERANCE = 0.02
 
@@ -170,8 +174,10 @@ class Runs:
 
 def run_all(w: Workload, workers: int = 2) -> Runs:
     """Train every label of :data:`RUNS` for every seed of the workload."""
-    jobs = [(label, seed, w.train_config(seed)) for label in RUNS for seed in w.seeds]
-    out: dict = {label: {} for label in RUNS}
+    labels = [label for label in RUNS
+              if HAS_TORCHAO or not RUNS[label][0].startswith("torchao:")]
+    jobs = [(label, seed, w.train_config(seed)) for label in labels for seed in w.seeds]
+    out: dict = {label: {} for label in labels}
 
     def done(i, res):
         label, r = res
@@ -185,7 +191,7 @@ def run_all(w: Workload, workers: int = 2) -> Runs:
     else:
         for i, job in enumerate(jobs):
             done(i, _run_job(job))
-    return Runs(w, {label: [out[label][s] for s in w.seeds] for label in RUNS})
+    return Runs(w, {label: [out[label][s] for s in w.seeds] for label in labels})
 
 
 def finals(runs: Runs, label: str) -> np.ndarray:
@@ -715,7 +721,7 @@ def demo4_training(runs: Runs) -> StackTraining:
     """
     steps, curves = curve_rows(runs, STACK_RUNS[:2])
     gaps = [float(np.max(np.abs(np.array(a.val_loss) - np.array(b.val_loss))))
-            for a, b in zip(runs.results["FP8 current (torchao)"],
+            for a, b in zip(runs.results.get("FP8 current (torchao)", []),
                             runs.results["FP8 current (numfmt)"])]
     return StackTraining(steps, curves, compare(runs, "FP8 current (numfmt)", "FP32 Adam"),
                          gaps)
@@ -727,6 +733,9 @@ def show_demo4_training(r: StackTraining) -> None:
     print_table([_("recipe, validation bits/byte")] + [str(s) for s in r.steps], r.curves)
     print_table([_("recipe")] + [_(h) for h in VERDICT_HEADERS],
                 [[_("FP8 current (numfmt)")] + verdict_cells(r.verdict)])
+    if not r.gaps:
+        print_paragraph(_("torchao is not installed: its training run is skipped."))
+        return
     print_observations([
         _("torchao's Float8Linear, trained from the same weights on the same batches, stays "
           "within {tol} bits/byte of numfmt's validation loss at every evaluation of every "
