@@ -151,7 +151,8 @@ class AdamW(torch.optim.Optimizer):
 
     def _load(self, s, like: torch.Tensor) -> torch.Tensor:
         if isinstance(s, BlockwiseState):
-            return torch.from_numpy(blockwise_dequantize(s)).to(like.dtype)
+            return torch.from_numpy(blockwise_dequantize(s)).to(device=like.device,
+                                                                 dtype=like.dtype)
         return s
 
     def state_nbytes(self) -> int:
