@@ -182,9 +182,14 @@ def run_all(w: Workload, workers: int = 2) -> Runs:
     def done(i, res):
         label, r = res
         out[label][jobs[i][1]] = r
-        print(_("run {i}/{n}: {label}, seed {seed}: validation {loss:.3f} bits/byte").format(
-            i=sum(map(len, out.values())), n=len(jobs), label=_(label), seed=r.seed,
-            loss=r.final_val), file=sys.stderr, flush=True)
+        fields = dict(i=sum(map(len, out.values())), n=len(jobs), label=_(label), seed=r.seed,
+                      loss=r.final_val)
+        if RUNS[label][0].startswith("torchao:"):   # a float32 run: its digits vary by CPU
+            line = _("run {i}/{n}: {label}, seed {seed}: done").format(**fields)
+        else:
+            line = _("run {i}/{n}: {label}, seed {seed}: validation {loss:.3f} bits/byte").format(
+                **fields)
+        print(line, file=sys.stderr, flush=True)
 
     if workers > 1:
         in_processes(_run_job, jobs, workers, done)
