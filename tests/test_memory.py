@@ -55,9 +55,12 @@ def test_activation_bytes_equal_torchs_saved_tensors(shape, batch, seq):
     model = transformers.LlamaForCausalLM(_llama(shape)).to(torch.bfloat16).train()
     idx = torch.randint(0, shape.vocab, (batch, seq))
     assert _saved_bytes(model, idx) == activation_bytes(shape, batch, seq)
-    enable = getattr(model, "activation_checkpointing_enable",
-                     model.gradient_checkpointing_enable)
-    enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if hasattr(model, "activation_checkpointing_enable"):       # transformers 5
+        model.activation_checkpointing_enable(
+            activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(
+            gradient_checkpointing_kwargs={"use_reentrant": False})
     assert _saved_bytes(model, idx) == activation_bytes(shape, batch, seq, checkpointing=True)
 
 
