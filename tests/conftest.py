@@ -89,6 +89,7 @@ SLOWEST_FIRST = (
     "tests/test_lecture08.py",
     "tests/test_lecture11.py",
     "tests/test_lecture10.py",
+    "tests/test_lecture13.py",
     "tests/test_i18n.py",
     "tests/test_lecture12.py",
     "tests/test_widgets12.py",

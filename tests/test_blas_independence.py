@@ -1,5 +1,6 @@
 """Every number a lecture prints is the same on any machine: lectures 01-07, lecture 09's
-synthetic demo and notebooks 01-07 give the same bytes under a second BLAS configuration.
+synthetic demo, lecture 13 --quick and notebooks 01-07 give the same bytes under a second BLAS
+configuration.
 
 The second configuration changes what a machine can change: OpenBLAS's kernels (numpy's BLAS:
 ``OPENBLAS_CORETYPE=Prescott``, SSE3 instead of the AVX2 kernels picked on this kind of CPU),
@@ -38,7 +39,8 @@ need minutes of CPU each and are run by hand with ``--quick``:
   (numfmt.intquant._zero_point). A GPTQ or AWQ decision can still flip on a value within
   float64's rounding error of a tie; none did between the two configurations.
 
-Lecture 12 prints timings, which no two machines share.
+Lecture 12 prints timings, which no two machines share. Lecture 13 --quick trains in float64 and
+prints torchao's float32 results only as checks against bounds, so it is compared whole.
 """
 
 import difflib
@@ -52,9 +54,10 @@ import lecture_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 LECTURES = sorted(p for p in (ROOT / "lectures").glob("[0-9][0-9]_*.py") if int(p.name[:2]) <= 7)
-#: (script, arguments): lectures 01-07 whole, and lecture 09's synthetic demo (its real-model
-#: demos need minutes of CPU each).
-RUNS = [(p.name, ()) for p in LECTURES] + [("09_ptq_algorithms.py", ("--synthetic",))]
+#: (script, arguments): lectures 01-07 whole, lecture 09's synthetic demo (its real-model
+#: demos need minutes of CPU each) and lecture 13's quick workload.
+RUNS = [(p.name, ()) for p in LECTURES] + [("09_ptq_algorithms.py", ("--synthetic",)),
+                                           ("13_memory_of_training.py", ("--quick",))]
 NOTEBOOKS = sorted(p for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")
                    if int(p.name[:2]) <= 7)
 SECOND_BLAS = {"OPENBLAS_CORETYPE": "Prescott", "OPENBLAS_NUM_THREADS": "1",

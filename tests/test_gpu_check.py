@@ -112,3 +112,20 @@ def test_main_prints_error_rows_for_kernels_that_raise(monkeypatch, capsys):
     # two fp8 GEMM rows with the error, two fp8/bf16 ratios "n/a", all FAIL
     assert out.count("RuntimeError: torch._scaled_mm is only supported") == 2
     assert out.count("n/a") == 2
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with CUDA the script runs for minutes")
+def test_training_check_without_cuda_says_so_and_exits_0():
+    p = subprocess.run([sys.executable, "benchmarks/gpu_training_check.py"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "No CUDA device: nothing measured" in p.stdout
+
+
+def test_training_check_real_stack_runs_on_the_cpu():
+    pytest.importorskip("torchao")
+    spec = importlib.util.spec_from_file_location(
+        "gpu_training_check", ROOT / "benchmarks" / "gpu_training_check.py")
+    T = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(T)
+    ok, rows = T.real_stack("cpu")
+    assert ok and rows[0][1] == "yes" and rows[1][1] == "1"

@@ -93,7 +93,7 @@ def evaluate(model: TinyLM, x: torch.Tensor, y: torch.Tensor, batch: int = 16) -
 
 def train(recipe, cfg: TrainConfig = TrainConfig(), model_cfg: TinyLMConfig = TinyLMConfig(),
           *, probe=None, capture: bool = False, device: str = "cpu",
-          threads: int | None = 1) -> RunResult:
+          threads: int | None = 1, optimizer=None, model_transform=None) -> RunResult:
     """Train a fresh TinyLM under ``recipe`` and return its losses.
 
     Parameters
@@ -108,6 +108,12 @@ def train(recipe, cfg: TrainConfig = TrainConfig(), model_cfg: TinyLMConfig = Ti
     device : "cpu" or "cuda"
     capture : keep every linear's raw GEMM operands of the latest step (``last_operands``)
     threads : torch's CPU threads for the run (None leaves the setting alone)
+    optimizer : callable(param_groups, lr=, betas=) -> torch.optim.Optimizer, optional
+        Builds the optimizer instead of torch.optim.AdamW (e.g. a
+        ``functools.partial(numfmt.torch.train.optim.AdamW, state="int8")``).
+    model_transform : callable(TinyLM) -> torch.nn.Module, optional
+        Applied to the fresh model before training (e.g. swapping its linears for another
+        library's training layers).
 
     Returns
     -------
@@ -122,14 +128,17 @@ def train(recipe, cfg: TrainConfig = TrainConfig(), model_cfg: TinyLMConfig = Ti
                                                       dtype=getattr(torch, cfg.dtype))
     for m in model.linears().values():
         m.capture = capture
+    if model_transform is not None:
+        model = model_transform(model)
     data = split()
     batches = Batches(data, cfg.batch, model_cfg.context, cfg.seed, device)
     vx, vy = (t.to(device) for t in val_windows(data, model_cfg.context, cfg.val_windows))
     decay = [p for n, p in model.named_parameters() if p.dim() == 2 and "embed" not in n]
     rest = [p for n, p in model.named_parameters() if not (p.dim() == 2 and "embed" not in n)]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                             {"params": rest, "weight_decay": 0.0}],
-                            lr=cfg.lr, betas=(0.9, 0.95), foreach=False)
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay},
+              {"params": rest, "weight_decay": 0.0}]
+    opt = (optimizer(groups, lr=cfg.lr, betas=(0.9, 0.95)) if optimizer is not None else
+           torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), foreach=False))
     params = [p for g in opt.param_groups for p in g["params"]]
     scaler = ntt.DynamicLossScaler(*cfg.loss_scaler) if rec.loss_scaling else None
     spike_handle = None

@@ -45,6 +45,25 @@ One module per idea::
     loss_scale.py  DynamicLossScaler: torch.amp.GradScaler's decisions
     lsq.py         fine-tuning quantized weights: per-group STE, LSQ, GroupQuantLinear
     lora.py        LoRA over a float or NF4 (QLoRA) base
+    optim.py       AdamW with 8-bit, BF16 or FP8 moments and BF16 master weights
+
+The calls a user writes for these recipes in the libraries they emulate (defaults named;
+TransformerEngine ``transformer_engine/common/recipe/__init__.py``, torchao 0.18
+``torchao/float8/config.py``)::
+
+    fp8_delayed     TE DelayedScaling(fp8_format=Format.HYBRID, amax_history_len=1024,
+                    amax_compute_algo="max", margin=0)    (RECIPES' window: 16 steps)
+    fp8_current     TE Float8CurrentScaling(fp8_format=Format.HYBRID);
+                    torchao convert_to_float8_training(model, config=
+                    Float8LinearConfig.from_recipe_name("tensorwise"))  (E4M3 x and W, E5M2 dy)
+    row scales      torchao Float8LinearConfig.from_recipe_name("rowwise"): E4M3 everywhere,
+                    power-of-two scales = OperandSpec("e4m3", "row", "e8m0", "rceil")
+    fp8_blockwise   TE Float8BlockScaling() (1x128 / 128x128; power-of-two scales by default,
+                    FP32 scales with NVTE_FP8_BLOCK_SCALING_FP32_SCALES=1, as here)
+    mxfp8_rceil     TE MXFP8BlockScaling() (E4M3, 1x32, E8M0 rounded up); torchao
+                    prototype.moe_training MXFP8Linear(scale_calculation_mode=RCEIL)
+    nvfp4           TE NVFP4BlockScaling() (RHT on wgrad operands, 16x16 weights, SR on dy)
+    TE runs each inside ``with te.fp8_autocast(enabled=True, fp8_recipe=recipe):``.
 
 None of them is a twin of a numpy module: they are torch-only layers built on numfmt.torch's
 bit-exact quantizers, and their tests check them against numfmt's numpy quantizers, torch and
@@ -66,12 +85,13 @@ from numfmt.torch.train.hadamard import (RHT_SIZE, TE_WGRAD_SIGNS, apply_rht, ha
                                          random_hadamard)
 from numfmt.torch.train.linear import QuantLinear
 from numfmt.torch.train.loss_scale import DynamicLossScaler
+from numfmt.torch.train.optim import AdamW
 from numfmt.torch.train.operand import quantize_operand
 from numfmt.torch.train.recipes import (GEMMS, HIGH_PRECISION_LAYERS, OPERANDS, RECIPES,
                                         OperandSpec, Recipe, fp8_recipe,
                                         get_recipe, mxfp4_recipe, nvfp4_recipe)
 
 __all__ = ["OperandSpec", "Recipe", "RECIPES", "HIGH_PRECISION_LAYERS", "nvfp4_recipe",
-           "mxfp4_recipe", "fp8_recipe", "get_recipe", "quantize_operand", "random_hadamard", "hadamard",
-           "apply_rht", "TE_WGRAD_SIGNS", "AmaxHistory",
-           "QuantLinear", "DynamicLossScaler", "GEMMS", "OPERANDS"]
+           "mxfp4_recipe", "fp8_recipe", "get_recipe", "quantize_operand", "random_hadamard",
+           "hadamard", "apply_rht", "TE_WGRAD_SIGNS", "AmaxHistory",
+           "QuantLinear", "DynamicLossScaler", "GEMMS", "OPERANDS", "AdamW"]

@@ -1,0 +1,259 @@
+"""Lecture 13: every claim it prints, asserted on the --quick workload (computed once for the
+module), against torch, torchao and hand counts; the Chinese run and the command line.
+
+Expected values come from elsewhere than the code under test: torch's own byte counts of
+lecture 10's model and optimizer, torchao's quantizers and Float8Linear, torch's BF16 cast,
+and counts written out by hand.
+"""
+
+import importlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from console.i18n import language
+from numfmt import memory
+from tests.text_checks import english_runs, layout_problems, number_differences
+
+L = importlib.import_module("lectures.13_memory_of_training")
+ROOT = Path(__file__).resolve().parents[1]
+torchao = pytest.importorskip("torchao")
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return L.run_all(L.QUICK, workers=2)
+
+
+@pytest.fixture(scope="module")
+def bill():
+    return L.demo1_bill()
+
+
+@pytest.fixture(scope="module")
+def stack():
+    return L.demo4_real_stack()
+
+
+# ------------------------------------------------------------------------------- demo 1
+def test_bill_mixed_precision_is_18_bytes_per_parameter(bill):
+    p = 8_030_261_248              # Llama 3.1 8B's published parameter count
+    one = bill.bills[("Llama 3.1 8B", "BF16 mixed", "dp", 1, False)]
+    assert one["weights"] + one["master"] + one["gradients"] + one["moments"] == 18 * p
+    assert 18 * p + one["activations"] > 80e9                     # "no single 80 GB GPU"
+    small = bill.bills[("Llama 3.1 8B", "BF16 mixed, 8-bit Adam", "fsdp", 8, True)]
+    assert sum(small.values()) < 80e9 / 4
+    fsdp = bill.bills[("Llama 3.1 8B", "BF16 mixed", "fsdp", 8, False)]
+    assert fsdp["master"] == 4 * -(-p // 8) and fsdp["activations"] == one["activations"]
+
+
+def test_tiny_model_bill_is_what_torch_holds(bill):
+    assert bill.tiny_measured == bill.tiny_counted
+    assert bill.tiny_params == bill.tiny_shape_params == 393_856
+
+
+# ------------------------------------------------------------------------------- demo 2
+@pytest.fixture(scope="module")
+def adam(runs):
+    return L.demo2_adam_state(runs)
+
+
+def test_dynamic_map_keeps_the_second_moment(adam):
+    lin_rel, lin_flush = adam.errors[("v", "linear INT8")]
+    dyn_rel, dyn_flush = adam.errors[("v", "dynamic map")]
+    assert lin_flush > 0.05 and dyn_flush < lin_flush / 100 and dyn_rel < lin_rel
+    lin_m, dyn_m = adam.errors[("m", "linear INT8")], adam.errors[("m", "dynamic map")]
+    assert dyn_m[0] < lin_m[0] and dyn_m[1] < lin_m[1]
+
+
+def test_dynamic_map_values_are_torchaos(adam):
+    # the moments of the same run, quantized by torchao's own quantizer (block 2,048)
+    from torchao.optim.quant_utils import (create_dynamic_map, dequant_with_qmap,
+                                           quantize_8bit_with_qmap, scale_tensor)
+    m, v = L._moments_of_a_run(adam.step)
+    for x, signed in ((m, True), (v, False)):
+        n = x.size - x.size % 2048
+        t = torch.from_numpy(x[:n]).float()
+        qmap = torch.tensor(create_dynamic_map(signed=signed), dtype=torch.float32)
+        xs, scale = scale_tensor(t, 2048)
+        theirs = dequant_with_qmap(quantize_8bit_with_qmap(xs, qmap), qmap, scale).double()
+        ours = L.blockwise_dequantize(L.blockwise_quantize(t.numpy(), 2048, signed,
+                                                           qmap=qmap.numpy()))
+        rel = float(np.linalg.norm(theirs.numpy() - t.double().numpy())
+                    / np.linalg.norm(t.double().numpy()))
+        assert np.array_equal(ours.astype(np.float32), theirs.float().numpy())
+        name = "m" if signed else "v"
+        # the printed error is within float32 rounding of the moments of torchao's codes
+        assert adam.errors[(name, "dynamic map")][0] == pytest.approx(rel, rel=1e-3, abs=1e-6)
+
+
+def test_state_bytes_are_the_optimizers(adam):
+    p = 393_856
+    assert adam.state_bytes["FP32 Adam"] == 8 * p
+    assert adam.state_bytes["BF16 moments"] == 4 * p
+    # 8-bit: the matrices (every one >= 4,096 elements) at 1 byte + FP32 absmax per 2,048;
+    # the norms' gains (128 each) keep FP32
+    sizes = [q.numel() for q in L.TinyLM(L.MODEL, "fp32", seed=0).parameters()]
+    eight = sum(2 * n + 8 * -(-n // 2048) if n >= 4096 else 8 * n for n in sizes)
+    assert adam.state_bytes["8-bit moments"] == adam.state_bytes["FP8 moments"] == eight
+
+
+def test_verdicts_use_the_seed_range(adam, runs):
+    for label, c in adam.verdicts.items():
+        d = [ra.final_val - rb.final_val for ra, rb in zip(runs.results[label],
+                                                            runs.results["FP32 Adam"])]
+        assert c["gap"] == pytest.approx(np.mean(d))
+        assert c["noise"] == pytest.approx(max(d) - min(d))
+        assert c["finding"] == (abs(c["gap"]) > c["noise"])
+
+
+def test_fp32_adam_run_is_torchs(runs):
+    # the reference label trains with torch.optim.AdamW; numfmt's fp32 AdamW gives the same
+    # losses (float64: the two operation orders differ in the last bits only)
+    import functools
+    from lectures.tinylm.loop import train
+    cfg = L.QUICK.train_config(0)
+    ours = train("fp32", cfg, L.MODEL, optimizer=functools.partial(L.AdamW))
+    np.testing.assert_allclose(ours.val_loss, runs.results["FP32 Adam"][0].val_loss,
+                               rtol=1e-9)
+
+
+# ------------------------------------------------------------------------------- demo 3
+def test_lost_updates(runs):
+    r = L.demo3_master_weights(runs)
+    assert r.lost["BF16 weights, nearest"] > 0.05
+    assert r.lost["BF16 weights, nearest"] > r.lost["BF16 weights, stochastic"]
+    for label in L.MASTER_RUNS[1:]:
+        assert 0 <= r.lost[label] <= 1 and 0 <= r.lost_last[label] <= 1
+
+
+def test_lost_count_is_torchs_bf16_cast():
+    # one step on known weights: an update is lost where torch's BF16 cast of w + u is w
+    g = torch.Generator().manual_seed(0)
+    w = (torch.randn(4096, generator=g, dtype=torch.float64) * 0.3).to(torch.bfloat16).double()
+    p = torch.nn.Parameter(w.clone())
+    o = L.AdamW([p], lr=1e-3, master="bf16")
+    p.grad = torch.randn(4096, generator=g, dtype=torch.float64)
+    o.step()
+    # Adam's first step is lr * sign(g) (to eps): the new value, cast by torch
+    new = w - 1e-3 * p.grad.sign() * (p.grad.abs() / (p.grad.abs() + 1e-8))
+    lost = int((new.to(torch.bfloat16).double() == w).sum())
+    assert o.lost == [lost, 4096] and 0 < lost < 4096
+
+
+# ------------------------------------------------------------------------------- demo 4
+def test_every_fp8_code_is_torchaos(stack):
+    assert stack.available
+    assert all(e == n for e, n in stack.codes_equal.values())
+    assert sum(n for _e, n in stack.codes_equal.values()) == 917_504
+
+
+def test_values_within_one_ulp_and_rowwise_exact(stack):
+    for (recipe, gemm, name), (equal, n, ulps) in stack.values_equal.items():
+        assert ulps <= 1
+        if recipe == "rowwise":
+            assert equal == n
+    differ, total = stack.tensorwise_differ
+    e5m2 = sum(n - e for (rec, _g, name), (e, n, _u) in stack.values_equal.items()
+               if rec == "tensorwise" and name == "dy")
+    assert differ == e5m2 == 262_144 and total == 458_752      # "all in the E5M2 gradient"
+
+
+def test_torchao_gemms_within_the_bound(stack):
+    assert all(stack.gemm_within.values()) and len(stack.gemm_within) == 6
+
+
+def test_rowwise_bound_is_needed(stack):
+    # torchao's rowwise outputs are BF16-rounded: without the extra term the bound fails
+    x, w, dy = L._operands()
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+    lin = torch.nn.Linear(L.MODEL.d_model, L.MODEL.d_ff, bias=False)
+    with torch.no_grad():
+        lin.weight.copy_(w)
+    m = torch.nn.Sequential(lin)
+    convert_to_float8_training(m, config=Float8LinearConfig.from_recipe_name("rowwise"))
+    y = m(x).detach()
+    assert torch.equal(y, y.to(torch.bfloat16).float())          # every output is a BF16
+
+
+def test_torchao_training_stays_with_numfmts(runs):
+    r = L.demo4_training(runs)
+    assert len(r.gaps) == len(L.QUICK.seeds) and max(r.gaps) < L.TORCHAO_TOLERANCE
+    assert r.early == 10 and max(r.gaps) > 0          # float32 against float64: not identical
+    # the torchao runs really trained torchao's layers, in float32, and moved the loss
+    ao = runs.results["FP8 current (torchao)"][0]
+    assert ao.val_loss[-1] < ao.val_loss[0]
+    model = L.to_torchao(L.TinyLM(L.MODEL, "fp32", seed=0))
+    from torchao.float8.float8_linear import Float8Linear
+    assert sum(isinstance(m, Float8Linear) for m in model.modules()) == 15
+    # and the FP8 run's verdict is the paired comparison printed
+    c = L.compare(runs, "FP8 current (numfmt)", "FP32 Adam")
+    assert r.verdict == c
+
+
+def test_mx_status_is_what_torchao_does(stack):
+    status = dict(stack.mx_status)
+    assert status["EMULATED"] == "" and status["AUTO"].startswith("AssertionError")
+
+
+# ------------------------------------------------------------------------------- demo 5
+def test_fp8_all_gather_halves_the_gather():
+    r = L.demo5_communication()
+    s = memory.LLAMA_3_1_8B
+    a, b = r.comm[("Llama 3.1 8B", "fsdp", False)], r.comm[("Llama 3.1 8B", "fsdp", True)]
+    p = 8_030_261_248
+    assert b["all_gather"] / a["all_gather"] == pytest.approx((p + 4 * 291) / (2 * p))
+    assert s.tensors == 291                     # embedding, head, final norm, 9 per layer
+    assert a["reduce_scatter"] == b["reduce_scatter"]
+    dp = r.comm[("Llama 3.1 8B", "dp", False)]
+    assert sum(a.values()) < sum(dp.values())
+
+
+# ----------------------------------------------------------------- Chinese, command line
+def test_chinese_prints_the_same_numbers(bill, adam, runs, stack, capsys):
+    c = L.demo5_communication()
+    master = L.demo3_master_weights(runs)
+    trained = L.demo4_training(runs)
+    with language("en"):
+        L.show_demo1(bill)
+        L.show_demo2(adam)
+        L.show_demo3(master)
+        L.show_demo4(stack)
+        L.show_demo4_training(trained)
+        L.show_demo5(c)
+    en = capsys.readouterr().out
+    assert layout_problems(en) == []
+    with language("zh"):
+        L.show_demo1(bill)
+        L.show_demo2(adam)
+        L.show_demo3(master)
+        L.show_demo4(stack)
+        L.show_demo4_training(trained)
+        L.show_demo5(c)
+    zh = capsys.readouterr().out
+    assert number_differences(en, zh) == []
+    assert layout_problems(zh) == []
+    # the table of calls a user writes stays in the libraries' own spelling
+    code = "".join(b + c for _a, b, c in L.STACK) + "".join(e for _k, e in stack.mx_status)
+    assert english_runs("\n".join(line for line in zh.splitlines()
+                                  if not any(w in code for w in line.split()))) == []
+
+
+def test_help_and_bad_flags():
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    run = [sys.executable, str(ROOT / "lectures/13_memory_of_training.py")]
+    r = subprocess.run(run + ["--help"], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0 and "--quick" in r.stdout
+    r = subprocess.run(run + ["--fast"], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 2 and "--fast" in r.stderr
+
+
+def test_source_fits_100_columns():
+    for path in ("lectures/13_memory_of_training.py", "numfmt/memory.py",
+                 "numfmt/optim_state.py", "numfmt/torch/train/optim.py"):
+        assert all(len(line) <= 100 for line in (ROOT / path).read_text().splitlines()), path
