@@ -166,10 +166,9 @@ def _part(k: int, outputs) -> str:
             else _("output {k}: ").format(k=k))
 
 
-def exact(show=None, outputs=None):
-    """Bit for bit: floats equal including the sign of zero (any NaN matches NaN), integers
-    equal; a tuple output compares part by part. ``show`` formats one value (e.g. in a
-    format's bits); default: float64 bits."""
+def _numeric_parts(compare_arrays, outputs):
+    """A comparison of outputs: tuples part by part, then each part as two numeric arrays of
+    one shape given to ``compare_arrays(g, w)``, or a Verdict saying why they are not."""
     def compare(got, want):
         if isinstance(want, tuple):
             if not isinstance(got, (tuple, list)) or len(got) != len(want):
@@ -189,35 +188,26 @@ def exact(show=None, outputs=None):
         g, w = arrays
         if g.dtype.kind not in "iubf":
             return Verdict(False, _("expected numbers, got dtype {dtype}").format(dtype=g.dtype))
+        return compare_arrays(g, w)
+    return compare
+
+
+def exact(show=None, outputs=None):
+    """Bit for bit: floats equal including the sign of zero (any NaN matches NaN), integers
+    equal; a tuple output compares part by part. ``show`` formats one value (e.g. in a
+    format's bits); default: float64 bits."""
+    def compare_arrays(g, w):
         same = _equal_bits(g, w)
         if bool(np.all(same)):
             return Verdict(True)
         return Verdict(False, _first_difference(g, w, same, show))
-    return compare
+    return _numeric_parts(compare_arrays, outputs)
 
 
 def close(rtol: float, atol: float = 0.0, outputs=None):
     """Within ``|got - want| <= atol + rtol |want|`` elementwise (infinities equal, NaN
     matches NaN); tuple outputs part by part."""
-    def compare(got, want):
-        if isinstance(want, tuple):
-            if not isinstance(got, (tuple, list)) or len(got) != len(want):
-                return Verdict(False, _("expected a tuple of {n} outputs, got {got}").format(
-                    n=len(want), got=type(got).__name__))
-            for k, (g1, w1) in enumerate(zip(got, want)):
-                v = compare(g1, w1)
-                if not v.ok:
-                    return Verdict(False, _part(k, outputs) + v.detail)
-            return Verdict(True)
-        try:
-            arrays, why = _shapes(got, want)
-        except (TypeError, ValueError) as err:
-            return Verdict(False, _("not an array: {error}").format(error=err))
-        if arrays is None:
-            return Verdict(False, why)
-        g, w = arrays
-        if g.dtype.kind not in "iubf":
-            return Verdict(False, _("expected numbers, got dtype {dtype}").format(dtype=g.dtype))
+    def compare_arrays(g, w):
         g, w = g.astype(np.float64), w.astype(np.float64)
         with np.errstate(invalid="ignore", over="ignore"):
             same = ((np.abs(g - w) <= atol + rtol * np.abs(w)) | (g == w)
@@ -225,4 +215,4 @@ def close(rtol: float, atol: float = 0.0, outputs=None):
         if bool(np.all(same)):
             return Verdict(True)
         return Verdict(False, _first_difference(g, w, same, lambda v: repr(float(v))))
-    return compare
+    return _numeric_parts(compare_arrays, outputs)
