@@ -30,7 +30,8 @@ __all__ = ["LineProgress", "progress"]
 
 class LineProgress:
     """A progress log with tqdm's small interface (iterate, ``update``, ``close``, ``with``),
-    writing ``"{desc}: {n}/{total} ({seconds} s)"`` as one line per step to ``file``.
+    writing ``"{desc}: {n}/{total} ({seconds} s, about {left} s left)"`` as one line per step
+    to ``file`` (the estimate of what is left only while a known total is not reached).
 
     Parameters
     ----------
@@ -66,7 +67,10 @@ class LineProgress:
         of = f"/{self.total}" if self.total is not None else ""
         seconds = time.monotonic() - self._start
         prefix = f"{self.desc}: " if self.desc else ""
-        print(f"{prefix}{self.n}{of} ({seconds:.0f} s)", file=self.file, flush=True)
+        # what is left, at the pace so far (steps of unequal length make it a rough guess)
+        left = (f", about {seconds * (self.total - self.n) / self.n:.0f} s left"
+                if self.total and 0 < self.n < self.total else "")
+        print(f"{prefix}{self.n}{of} ({seconds:.0f} s{left})", file=self.file, flush=True)
 
     def close(self) -> None:
         """Nothing to release (tqdm's interface)."""

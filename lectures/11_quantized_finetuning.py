@@ -43,9 +43,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
+import os
 import platform
 import re
 import sys
+import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -54,6 +57,7 @@ import numpy as np
 from console import (lecture_parser, print_header, print_observations, print_paragraph,
                      print_table, print_title, run_lecture)
 from console.i18n import N_
+from console.progress import progress
 from lectures.i18n import domain, numbered_label
 
 _ = domain("lecture11").gettext
@@ -904,6 +908,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.steps is not None and args.steps < 1:
         parser.error(_("--steps must be a positive integer"))
+    if args.save is not None and (why := save_target_problem(args.save)):
+        parser.error(_("--save {path}: {why}").format(path=args.save, why=why))
     return args
 
 
@@ -931,9 +937,8 @@ def main(argv=None) -> None:
         lab = open_lab(w)
     except llm.ModelUnavailableError as err:
         sys.exit(f"\n{err.wrapped()}")     # its text within 100 columns, the command whole
-    from tqdm import tqdm
-    with tqdm(total=planned_evaluations(w), desc=_("evaluations"), leave=False,
-              disable=not sys.stderr.isatty()) as bar:
+    sys.stdout.flush()
+    with progress(total=planned_evaluations(w), desc=_("evaluations")) as bar:
         lab.progress = bar
         r = run_all(lab)
     rows1 = demo1_gap(r)
@@ -963,13 +968,33 @@ def summary(r: Results) -> dict:
 
 
 def save_summary(s: dict, path) -> Path:
-    """Write ``s`` as JSON (a temporary file renamed into place: a reader never sees half)."""
-    import json
+    """Write ``s`` as JSON to ``path`` through a private temporary file beside it, renamed into
+    place (a reader never sees half a file, and no other file is touched), as
+    :func:`lectures.llm.save_results` does."""
     path = Path(path)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(s, indent=1, sort_keys=True) + "\n")
-    tmp.replace(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(s, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return path
+
+
+def save_target_problem(path) -> str | None:
+    """Why ``--save PATH`` could not be written at the end of the run (None if it can): a
+    directory, a missing or unwritable parent directory. Checked before the long run."""
+    path = Path(path)
+    parent = path.parent
+    if path.is_dir():
+        return _("{path} is a directory").format(path=path)
+    if not parent.is_dir():
+        return _("its directory {parent} does not exist").format(parent=parent)
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return _("its directory {parent} is not writable").format(parent=parent)
+    return None
 
 
 if __name__ == "__main__":

@@ -41,3 +41,15 @@ def test_closed_or_plain_objects_are_not_terminals():
     out = io.StringIO()
     out.close()
     assert isinstance(progress(range(1), file=out), LineProgress)
+
+
+def test_lines_estimate_what_is_left_at_the_pace_so_far():
+    out = io.StringIO()
+    bar = LineProgress(total=4, desc="x", file=out)
+    bar._start -= 10.0                      # 10 s for the first of 4 steps: about 30 s left
+    bar.update(1)
+    bar.update(3)
+    first, last = out.getvalue().splitlines()
+    assert first.startswith("x: 1/4 (10 s, about 3") and first.endswith(" s left)")
+    assert int(first.split("about ")[1].split(" s")[0]) in (30, 31)
+    assert last.startswith("x: 4/4 (") and "left" not in last

@@ -124,6 +124,26 @@ def test_command_line(capsys):
     assert "--steps" in capsys.readouterr().err
 
 
+def test_save_leaves_every_other_file_alone(tmp_path):
+    import json
+    mine = tmp_path / "run.tmp"              # a user's file beside the target
+    mine.write_text("mine")
+    path = L.save_summary({"a": 1}, tmp_path / "run.json")
+    assert json.loads(path.read_text()) == {"a": 1}
+    assert mine.read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json", "run.tmp"]
+
+
+def test_save_target_is_checked_before_the_run(tmp_path, capsys):
+    for bad, why in ((tmp_path / "no" / "s.json", "does not exist"), (tmp_path, "directory")):
+        with pytest.raises(SystemExit) as e:
+            L.parse_args(["--save", str(bad)])
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert "--save" in err and why in err
+    assert L.parse_args(["--save", str(tmp_path / "s.json")]).save == str(tmp_path / "s.json")
+
+
 # ---------------------------------------------------------------------------------------------
 # The harness's tail evaluation and training loop on the real model
 # ---------------------------------------------------------------------------------------------
@@ -208,7 +228,6 @@ def test_summary_saved_by_the_command_line_option(results, tmp_path):
     for m, (changed, total) in s["codes_changed"].items():
         run = results.qat[m]
         assert (changed, total) == (run.info["codes_changed"], run.info["codes"])
-    assert L.parse_args(["--save", "x.json"]).save == "x.json"
 
 
 @pytest.mark.slow
