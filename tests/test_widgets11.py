@@ -143,3 +143,17 @@ def test_figures_and_explorer_in_chinese():
     assert _is_cjk(description) and _is_cjk(title)
     assert [value for _label, value in labels] == list(s["curves"])
     assert all(_is_cjk(label) for label, _value in labels)
+
+
+def test_print_run_prints_the_stored_demos_in_the_notebooks_language(capsys):
+    from console.i18n import language
+    s = dict(fake_summary(), printed={"en": "Demo 1: the gap\n", "zh": "演示 1：差距\n"})
+    with language("en"):
+        W.print_run(s)
+    assert capsys.readouterr().out == "Demo 1: the gap\n"
+    with language("zh"):
+        W.print_run(s)
+    assert capsys.readouterr().out == "演示 1：差距\n"
+    with pytest.raises(TypeError, match="summary"):
+        W.print_run({"x": 1})
+
