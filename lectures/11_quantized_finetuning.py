@@ -804,20 +804,20 @@ def show_demo3(r: Results, rows: list) -> None:
             "for INT{bits} groups of {group}). Adam divides every gradient by its running root mean "
             "square, so g cancels (Kingma & Ba 2015, section 2): the learning rate alone sets "
             "the pace, here {rel:g} of each linear's mean scale per step. The same steps and "
-            "windows as QAT with fixed scales.").format(g=g, bits=bits, group=group,
+            "windows as QAT with fixed scales; Δs: a scale's relative change.").format(g=g, bits=bits, group=group,
                                                         rel=r.workload.scale_lr))
     print_table([_("setting"), _("fixed scales"), "LSQ", _("LSQ vs fixed (95 % interval)"),
-                 _("scales"), _("median change"), _("max change")],
-                [[label(s), f"{a:.2f}", f"{b:.2f}", c.percent(), f"{n:,}", f"{100 * md:.2f} %",
-                  f"{100 * d:.2f} %"] for s, a, b, c, md, d, n, _cl, _cf in rows])
+                 _("median Δs"), _("max Δs")],
+                [[label(s), f"{a:.2f}", f"{b:.2f}", c.percent(), f"{100 * md:.2f} %",
+                  f"{100 * d:.2f} %"] for s, a, b, c, md, d, _n, _cl, _cf in rows])
     print_observations([
-        _("{setting}: the scales moved (median {median:.2f} %, at most {change:.2f} %) and "
-          "took codes with them: {codes:,} trained codes changed, against {fixed_codes:,} "
+        _("{setting}: the {n:,} scales moved (median {median:.2f} %, at most {change:.2f} %) "
+          "and took codes with them: {codes:,} trained codes changed, against {fixed_codes:,} "
           "with fixed scales. LSQ {lsq:.2f} against fixed scales {fixed:.2f}: {verdict} at "
           "this budget.").format(
             setting=label(s), lsq=b, fixed=a, verdict=verdict(c), change=100 * d,
-            median=100 * md, codes=cl, fixed_codes=cf)
-        for s, a, b, c, md, d, _n, cl, cf in rows])
+            median=100 * md, codes=cl, fixed_codes=cf, n=n)
+        for s, a, b, c, md, d, n, cl, cf in rows])
 
 
 def show_demo4(r: Results) -> None:
