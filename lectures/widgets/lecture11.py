@@ -162,7 +162,7 @@ def _draw_method(p: dict, fig: Figure | None = None) -> Figure:
     ax.plot(steps, ppl, "o-", label=L.label(p["method"]))
     ax.axhline(p["float_ppl"], color="k", ls="--", lw=0.8, label=_("float32, not trained"))
     ax.fill_between(steps, p["ppl"] - p["noise"], p["ppl"] + p["noise"], color="tab:orange",
-                    alpha=0.2, label=_("final ± noise (95 % interval)"))
+                    alpha=0.2, label=_("final ± noise"))
     ax.set_xlabel(_("fine-tuning step"))
     ax.set_ylabel(_("perplexity"))
     ax.set_title(_("{bits:.2f} bits/weight, {trainable:,} trainable: {ppl:.2f}").format(
