@@ -157,3 +157,17 @@ def test_print_run_prints_the_stored_demos_in_the_notebooks_language(capsys):
     with pytest.raises(TypeError, match="summary"):
         W.print_run({"x": 1})
 
+
+
+def test_stored_run_holds_what_the_lecture_printed():
+    """The stored run keeps the demos' tables and observations, in both languages, with the
+    same numbers (the notebook's reader sees the interpretation, not only the figures)."""
+    from text_checks import number_differences
+    s = W.load_summary()
+    en, zh = s["printed"]["en"], s["printed"]["zh"]
+    for n in range(1, 6):
+        assert f"Demo {n}:" in en and f"演示 {n}" in zh
+    assert "What to notice" in en and "memory bill" in en
+    assert number_differences(en, zh) == []
+    for method, bits, trainable, cpu, ppl in s["table"]:
+        assert f"{ppl:.2f}" in en
