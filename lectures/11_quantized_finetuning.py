@@ -9,15 +9,17 @@ The question
     float adapters beside it. How much of the gap does each recover, at what cost?
 
       Demo 1  The gap: RTN and GPTQ perplexities at INT4 and INT3, groups of 128.
-      Demo 2  QAT (straight-through estimator, PTQ scales fixed): perplexity against steps,
-              from RTN and from GPTQ; the share of the gap recovered; how many codes change;
-              the trained weights packed in GPTQ's storage and scored from the packed form.
-      Demo 3  Learned step sizes (LSQ, Esser et al. 2020) against fixed scales, same budget.
+      Demo 2  QAT (straight-through estimator, PTQ scales fixed) from RTN: perplexity against
+              steps; the share of the gap recovered; how many codes change; the trained
+              weights packed in GPTQ's storage and scored from the packed form; why QAT from
+              GPTQ's grid points could not change a code at this learning rate.
+      Demo 3  Learned step sizes (LSQ, Esser et al. 2020) against fixed scales, same budget:
+              how far the scales move and how many codes they take with them.
       Demo 4  QLoRA against LoRA on the float base and full fine-tuning at the same token
               budget: perplexity, trainable parameters, the memory bill, what double
               quantization saves.
       Demo 5  One table: method -> bits per weight, trainable parameters, CPU-seconds,
-              perplexity; and the noise floor every comparison is held against.
+              perplexity; and the noise every comparison is held against.
 
 How to read the output
     The model and text are lecture 08's (lectures/llm). Every method trains the linears of
@@ -25,8 +27,9 @@ How to read the output
     on training windows that share no token with the evaluation or calibration windows, with
     Adam at a fixed learning rate, one window per step, the same windows in the same order
     for every method. Perplexity is exp(mean NLL per token) on the evaluation windows: lower
-    is better. A difference between two methods is a finding only when it exceeds twice the
-    standard error of their paired per-window differences; otherwise it is called noise.
+    is better. A difference between two methods is a finding only when the 95 % t-interval of
+    their paired per-window differences excludes no change (lectures.llm.paired_ratio, the
+    rule of lectures 08-09); otherwise it is within noise.
     CPU-seconds are measured on the machine that runs the lecture (named in the output) and
     differ from machine to machine; every other number is the same on every run there.
 
@@ -43,9 +46,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
+import os
 import platform
 import re
 import sys
+import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -54,6 +60,7 @@ import numpy as np
 from console import (lecture_parser, print_header, print_observations, print_paragraph,
                      print_table, print_title, run_lecture)
 from console.i18n import N_
+from console.progress import progress
 from lectures.i18n import domain, numbered_label
 
 _ = domain("lecture11").gettext
@@ -96,7 +103,9 @@ class Workload:
     alpha: float = 16.0           # LoRA alpha: the update is scaled by alpha / rank
     lr_full: float = 2e-5         # Adam learning rate for full fine-tuning and QAT weights
     lr_lora: float = 1e-3         # Adam learning rate for LoRA adapters
-    lr_scale: float = 1e-5        # Adam learning rate for LSQ's scales
+    scale_lr: float = 3e-3        # Adam learning rate of LSQ's scales: this fraction of each
+                                  # linear's mean scale per step (LSQ's gradient scale cancels
+                                  # under Adam, so the learning rate alone sets their pace)
     seed: int = 0                 # LoRA's initialisation
 
 
@@ -111,6 +120,8 @@ SCALE_BITS = 16      # a stored scale: float16, as GPTQ checkpoints (numfmt.pack
 
 def check_workload(w: Workload) -> Workload:
     """``w`` if its settings make sense; ValueError naming the first one that does not."""
+    if isinstance(w.scale_lr, bool) or not isinstance(w.scale_lr, float) or not w.scale_lr > 0:
+        raise ValueError(f"scale_lr must be a positive float, got {w.scale_lr!r}")
     for name in ("n_eval", "eval_len", "n_calib", "calib_len", "train_len", "steps",
                  "eval_every", "rank"):
         v = getattr(w, name)
@@ -360,7 +371,8 @@ class Start:
     packed: dict                # frozen linear name -> numfmt.packing.GPTQWeight
     tail: dict                  # trained linear name -> StoredInt
     states: States
-    bits_per_weight: float
+    bits_per_weight: float      # codes, scales and zero points at their own widths
+    packed_bits: float          # the same in GPTQ's layout (qweight, scales, qzeros, g_idx)
 
     @property
     def setting(self) -> str:
@@ -373,11 +385,15 @@ def make_start(lab: Lab, label: str, bits: int, group: int) -> Start:
     stored = rtn_stored(lab, bits, group) if label == "RTN" else gptq_stored(lab, bits, group)
     packed = {n: pack(stored[n]) for n in lab.prefix}
     tail = {n: stored[n] for n in lab.tail}
+    n_weights = sum(s.codes.size for s in stored.values())
+    packed_bytes = (sum(gw.nbytes for gw in packed.values())
+                    + sum(pack(s).nbytes for s in tail.values()))
     del stored
     import torch
     weights = {n: torch.from_numpy(unpack(gw)) for n, gw in packed.items()}
     states = frozen_states(lab, weights)
-    return Start(label, bits, group, packed, tail, states, bits_per_weight(lab, bits, group))
+    return Start(label, bits, group, packed, tail, states, bits_per_weight(lab, bits, group),
+                 8 * packed_bytes / n_weights)
 
 
 def qat_run(lab: Lab, start: Start, learn_scale: bool = False) -> Run:
@@ -399,9 +415,9 @@ def qat_run(lab: Lab, start: Start, learn_scale: bool = False) -> Run:
                                       start.group, lin.bias, learn_scale)
     weights = [m.weight for m in modules.values()]
     params = [{"params": weights, "lr": w.lr_full}]
-    if learn_scale:
-        params.append({"params": [m.scale for m in modules.values()], "lr": w.lr_scale})
-    masters = {n: m.weight.detach().clone() for n, m in modules.items()}
+    if learn_scale:          # one group per linear: a learning rate relative to its scales
+        params += [{"params": [m.scale], "lr": w.scale_lr * float(m.scale.detach().mean())}
+                   for m in modules.values()]
     r, nll, nll0 = _fit(lab, start.states, modules, params, w.lr_full)
     trained = {n: StoredInt(m.codes().cpu().numpy().astype(np.uint8),
                             m.stored_scale().cpu().numpy(), start.tail[n].zeros, start.group)
@@ -412,25 +428,33 @@ def qat_run(lab: Lab, start: Start, learn_scale: bool = False) -> Run:
                                         **{n: pack(t) for n, t in trained.items()}})
     method = f"{'LSQ' if learn_scale else 'QAT'} {start.setting} from {start.label}"
     count = sum(p.numel() for g in params for p in g["params"])
-    scale_change = (max(float((m.stored_scale().double().cpu()
-                               / torch.as_tensor(start.tail[n].scales).double() - 1).abs().max())
-                        for n, m in modules.items()) if learn_scale else 0.0)
+    change = (np.concatenate([np.abs(m.stored_scale().double().cpu().numpy().ravel()
+                                     / start.tail[n].scales.astype(np.float64).ravel() - 1)
+                              for n, m in modules.items()]) if learn_scale else np.zeros(1))
     return Run(method, r.curve, nll, nll0, count, r.cpu_s, r.tokens, start.bits_per_weight,
                {"codes_changed": changed, "codes": total, "packed_nll": packed_nll,
-                "scale_change": scale_change, "train": r, "curve_nll": r.extra["curve_nll"],
-                "max_move": max(largest_move(m.weight, masters[n], start.tail[n].scales,
-                                             start.group) for n, m in modules.items()),
-                "on_grid": start.label == "GPTQ"})
+                "scale_change": float(change.max()), "scale_median": float(np.median(change)),
+                "train": r, "curve_nll": r.extra["curve_nll"],
+                "packed_bits": start.packed_bits})
 
 
-def largest_move(weight, master, scales: np.ndarray, group: int) -> float:
-    """The largest ``|w - w0| / s`` over one linear's weights (``weight``: after training,
-    ``master``: before, ``scales``: float16 (out, G), the group steps it started on). A weight
-    that starts on a grid point, as GPTQ's do, changes its code only past half a step."""
-    import torch
-    g = np.arange(master.shape[1]) // group
-    step = torch.as_tensor(scales.astype(np.float64)[:, g], device=master.device)
-    return float(((weight.detach().double() - master.double()).abs() / step).max())
+#: Adam's largest step, in units of its learning rate, for betas (0.9, 0.999): (1 - β1) /
+#: sqrt(1 - β2) when 1 - β1 > sqrt(1 - β2) (Kingma & Ba 2015, section 2.1).
+ADAM_MAX_STEP = 0.1 / np.sqrt(0.001)
+
+
+def grid_reach(start: Start, lr: float, steps: int) -> dict:
+    """What QAT from ``start``'s grid points could do in ``steps`` steps of Adam at ``lr``: a
+    weight on a grid point changes its code only when it moves past half a step, and Adam
+    moves it at most ``ADAM_MAX_STEP · lr`` per step. Returns the farthest move, the share of
+    the trained weights whose half step is within it (the codes that could change at all), and
+    the steps the median weight would need."""
+    half = np.concatenate([(s.scales.astype(np.float64)[:, np.arange(s.codes.shape[1])
+                                                          // s.group] / 2).ravel()
+                           for s in start.tail.values()])
+    reach = ADAM_MAX_STEP * lr * steps
+    return {"reach": float(reach), "reachable": float(np.mean(half <= reach)),
+            "median_steps": int(np.ceil(np.median(half) / (ADAM_MAX_STEP * lr)))}
 
 
 def packed_model_nll(lab: Lab, packed: dict) -> np.ndarray:
@@ -477,8 +501,9 @@ def lora_run(lab: Lab, states: States, nf4: dict | None = None) -> Run:
     adapters = 4 * count
     base = 4 * n_lin if nf4 is None else sum(t.nbytes for t in nf4.values())
     return Run("QLoRA (NF4 base)" if nf4 is not None else "LoRA (float base)", r.curve, nll,
-               nll0, count, r.cpu_s, r.tokens, 8 * (base + adapters) / n_lin,
-               {"train": r, "modules": modules, "base_bytes": base})
+               nll0, count, r.cpu_s, r.tokens, 8 * base / n_lin,
+               {"train": r, "modules": modules, "base_bytes": base,
+                "adapter_bits": 8 * adapters / n_lin})
 
 
 def full_run(lab: Lab, states: States) -> Run:
@@ -496,34 +521,23 @@ def full_run(lab: Lab, states: States) -> Run:
 
 
 # ---------------------------------------------------------------------------------------------
-# Noise: paired per-window differences
+# Noise: paired per-window differences (one rule for lectures 08-11)
 # ---------------------------------------------------------------------------------------------
-@dataclass
-class Comparison:
-    """Method a against method b on the same evaluation windows."""
-
-    ppl_a: float
-    ppl_b: float
-    mean_diff: float        # mean over windows of nll_a - nll_b, nats/token
-    two_se: float           # twice the standard error of that mean
-    windows: int
-
-    @property
-    def finding(self) -> bool:
-        """True when the difference exceeds twice its standard error (else: noise)."""
-        return abs(self.mean_diff) > self.two_se
-
-    @property
-    def noise_ppl(self) -> float:
-        """The noise band in perplexity at b's level: ppl_b · (exp(2 SE) - 1)."""
-        return self.ppl_b * float(np.expm1(self.two_se))
+def versus(nll: np.ndarray, ref: np.ndarray):
+    """``nll``'s perplexity against ``ref``'s on the same windows: ratio and its 95 %
+    t-interval over the paired per-window differences (:func:`lectures.llm.paired_ratio`)."""
+    return harness().paired_ratio(ref, nll)
 
 
-def compare(nll_a: np.ndarray, nll_b: np.ndarray) -> Comparison:
-    """Paired comparison of two per-window NLL vectors of the same windows."""
-    d = np.asarray(nll_a) - np.asarray(nll_b)
-    se = float(np.std(d, ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("inf")
-    return Comparison(ppl_of(nll_a), ppl_of(nll_b), float(d.mean()), 2 * se, len(d))
+def interval(c) -> str:
+    """A PairedRatio's 95 % interval as percent changes: ``[-3.1%, +0.4%]``."""
+    return f"[{100 * (c.low - 1):+.1f}%, {100 * (c.high - 1):+.1f}%]"
+
+
+def half_width(c) -> float:
+    """Half the width of a PairedRatio's interval, as a fraction of the ratio (the interval is
+    ``ratio · exp(±h)``: this is ``exp(h) - 1``)."""
+    return float(np.expm1(np.log(c.high / c.ratio)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -567,7 +581,9 @@ class Results:
     lora: Run
     qlora: Run
     qat: dict                      # method -> Run (QAT and LSQ), in the order they ran
-    ptq: dict                      # (label, setting) -> (per-window NLL, bits/weight, CPU-s)
+    ptq: dict                      # (label, setting) -> (per-window NLL, bits/weight, CPU-s,
+                                   #                      bits/weight packed)
+    reach: dict                    # setting -> grid_reach() of QAT from GPTQ's grid points
     bills: list                    # [Bill]
     nf4_bytes: dict                # {"double_quant": bytes, "fp32_absmax": bytes, "params": n}
     machine: str
@@ -584,8 +600,8 @@ class Results:
 
 def planned_evaluations(w: Workload) -> int:
     points = len(set(range(w.eval_every, w.steps + 1, w.eval_every)) | {w.steps}) + 1
-    quantized = len(w.settings) + len(w.gptq) + len(w.lsq)
-    return 1 + (3 + quantized) * points + quantized
+    trained = len(w.settings) + len(w.lsq)       # QAT and LSQ runs, each scored packed too
+    return 1 + 3 * points + trained * (points + 1) + len(w.gptq)
 
 
 def machine_name() -> str:
@@ -630,15 +646,22 @@ def run_all(lab: Lab) -> Results:
                  "fp32_absmax": sum(t.data.numel() for t in nf4.values()) + 4 * n_blocks,
                  "params": n_lin}
     del nf4
-    qat, ptq = {}, {}
+    qat, ptq, reach = {}, {}, {}
     plan = [(b, g, "RTN") for b, g in w.settings] + [(b, g, "GPTQ") for b, g in w.gptq]
     for bits, group, label in plan:
         t0 = time.process_time()
         st = make_start(lab, label, bits, group)
         cpu = time.process_time() - t0
+        if label == "GPTQ":      # QAT from its grid points: how far Adam could take it
+            nll = packed_model_nll(lab, {**st.packed,
+                                         **{n: pack(t) for n, t in st.tail.items()}})
+            ptq[(label, st.setting)] = (nll, st.bits_per_weight, cpu, st.packed_bits)
+            reach[st.setting] = grid_reach(st, w.lr_full, w.steps)
+            del st
+            continue
         r = qat_run(lab, st)
         qat[r.method] = r
-        ptq[(label, st.setting)] = (r.start_nll, st.bits_per_weight, cpu)
+        ptq[(label, st.setting)] = (r.start_nll, st.bits_per_weight, cpu, st.packed_bits)
         if label == "RTN" and (bits, group) in w.lsq:
             r2 = qat_run(lab, st, learn_scale=True)
             qat[r2.method] = r2
@@ -648,8 +671,8 @@ def run_all(lab: Lab) -> Results:
             bills.append(bill(r.method, packed, packed, r))
             bills[-1].measured["scales"] = tail_meta
         del st
-    return Results(w, float_nll, full, lora, qlora, qat, ptq, bills, nf4_bytes, machine_name(),
-                   len(lab.ck.model.model.layers) - w.first,
+    return Results(w, float_nll, full, lora, qlora, qat, ptq, reach, bills, nf4_bytes,
+                   machine_name(), len(lab.ck.model.model.layers) - w.first,
                    {} if not torch.cuda.is_available() else
                    {"peak": torch.cuda.max_memory_allocated()})
 
@@ -657,16 +680,18 @@ def run_all(lab: Lab) -> Results:
 # ---------------------------------------------------------------------------------------------
 # Demos: what each prints (the numbers come from run_all)
 # ---------------------------------------------------------------------------------------------
-def verdict(c: Comparison) -> str:
-    return _("a finding") if c.finding else _("within noise")
+def verdict(c) -> str:
+    """"a finding" when the 95 % interval of a PairedRatio excludes 1, else "within noise"."""
+    return _("within noise") if c.within_noise else _("a finding")
 
 
 def demo1_gap(r: Results) -> list:
-    """Rows [setting, method, bits/weight, perplexity, gap to float, 2 SE band, verdict]."""
+    """Rows [setting, method, bits/weight, packed bits/weight, perplexity, gap to float,
+    PairedRatio against float]."""
     rows = []
-    for (label, setting), (nll, bpw, _cpu) in r.ptq.items():
-        c = compare(nll, r.float_nll)
-        rows.append([setting, label, bpw, c.ppl_a, c.ppl_a - c.ppl_b, c.noise_ppl, c.finding])
+    for (label, setting), (nll, bpw, _cpu, packed) in r.ptq.items():
+        c = versus(nll, r.float_nll)
+        rows.append([setting, label, bpw, packed, ppl_of(nll), ppl_of(nll) - r.float_ppl, c])
     return rows
 
 
@@ -674,27 +699,29 @@ def show_demo1(r: Results, rows: list) -> None:
     print_header(_("Demo 1: the gap post-training quantization leaves"))
     print_paragraph(_(
         "Float32 model: perplexity {ppl:.2f} on {n} windows of {t} tokens. Every decoder "
-            "linear quantized (asymmetric, float16 scales, as stored in GPTQ's layout):").format(
+            "linear quantized (asymmetric, float16 scales). Bits per weight: the codes, scales "
+            "and zero points at their own widths, and as packed in GPTQ's layout, where 3-bit "
+            "codes and zero points travel in 4-bit nibbles:").format(
         ppl=r.float_ppl, n=r.workload.n_eval, t=r.workload.eval_len))
-    print_table([_("setting"), _("method"), _("bits/weight"), _("perplexity"), _("gap"),
-                 _("noise (2 SE)")],
-                [[s, m, f"{b:.3f}", f"{p:.2f}", f"{g:+.2f}", f"{n:.2f}"]
-                 for s, m, b, p, g, n, _f in rows])
-    worst = max(rows, key=lambda row: row[4])
-    lines = [_("Every gap exceeds twice the standard error of the paired per-window "
-               "differences: the loss is real, not window-to-window noise.")
-             if all(row[6] for row in rows) else
-             _("Some gaps are within the window-to-window noise (2 SE of the paired "
-               "differences).")]
+    print_table([_("setting"), _("method"), _("bits/weight"), _("packed"), _("perplexity"),
+                 _("gap"), _("vs float (95 % interval)")],
+                [[s, m, f"{b:.3f}", f"{pb:.3f}", f"{p:.2f}", f"{g:+.2f}", interval(c)]
+                 for s, m, b, pb, p, g, c in rows])
+    worst = max(rows, key=lambda row: row[5])
+    lines = [_("Every gap lies outside the 95 % interval of the paired per-window differences: "
+               "the loss is real, not window-to-window noise.")
+             if all(not row[6].within_noise for row in rows) else
+             _("Some gaps are within the window-to-window noise (the 95 % interval of the "
+               "paired differences contains no change).")]
     lines.append(_("The largest gap is {setting} {method}: {gap:+.2f} perplexity at {bits:.3f} "
-                   "bits per weight.").format(setting=worst[0], method=worst[1], gap=worst[4],
-                                              bits=worst[2]))
+                   "bits per weight ({packed:.3f} as packed).").format(
+        setting=worst[0], method=worst[1], gap=worst[5], bits=worst[2], packed=worst[3]))
     print_observations(lines)
 
 
 def demo2_rows(r: Results) -> list:
-    """[method, start ppl, final ppl, float-FT ppl, share of gap recovered, codes changed %,
-    packed ppl, packed == fake-quantized]."""
+    """[method, start ppl, final ppl, share of gap recovered, codes changed %, packed ppl,
+    packed == fake-quantized, PairedRatio of the end against the start]."""
     rows = []
     for m, run in r.qat.items():
         if not m.startswith("QAT"):
@@ -704,12 +731,13 @@ def demo2_rows(r: Results) -> list:
         packed = ppl_of(run.info["packed_nll"])
         rows.append([m, run.start_ppl, run.ppl, share,
                      100 * run.info["codes_changed"] / run.info["codes"], packed,
-                     bool(np.array_equal(run.info["packed_nll"], run.nll))])
+                     bool(np.array_equal(run.info["packed_nll"], run.nll)),
+                     versus(run.nll, run.start_nll)])
     return rows
 
 
 def show_demo2(r: Results, rows: list) -> None:
-    print_header(_("Demo 2: quantization-aware training, from RTN and from GPTQ"))
+    print_header(_("Demo 2: quantization-aware training from RTN"))
     w = r.workload
     print_paragraph(_("The linears of the last {k} decoder layers train as float32 master weights "
             "through their fake-quantized values (STE, the PTQ's scales fixed), {steps} steps "
@@ -723,21 +751,26 @@ def show_demo2(r: Results, rows: list) -> None:
     print_table([_("method"), _("PTQ"), _("QAT"), _("gap recovered"), _("codes changed"),
                  _("packed model")],
                 [[label(m), f"{a:.2f}", f"{b:.2f}", f"{100 * s:.0f} %", f"{c:.2f} %", f"{p:.2f}"]
-                 for m, a, b, s, c, p, _e in rows])
+                 for m, a, b, s, c, p, _e, _v in rows])
     lines = []
-    for m, a, b, s, c, p, exact in rows:
-        run = r.qat[m]
-        cmp = compare(run.nll, run.start_nll)
+    for m, a, b, s, c, p, exact, v in rows:
         lines.append(_("{method}: {start:.2f} -> {end:.2f} ({share:.0f} % of the gap to float; "
                        "{verdict}); {codes:.2f} % of its trained codes moved.").format(
-            method=label(m), start=a, end=b, share=100 * s, verdict=verdict(cmp), codes=c))
-        if run.info["on_grid"]:
-            lines.append(on_grid_line(r, run))
+            method=label(m), start=a, end=b, share=100 * s, verdict=verdict(v), codes=c))
     lines.append(_("Exported for real: the trained weights' codes packed in GPTQ's layout "
                    "(qweight, float16 scales, qzeros), unpacked and scored by a plain forward "
                    "pass give the fake-quantized model's perplexity exactly ({n} of {n} "
                    "models).").format(n=sum(row[6] for row in rows)))
-    full = compare(r.full.nll, r.float_nll)
+    for setting, g in r.reach.items():
+        lines.append(_("QAT from GPTQ {setting} is not run: GPTQ's weights sit on grid points, "
+                       "and a code changes only when its weight moves past half a step. Adam "
+                       "moves a weight at most {bound:.2f} × lr per step (Kingma & Ba 2015, "
+                       "section 2.1): {reach:.1e} in {steps} steps at lr {lr:g}, more than half "
+                       "a step for {share:.2f} % of the trained weights; the median weight "
+                       "would need {need:,} steps.").format(
+            setting=setting, bound=ADAM_MAX_STEP, reach=g["reach"], steps=w.steps,
+            lr=w.lr_full, share=100 * g["reachable"], need=g["median_steps"]))
+    full = versus(r.full.nll, r.float_nll)
     lines.append(_("The float model itself gains from the same steps ({ref:.2f} -> {ft:.2f}, "
                    "{verdict}): part of what QAT recovers is adaptation to this text, which "
                    "the float model also takes.").format(ref=r.float_ppl, ft=r.full.ppl,
@@ -745,49 +778,46 @@ def show_demo2(r: Results, rows: list) -> None:
     print_observations(lines)
 
 
-def on_grid_line(r: Results, run: Run) -> str:
-    """What QAT did to weights that started on grid points (GPTQ's): a code changes only when
-    its weight moves past half a step, and Adam moves a weight by about its learning rate per
-    step (Kingma & Ba 2015, section 2.1), whatever the gradient's size."""
-    w, move, n = r.workload, run.info["max_move"], run.info["codes_changed"]
-    if n == 0 and move < 0.5:
-        return _("{method} started on grid points, where a code changes only past half a step: "
-                 "its largest weight moved {move:.3f} of its group's step, so no code changed and "
-                 "the model scored is still the PTQ model. Adam moves a weight about its learning "
-                 "rate per step ({steps} × {lr:g} here); a fine-tuning learning rate cannot "
-                 "leave GPTQ's grid in {steps} steps.").format(
-            method=label(run.method), move=move, steps=w.steps, lr=w.lr_full)
-    return _("{method} started on grid points: its largest weight moved {move:.2f} of its "
-             "group's step, and {n:,} codes changed (a code changes only past half a step)."
-             ).format(method=label(run.method), move=move, n=n)
-
-
 def demo3_rows(r: Results) -> list:
-    """[setting, fixed-scale ppl, LSQ ppl, comparison, max relative scale change]."""
+    """[setting, fixed-scale ppl, LSQ ppl, PairedRatio LSQ/fixed, median and max relative
+    scale change, number of scales, codes changed with learned and with fixed scales]."""
     rows = []
     for m, run in r.qat.items():
         if m.startswith("LSQ"):
             fixed = r.qat["QAT" + m[3:]]
-            rows.append([m[4:], fixed.ppl, run.ppl, compare(run.nll, fixed.nll),
-                         run.info["scale_change"], run.trainable - fixed.trainable])
+            rows.append([m[4:], fixed.ppl, run.ppl, versus(run.nll, fixed.nll),
+                         run.info["scale_median"], run.info["scale_change"],
+                         run.trainable - fixed.trainable, run.info["codes_changed"],
+                         fixed.info["codes_changed"]])
     return rows
 
 
 def show_demo3(r: Results, rows: list) -> None:
     print_header(_("Demo 3: learned step sizes (LSQ) against fixed scales"))
+    import torch
+    from numfmt.torch.train.lsq import lsq_gradient_scale
+    bits, group = r.workload.lsq[0] if r.workload.lsq else (3, 128)
+    g = float(lsq_gradient_scale(torch.tensor([group]), 2 ** bits - 1)[0])
     print_paragraph(_(
-        "LSQ trains each group's scale with the weights (Esser et al. 2020: the gradient "
-            "of the rounding with respect to the step, scaled by 1/sqrt(N·Q_P)); Adam lr {lr:g} "
-            "for the scales; the same steps and windows.").format(lr=r.workload.lr_scale))
-    print_table([_("setting"), _("fixed scales"), "LSQ", _("difference"), "2 SE",
-                 _("scales"), _("max scale change")],
-                [[label(s), f"{a:.2f}", f"{b:.2f}", f"{b - a:+.2f}", f"{c.noise_ppl:.2f}", f"{n:,}",
-                  f"{100 * d:.2f} %"] for s, a, b, c, d, n in rows])
+        "LSQ trains each group's scale with the weights (Esser et al. 2020, eq. 3: the "
+            "gradient of the rounding with respect to the step, times g = 1/sqrt(N·Q_P), {g:.4f} "
+            "for INT{bits} groups of {group}). Adam divides every gradient by its running root mean "
+            "square, so g cancels (Kingma & Ba 2015, section 2): the learning rate alone sets "
+            "the pace, here {rel:g} of each linear's mean scale per step. The same steps and "
+            "windows as QAT with fixed scales; Δs: a scale's relative change.").format(g=g, bits=bits, group=group,
+                                                        rel=r.workload.scale_lr))
+    print_table([_("setting"), _("fixed scales"), "LSQ", _("LSQ vs fixed (95 % interval)"),
+                 _("median Δs"), _("max Δs")],
+                [[label(s), f"{a:.2f}", f"{b:.2f}", c.percent(), f"{100 * md:.2f} %",
+                  f"{100 * d:.2f} %"] for s, a, b, c, md, d, _n, _cl, _cf in rows])
     print_observations([
-        _("{setting}: LSQ {lsq:.2f} against fixed scales {fixed:.2f}: {verdict} at this "
-          "budget; the scales moved by at most {change:.2f} %.").format(
-            setting=label(s), lsq=b, fixed=a, verdict=verdict(c), change=100 * d)
-        for s, a, b, c, d, _n in rows])
+        _("{setting}: the {n:,} scales moved (median {median:.2f} %, at most {change:.2f} %) "
+          "and took codes with them: {codes:,} trained codes changed, against {fixed_codes:,} "
+          "with fixed scales. LSQ {lsq:.2f} against fixed scales {fixed:.2f}: {verdict} at "
+          "this budget.").format(
+            setting=label(s), lsq=b, fixed=a, verdict=verdict(c), change=100 * d,
+            median=100 * md, codes=cl, fixed_codes=cf, n=n)
+        for s, a, b, c, md, d, n, cl, cf in rows])
 
 
 def show_demo4(r: Results) -> None:
@@ -795,36 +825,46 @@ def show_demo4(r: Results) -> None:
     w = r.workload
     print_paragraph(_(
         "Adapters of rank {rank}, alpha {alpha:g}, on every linear of the last {k} layers, "
-            "float32, Adam lr {lr:g}; the same {tokens} training tokens for every method.")
+            "float32, Adam lr {lr:g}; full fine-tuning at Adam lr {lr_full:g}; the same "
+            "{tokens} training tokens for every method.")
           .format(rank=w.rank, alpha=w.alpha, k=r.tail_layers, lr=w.lr_lora,
-                  tokens=r.full.tokens))
+                  lr_full=w.lr_full, tokens=r.full.tokens))
     runs = [r.full, r.lora, r.qlora]
     print_table([_("method"), _("base bits/weight"), _("trainable"), _("perplexity"),
-                 _("vs float (2 SE)")],
+                 _("vs float (95 % interval)")],
                 [[label(x.method), f"{x.bits:.3f}", f"{x.trainable:,}", f"{x.ppl:.2f}",
-                  f"{x.ppl - r.float_ppl:+.2f} ({compare(x.nll, r.float_nll).noise_ppl:.2f})"]
-                 for x in runs])
+                  versus(x.nll, r.float_nll).percent()] for x in runs])
     mb = 2.0 ** 20
     print_paragraph(_("The memory bill while training, in MiB, of the decoder linears: the "
                       "frozen weights as stored, the trained weights, their gradients and "
                       "Adam's state, computed from the counts; \"measured\" says whether the "
-                      "tensors torch holds add up to the same bytes."))
+                      "tensors torch holds add up to the same bytes. Activations kept for the "
+                      "backward pass and their gradients are not in it: they grow with the "
+                      "tokens per step, and for LoRA they, not the adapters, dominate (QLoRA, "
+                      "Dettmers et al. 2023, section 2)."))
     print_table([_("method"), _("frozen"), _("trained"), _("gradients"), _("Adam"),
                  _("total"), _("measured")],
                 [[label(b.method), f"{b.frozen / mb:.1f}", f"{b.trained / mb:.2f}",
                   f"{b.grads / mb:.2f}", f"{b.adam / mb:.2f}", f"{b.total / mb:.1f}",
                   _("yes") if bill_matches(b) else _("no")] for b in r.bills])
-    q = compare(r.qlora.nll, r.lora.nll)
-    f = compare(r.lora.nll, r.full.nll)
+    q = versus(r.qlora.nll, r.lora.nll)
+    f = versus(r.lora.nll, r.full.nll)
     d = r.nf4_bytes
     lines = [
         _("QLoRA against LoRA on the float base: {q:.2f} against {l:.2f}, {verdict}: the NF4 "
-          "base costs {bits:.3f} bits per weight instead of 32.").format(
-            q=q.ppl_a, l=q.ppl_b, verdict=verdict(q), bits=8 * d["double_quant"] / d["params"]),
+          "base costs {bits:.3f} bits per weight instead of 32 (the adapters add {ad:.3f} in "
+          "float32).").format(q=r.qlora.ppl, l=r.lora.ppl, verdict=verdict(q),
+                              bits=8 * d["double_quant"] / d["params"],
+                              ad=r.lora.info["adapter_bits"]),
+        _("QLoRA's parity with 16-bit fine-tuning (Dettmers et al. 2023, sections 4-5) is "
+          "measured on models of 7B to 65B parameters on instruction benchmarks; this 135M "
+          "model loses more to NF4: {nf4:.2f} against {ref:.2f} before any training.").format(
+            nf4=r.qlora.start_ppl, ref=r.float_ppl),
         _("LoRA against full fine-tuning: {l:.2f} against {f:.2f}, {verdict}, with {ratio:.1f} "
-          "% of the trainable parameters.").format(
-            l=f.ppl_a, f=f.ppl_b, verdict=verdict(f),
-            ratio=100 * r.lora.trainable / r.full.trainable),
+          "% of the trainable parameters; their learning rates differ {x:.0f}x, so this "
+          "compares two recipes, not the parameter counts alone.").format(
+            l=r.lora.ppl, f=r.full.ppl, verdict=verdict(f),
+            ratio=100 * r.lora.trainable / r.full.trainable, x=w.lr_lora / w.lr_full),
         _("Double quantization stores the NF4 base in {dq:.1f} MiB instead of {fp:.1f} MiB with "
           "FP32 absmax values ({bdq:.3f} against {bfp:.3f} bits per weight).").format(
             dq=d["double_quant"] / mb, fp=d["fp32_absmax"] / mb,
@@ -843,9 +883,9 @@ def bill_matches(b: Bill) -> bool:
 
 
 def demo5_rows(r: Results) -> list:
-    """[method, bits/weight, trainable, CPU-s, perplexity, per-window NLL]."""
+    """[method, bits/weight (base), trainable, CPU-s, perplexity, per-window NLL]."""
     rows = [["float32 (reference)", 32.0, 0, 0.0, r.float_ppl, r.float_nll]]
-    for (label, setting), (nll, bpw, cpu) in r.ptq.items():
+    for (label, setting), (nll, bpw, cpu, _packed) in r.ptq.items():
         rows.append([f"{label} {setting}", bpw, 0, cpu, ppl_of(nll), nll])
     for run in r.runs():
         rows.append([run.method, run.bits, run.trainable, run.cpu_s, run.ppl, run.nll])
@@ -855,25 +895,28 @@ def demo5_rows(r: Results) -> list:
 def show_demo5(r: Results, rows: list) -> None:
     print_header(_("Demo 5: one table"))
     print_paragraph(_(
-        "CPU-seconds of the training steps (PTQ rows: quantizing and packing) measured on "
-            "this machine ({machine}); they differ from machine to machine."
+        "CPU-s is the one measured column: CPU-seconds of the training steps (PTQ rows: "
+            "quantizing and packing) on this machine ({machine}); it changes from run to run "
+            "and machine to machine. Every other number is the same on every run. Bits per "
+            "weight: the base as stored (adapters not included)."
             ).format(machine=r.machine))
     print_table([_("method"), _("bits/weight"), _("trainable"), _("CPU-s"), _("perplexity")],
                 [[label(m), f"{b:.3f}", f"{n:,}", f"{c:.0f}", f"{p:.2f}"]
                  for m, b, n, c, p, _nll in rows])
-    spreads = [compare(run.nll, r.float_nll).noise_ppl for run in r.runs()]
+    spreads = [half_width(versus(run.nll, r.float_nll)) for run in r.runs()]
     first = r.qat[next(iter(r.qat))]
     at_half = [i for i, (s, _p) in enumerate(first.curve) if s <= r.workload.steps // 2][-1]
     half = first.curve[at_half][1]
-    second = compare(first.nll, first.info["curve_nll"][at_half])
+    second = versus(first.nll, first.info["curve_nll"][at_half])
     print_observations([
-        _("Noise floor: twice the standard error of paired per-window differences is "
-          "{lo:.2f} to {hi:.2f} perplexity here; smaller differences are not findings.").format(
-            lo=min(spreads), hi=max(spreads)),
+        _("Noise: the 95 % intervals of the paired per-window ratios against float span "
+          "±{lo:.1f} % to ±{hi:.1f} % here ({n} windows); smaller differences are not "
+          "findings.").format(lo=100 * min(spreads), hi=100 * max(spreads),
+                              n=r.workload.n_eval),
         (_("A longer run: {method} still fell from {half:.2f} to {end:.2f} over the second "
            "half of its {steps} steps, so more steps and more tokens buy more (--steps runs a "
            "longer one); training more layers than the last {k} does too, at more CPU time per "
-           "token.") if second.finding and first.ppl < half else
+           "token.") if not second.within_noise and first.ppl < half else
          _("A longer run: {method} did not fall beyond the noise over the second half of its "
            "{steps} steps ({half:.2f} -> {end:.2f}); more tokens per step or a smaller learning "
            "rate would come first (--steps runs a longer one); training more layers than the "
@@ -894,8 +937,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, default=None,
                         help=_("training steps of every method (default 32; 12 with --quick)"))
     parser.add_argument("--save", metavar="PATH",
-                        help=_("also write the run's summary as JSON to PATH (the curves and "
-                               "the table that notebook 11 draws)"))
+                        help=_("also write the run's summary as JSON to PATH (the curves, "
+                               "the table and the printed demos that notebook 11 shows)"))
     return parser
 
 
@@ -904,6 +947,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.steps is not None and args.steps < 1:
         parser.error(_("--steps must be a positive integer"))
+    if args.save is not None and (why := save_target_problem(args.save)):
+        parser.error(_("--save {path}: {why}").format(path=args.save, why=why))
     return args
 
 
@@ -923,53 +968,94 @@ def main(argv=None) -> None:
           "adapters beside a frozen 4-bit NF4 base. Both run here on SmolLM2-135M, and both end "
           "in real storage."),
         _("Perplexity is exp(mean NLL per token) on {n} windows of {t} tokens: lower is better. "
-          "Differences within twice the standard error of the paired per-window differences "
-          "are called noise.").format(n=w.n_eval, t=w.eval_len),
+          "A difference is a finding when the 95 % t-interval of the paired per-window "
+          "differences excludes no change (lectures 08-09's rule); otherwise it is within "
+          "noise.").format(n=w.n_eval, t=w.eval_len),
     ])
     llm = harness()
     try:
         lab = open_lab(w)
     except llm.ModelUnavailableError as err:
         sys.exit(f"\n{err.wrapped()}")     # its text within 100 columns, the command whole
-    from tqdm import tqdm
-    with tqdm(total=planned_evaluations(w), desc=_("evaluations"), leave=False,
-              disable=not sys.stderr.isatty()) as bar:
+    sys.stdout.flush()
+    with progress(total=planned_evaluations(w), desc=_("evaluations")) as bar:
         lab.progress = bar
         r = run_all(lab)
-    rows1 = demo1_gap(r)
-    show_demo1(r, rows1)
-    show_demo2(r, demo2_rows(r))
-    show_demo3(r, demo3_rows(r))
-    show_demo4(r)
-    show_demo5(r, demo5_rows(r))
+    show_demos(r)
     if args.save:
         save_summary(summary(r), args.save)
 
 
+def show_demos(r: Results) -> None:
+    """Print demos 1-5 from :func:`run_all`'s Results, in the current language."""
+    show_demo1(r, demo1_gap(r))
+    show_demo2(r, demo2_rows(r))
+    show_demo3(r, demo3_rows(r))
+    show_demo4(r)
+    show_demo5(r, demo5_rows(r))
+
+
+def printed_demos(r: Results, langs=("en", "zh")) -> dict:
+    """What :func:`show_demos` prints, per language: {"en": text, "zh": text}."""
+    import io
+    from console.i18n import language
+    out = {}
+    for lang in langs:
+        buf = io.StringIO()
+        with language(lang), contextlib.redirect_stdout(buf):
+            show_demos(r)
+        out[lang] = buf.getvalue()
+    return out
+
+
 def summary(r: Results) -> dict:
     """Plain data from :func:`run_all`'s Results, JSON-serialisable: the workload, the curves,
-    demo 5's table, each run's noise band, and what QAT did to the codes."""
+    demo 5's table, each run's noise band (half the 95 % interval against float, in
+    perplexity), what QAT did to the codes, and the printed demos (tables and observations)
+    in English and Chinese."""
     rows = demo5_rows(r)
     return {
+        "printed": printed_demos(r),
         "steps": r.workload.steps, "train_len": r.workload.train_len,
         "n_eval": r.workload.n_eval, "eval_len": r.workload.eval_len,
         "float_ppl": r.float_ppl, "machine": r.machine,
         "curves": {run.method: [[int(s), float(p)] for s, p in run.curve] for run in r.runs()},
         "table": [[m, float(b), int(n), float(c), float(p)] for m, b, n, c, p, _nll in rows],
-        "noise": {run.method: compare(run.nll, r.float_nll).noise_ppl for run in r.runs()},
+        "noise": {run.method: run.ppl * half_width(versus(run.nll, r.float_nll))
+                  for run in r.runs()},
         "codes_changed": {m: [int(run.info["codes_changed"]), int(run.info["codes"])]
                           for m, run in r.qat.items()},
     }
 
 
 def save_summary(s: dict, path) -> Path:
-    """Write ``s`` as JSON (a temporary file renamed into place: a reader never sees half)."""
-    import json
+    """Write ``s`` as JSON to ``path`` through a private temporary file beside it, renamed into
+    place (a reader never sees half a file, and no other file is touched), as
+    :func:`lectures.llm.save_results` does."""
     path = Path(path)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(s, indent=1, sort_keys=True) + "\n")
-    tmp.replace(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(s, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return path
+
+
+def save_target_problem(path) -> str | None:
+    """Why ``--save PATH`` could not be written at the end of the run (None if it can): a
+    directory, a missing or unwritable parent directory. Checked before the long run."""
+    path = Path(path)
+    parent = path.parent
+    if path.is_dir():
+        return _("{path} is a directory").format(path=path)
+    if not parent.is_dir():
+        return _("its directory {parent} does not exist").format(parent=parent)
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return _("its directory {parent} is not writable").format(parent=parent)
+    return None
 
 
 if __name__ == "__main__":

@@ -65,6 +65,12 @@ KV_FORMATS = ((N_("BF16"), 16.0), (N_("INT8, per token"), 8 + 16 / 64),
               ("MXFP4", L08.KV_BITS["mxfp4"]), ("NVFP4", L08.KV_BITS["nvfp4"]))
 CONTEXTS = (2048, 8192)        # context lengths of the KV table (8,192: SmolLM2's longest)
 HEAD_BITS = 16                 # demo 2: the output projection and the cache kept in BF16
+
+
+def head_bits(weights: str) -> float:
+    """Bits per weight of the output projection beside decoder linears in format ``weights``:
+    float32 in the float32 model (the one demo 3 times), BF16 beside every other format."""
+    return 32.0 if weights == "float32" else HEAD_BITS
 #: SmolLM2-135M's shape as its published configuration gives it (HuggingFaceTB/SmolLM2-135M,
 #: config.json); demo 2 and the notebook's explorer use it without loading the weights, and
 #: the tests check it against the loaded model's configuration.
@@ -190,7 +196,37 @@ def show_demo1(r: MachineResult) -> None:
           "repeat. The ridge point is peak / bandwidth: a kernel that does fewer operations "
           "per byte it reads is bound by memory.").format(bw=r.best_bandwidth / GB),
         decode_note(r),
+        *bf16_note(r),
     ])
+
+
+def cpu_flags() -> set:
+    """The CPU's feature flags from /proc/cpuinfo (Linux); empty where it cannot be read."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def bf16_note(r: MachineResult, flags: set | None = None) -> list:
+    """Why bfloat16 products may run slower than float32 here: without AVX-512 BF16 (or AMX)
+    a CPU has no bfloat16 multiply, and the bf16 ridge then measures conversions, not a
+    bfloat16 machine. Empty when bf16 is not slower or the flags are unknown."""
+    flags = cpu_flags() if flags is None else flags
+    if "bfloat16" not in r.matmul or "float32" not in r.matmul or not flags:
+        return []
+    slower = r.matmul["bfloat16"].median < r.matmul["float32"].median
+    if not slower or flags & {"avx512_bf16", "amx_bf16"}:
+        return []
+    return [_("bfloat16 multiplies at {ratio:.2g}x float32's rate here: this CPU reports no "
+              "AVX-512 BF16 or AMX instructions, so bfloat16 products go through conversions, "
+              "and its ridge ({ridge} op/B) says nothing of a machine that has them.").format(
+        ratio=r.matmul["bfloat16"].median / r.matmul["float32"].median,
+        ridge=op_per_byte(r.ridge("bfloat16")))]
 
 
 def decode_note(r: MachineResult) -> str:
@@ -226,7 +262,7 @@ class BytesResult:
     kv: dict                 # KV label -> bytes per token
     bandwidth: float         # bytes/s used for the prediction
     contexts: tuple
-    head_bytes: float        # output projection at HEAD_BITS
+    head_bytes: float        # output projection at HEAD_BITS (float32's: twice that)
 
 
 def format_rows() -> list:
@@ -271,7 +307,7 @@ def decode_point(weights: str, kv: str, context: int, batch: int, bandwidth: flo
     if kv not in kv_bits:
         raise ValueError(f"kv must be one of {list(kv_bits)}, got {kv!r}")
     c = speed.pass_cost(shape, bits[weights], context=context, batch=batch,
-                        head_bits=HEAD_BITS, kv_bits=kv_bits[kv])
+                        head_bits=head_bits(weights), kv_bits=kv_bits[kv])
     seconds = cost.roofline_seconds(c.flops, c.nbytes, peak, bandwidth)
     return {"tokens_per_s": batch / seconds, "step_ms": seconds * 1e3,
             "weight_mb": c.weight_bytes / MB, "kv_mb": c.kv_bytes / MB,
@@ -295,7 +331,7 @@ def demo2_bytes_per_token(shape: speed.ModelShape, bandwidth: float,
         bits[label] = bits_of(shapes)
         lin[label] = cost.weight_bytes(shape.linear_params, bits[label])
         for c in (0,) + tuple(contexts):
-            p = speed.pass_cost(shape, bits[label], context=c, head_bits=HEAD_BITS,
+            p = speed.pass_cost(shape, bits[label], context=c, head_bits=head_bits(label),
                                 kv_bits=HEAD_BITS)
             tok[label, c] = p.nbytes
             pred[label, c] = bandwidth / p.nbytes
@@ -310,8 +346,8 @@ def show_demo2(r: BytesResult) -> None:
     say(_("SmolLM2-135M: {layers} layers, hidden {hidden}, {heads} query heads and {kv_heads} "
           "K/V heads of {head_dim}, {linear:,} weights in the decoder's linears, {head:,} in "
           "the output projection. A decoded token reads every linear once, the output "
-          "projection (kept in BF16: {head_mb:.1f} MB) and the K/V cache of every earlier "
-          "position (BF16).").format(
+          "projection (kept in BF16: {head_mb:.1f} MB; in float32 in the float32 row, the "
+          "model demo 3 times) and the K/V cache of every earlier position (BF16).").format(
             layers=s.layers, hidden=s.hidden, heads=s.heads, kv_heads=s.kv_heads,
             head_dim=s.head_dim, linear=s.linear_params, head=s.head_params,
             head_mb=r.head_bytes / MB))
@@ -343,9 +379,10 @@ def show_demo2(r: BytesResult) -> None:
           "head per query head would.").format(
             layers=s.layers, kv_heads=s.kv_heads, head_dim=s.head_dim, group=s.heads // s.kv_heads,
             elements=2 * s.layers * s.kv_heads * s.head_dim, per_token=r.kv["BF16"]),
-        _("At an empty context, float32 weights read {f32:.0f} MB per token and INT4 in groups "
-          "of 32 {int4:.0f} MB: {ratio:.1f}x fewer bytes, not 8x, because the output projection "
-          "stays in BF16. Quantizing it too is where the next bytes are.").format(
+        _("At an empty context, the float32 model reads {f32:.0f} MB per token and INT4 in "
+          "groups of 32 {int4:.0f} MB: {ratio:.1f}x fewer bytes, not 8x, because the output "
+          "projection only halves, to BF16. Quantizing it too is where the next bytes are."
+          ).format(
             f32=f32 / MB, int4=int4 / MB, ratio=f32 / int4),
         _("At {c:,} tokens of context the BF16 cache alone is {kv:.0f} MB, more than the INT4 "
           "weights and the output projection together ({weights:.0f} MB): for long contexts "
@@ -512,8 +549,10 @@ def show_demo3(r: DecodeResult) -> None:
     print_table([_("path"), _("bits/w"), _("MB/tok"), _("roofline tok/s"),
                  _("measured tok/s"), _("of roofline")], rows)
     say(_("W8A8 dynamic: torch's int8 linears (fbgemm on x86) with per-row int8 weights and "
-          "each input quantized to 8 bits as it arrives. The output projection stays float32 "
-          "on every path, and the K/V cache too."))
+          "each input quantized as it arrives, on x86 onto [0, 127] only (fbgemm's "
+          "reduce_range, so that the int16 sums of its byte products cannot saturate): 7-bit "
+          "inputs, W8A7 in effect. The output projection stays float32 on every path, and "
+          "the K/V cache too."))
     notes = [_("{path}: not run here. {why}").format(path=_(label), why=why)
              for label, why in r.unavailable.items()]
     if r.llama_cpp:
@@ -662,7 +701,7 @@ def show_demo4(r: OperatingResult) -> None:
     rows = []
     for p in r.points:
         what = (_("decode step") if p.decode else
-                _("prefill {batch} x {tokens}").format(batch=p.batch, tokens=p.tokens))
+                _("prefill {batch}x{tokens}").format(batch=p.batch, tokens=p.tokens))
         rows.append([_(p.path), what, f"{p.cost.intensity:.1f}",
                      _(WORDS[p.bound]), f"{p.predicted / GB:.1f}", span(p.measured, GB),
                      f"{100 * p.measured.median / p.predicted:.0f}%"])

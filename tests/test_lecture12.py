@@ -130,9 +130,9 @@ def test_demo2_bytes_per_token():
     r = L.demo2_bytes_per_token(L.SMOLLM2, 20e9)
     assert list(r.bits)[:2] == ["float32", "BF16"]
     assert len(r.bits) == 2 + len(L.WEIGHT_FORMATS)
-    head = 49152 * 576 * 2
     norms = 576 * 61 * 4
     for label, b in r.bits.items():
+        head = 49152 * 576 * (4 if label == "float32" else 2)    # the float32 model: float32
         linears = 106_168_320 * b / 8
         assert r.token_bytes[label, 0] == linears + head + norms + 23_040
         assert r.token_bytes[label, 8192] == linears + head + norms + 23_040 * 8193
@@ -394,3 +394,24 @@ def test_ridge_points_keep_two_digits_below_one():
     one decimal it read 0.0."""
     assert [L.op_per_byte(x) for x in (0.0432, 0.5, 0.94, 0.96, 5.66, 16.25)] == \
         ["0.043", "0.5", "0.94", "1.0", "5.7", "16.2"]
+
+
+def test_bf16_note_only_without_bf16_instructions():
+    from lectures.machine import Spread
+    rates = {"float32": Spread(100e9, 90e9, 110e9, 3), "bfloat16": Spread(5e9, 4e9, 6e9, 3)}
+    r = L.MachineResult("cpu", 2, 2, {"read": Spread(20e9, 19e9, 21e9, 3)}, rates, {}, 512)
+    (line,) = L.bf16_note(r, flags={"avx2", "avx512f"})
+    assert "0.05x float32's rate" in line and "AVX-512 BF16" in line
+    assert f"({L.op_per_byte(6e9 / 21e9)} op/B)" in line
+    assert L.bf16_note(r, flags={"avx512f", "avx512_bf16"}) == []       # it has them
+    assert L.bf16_note(r, flags=set()) == []                           # flags unknown
+    fast = dict(rates, bfloat16=Spread(200e9, 190e9, 210e9, 3))
+    assert L.bf16_note(L.MachineResult("cpu", 2, 2, r.bandwidth, fast, {}, 512),
+                       flags={"avx2"}) == []
+
+
+def test_one_float32_model_in_demos_2_and_3():
+    """The float32 row of demo 2 reads a float32 output projection, as demo 3's float32 path
+    (the model as loaded) does; every other format keeps it in BF16."""
+    assert L.head_bits("float32") == 32.0
+    assert {L.head_bits(label) for label in L.format_bits() if label != "float32"} == {16}

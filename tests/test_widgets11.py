@@ -143,3 +143,31 @@ def test_figures_and_explorer_in_chinese():
     assert _is_cjk(description) and _is_cjk(title)
     assert [value for _label, value in labels] == list(s["curves"])
     assert all(_is_cjk(label) for label, _value in labels)
+
+
+def test_print_run_prints_the_stored_demos_in_the_notebooks_language(capsys):
+    from console.i18n import language
+    s = dict(fake_summary(), printed={"en": "Demo 1: the gap\n", "zh": "演示 1：差距\n"})
+    with language("en"):
+        W.print_run(s)
+    assert capsys.readouterr().out == "Demo 1: the gap\n"
+    with language("zh"):
+        W.print_run(s)
+    assert capsys.readouterr().out == "演示 1：差距\n"
+    with pytest.raises(TypeError, match="summary"):
+        W.print_run({"x": 1})
+
+
+
+def test_stored_run_holds_what_the_lecture_printed():
+    """The stored run keeps the demos' tables and observations, in both languages, with the
+    same numbers (the notebook's reader sees the interpretation, not only the figures)."""
+    from text_checks import number_differences
+    s = W.load_summary()
+    en, zh = s["printed"]["en"], s["printed"]["zh"]
+    for n in range(1, 6):
+        assert f"Demo {n}:" in en and f"演示 {n}" in zh
+    assert "What to notice" in en and "memory bill" in en
+    assert number_differences(en, zh) == []
+    for method, bits, trainable, cpu, ppl in s["table"]:
+        assert f"{ppl:.2f}" in en

@@ -9,7 +9,8 @@ A thin layer over lecture 11's results:
   the summary table as bars (perplexity, and bits per weight beside it).
 - ``method_explorer(s)``: pick a method, see its curve against the float reference and its
   row of the table. Nothing is recomputed.
-- ``print_summary(s)``: the stored run in a few printed lines (the notebook's first cell).
+- ``print_summary(s)``: the stored run in a few printed lines (the notebook's first cell);
+  ``print_run(s)``: its demos as the lecture printed them (tables, bill, observations).
 
 Text goes through lecture 11's catalog (domain ``lecture11``); method names are data and are
 translated where they are shown (``L.label``).
@@ -85,6 +86,17 @@ def print_summary(s: dict) -> None:
             method=L.label(method), changed=changed, total=total))
 
 
+def print_run(s: dict) -> None:
+    """Print the stored run's demos as the lecture printed them (tables, the memory bill and
+    every observation), in the notebook's language (English where the run has no such
+    edition)."""
+    _check(s)
+    from console.i18n import current_language
+    printed = s.get("printed", {})
+    lang = "zh" if current_language().startswith("zh") else "en"
+    print(printed.get(lang) or printed.get("en", ""), end="")
+
+
 def plot_curves(s: dict) -> Figure:
     """Perplexity against fine-tuning steps, one line per method; the float model dashed."""
     _check(s)
@@ -150,7 +162,7 @@ def _draw_method(p: dict, fig: Figure | None = None) -> Figure:
     ax.plot(steps, ppl, "o-", label=L.label(p["method"]))
     ax.axhline(p["float_ppl"], color="k", ls="--", lw=0.8, label=_("float32, not trained"))
     ax.fill_between(steps, p["ppl"] - p["noise"], p["ppl"] + p["noise"], color="tab:orange",
-                    alpha=0.2, label=_("final ± noise (2 SE)"))
+                    alpha=0.2, label=_("final ± noise"))
     ax.set_xlabel(_("fine-tuning step"))
     ax.set_ylabel(_("perplexity"))
     ax.set_title(_("{bits:.2f} bits/weight, {trainable:,} trainable: {ppl:.2f}").format(

@@ -85,10 +85,10 @@ def plot_bytes_per_token(r) -> Figure:
     c = r.contexts[-1]
     y = np.arange(len(labels))
     lin = np.array([r.linear_bytes[k] for k in labels]) / L.MB
-    head = np.full(len(labels), r.head_bytes / L.MB)
+    head = np.array([r.head_bytes * L.head_bits(k) / L.HEAD_BITS for k in labels]) / L.MB
     kv = np.array([r.token_bytes[k, c] - r.token_bytes[k, 0] for k in labels]) / L.MB
     ax.barh(y, lin, label=_("decoder linears"))
-    ax.barh(y, head, left=lin, label=_("output projection (BF16)"))
+    ax.barh(y, head, left=lin, label=_("output projection (BF16; float32 beside float32)"))
     ax.barh(y, kv, left=lin + head, label=_("K/V cache (BF16) at {c:,} tokens").format(c=c))
     ax.set_yticks(y, [_("{format} ({bits:.2f} b)").format(format=_weights(k), bits=r.bits[k])
                       for k in labels], fontsize=7)
