@@ -716,8 +716,8 @@ def mx_text(status: list) -> str:
 @dataclass
 class StackTraining:
     steps: list
-    curves: list            # rows of curve_rows for FP32 Adam and numfmt's FP8 current
-    verdict: dict           # compare() of numfmt's FP8 current against FP32 Adam
+    curves: list            # rows of curve_rows for FP32 Adam and numfmt's FP8 tensorwise
+    verdict: dict           # compare() of numfmt's FP8 tensorwise against FP32 Adam
     gaps: list              # per seed: max |torchao - numfmt| of the training loss over the
                             # first EARLY_STEPS steps, bits/byte
     early: int              # how many steps that is
