@@ -129,6 +129,29 @@ def test_each_operand_equals_numfmts_numpy_quantizer_on_edge_rows(spec):
                                   numpy_reference(x, spec).view(np.uint32))
 
 
+@pytest.mark.parametrize("block", [(1, 32), (1, 128), (128, 128)])
+def test_rceil_power_of_two_scales_round_as_a_plain_e4m3_cast(block):
+    # Under a power-of-two scale 2^k that keeps every quotient in E4M3's normal range
+    # ([2^-6, 448]: RCEIL never saturates), x -> 2^k * E4M3(x / 2^k) is E4M3's rounding of x
+    # shifted by whole binades: the same for any k, so for any block shape. The expectation is
+    # ml_dtypes' float8_e4m3fn cast of x brought into E4M3's range by an exact power of two.
+    # Bands of 128 rows at activation (2^0), gradient (2^-24) and smallest-E8M0 (2^-120)
+    # magnitudes; within a band values span 2^8, so no quotient falls below 2^-6.
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    rng = np.random.default_rng(7)
+    band = np.repeat([0, -24, -120], 128)[:, None]
+    mag = np.exp2(rng.uniform(-4, 4, (384, 256)))
+    x = (np.where(rng.random((384, 256)) < 0.5, -1, 1) * mag * np.exp2(band)).astype(np.float32)
+    unit = x.astype(np.float64) * np.exp2(-band)                     # exact: within [2^-4, 2^4]
+    want = (unit.astype(ml_dtypes.float8_e4m3fn).astype(np.float64) * np.exp2(band))
+    spec = ntt.OperandSpec("e4m3", block, "e8m0", "rceil")
+    got = ntt.quantize_operand(torch.from_numpy(x), spec).numpy()
+    np.testing.assert_array_equal(got, want.astype(np.float32))
+    # FP32 (exact) tile scales put a different grid under each block: not a cast.
+    exact = ntt.quantize_operand(torch.from_numpy(x), ntt.OperandSpec("e4m3", block, "exact"))
+    assert (exact.numpy() != got).mean() > 0.3
+
+
 def test_nvfp4_tensor_scale_is_fp32_rounding_of_the_ideal_clamped():
     # NVFP4's second-level scale: numfmt's FP32 format rounding amax / (6 * 448), kept
     # within FP32's finite range; ties, subnormals and overflow included.
