@@ -14,7 +14,7 @@ __all__ = ["check"]
 def check(number: str, solutions: bool = False) -> bool:
     """Grade lab `number` and print its report (the notebooks' "Lab" cell); True when every
     exercise is done."""
-    from labs.check import DONE, grade_lab, report, stub_docs
+    from labs.grading import DONE, grade_lab, report, stub_docs
     lab, results, file_error = grade_lab(number, solutions=solutions)
     report(lab, results, file_error, stub_docs(lab))
     return all(r.status == DONE for r in results)

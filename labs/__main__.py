@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 
 from labs import instructor
-from labs.check import DONE, grade_lab, lab_numbers, load_lab, report, stub_docs
+from labs.grading import DONE, grade_lab, lab_numbers, load_lab, report, stub_docs
 from labs.i18n import _, docstring
 
 

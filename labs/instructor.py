@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from labs.check import load_lab, lab_numbers
+from labs.grading import load_lab, lab_numbers
 from labs.i18n import ROOT, _
 
 __all__ = ["add_commands", "grade_folder", "release", "run"]

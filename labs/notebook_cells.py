@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import sys
 
-from labs.check import lab_numbers, load_lab
+from labs.grading import lab_numbers, load_lab
 from labs.i18n import ROOT
 
 __all__ = ["CODE_ID", "MARKDOWN_ID", "cells", "main", "markdown"]

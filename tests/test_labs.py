@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from labs.check import DONE, NOT_DONE, WRONG, grade_lab, lab_numbers, load_lab, report, stub_docs
+from labs.grading import DONE, NOT_DONE, WRONG, grade_lab, lab_numbers, load_lab, report, stub_docs
 
 ROOT = Path(__file__).resolve().parent.parent
 LABS = ROOT / "labs"
@@ -211,3 +211,11 @@ def test_comparisons():
     assert not exact()((1.0,), (1.0, 2.0)).ok
     assert "0x3ff0000000000001" in exact()(np.nextafter(1.0, 2.0), 1.0).detail
     assert close(1e-9)(1.0 + 1e-10, 1.0).ok and not close(1e-9)(1.0 + 1e-8, 1.0).ok
+
+
+def test_the_notebook_lab_cell_runs_twice(capsys):
+    """A student reruns the Lab cell: ``labs.check`` stays the function (a submodule of the
+    same name would replace it on first import)."""
+    import labs
+    assert labs.check("01") is False and labs.check("01") is False
+    assert capsys.readouterr().out.count("not done decode") == 2
