@@ -160,6 +160,13 @@ def _moment_bytes(state: str, n: int, block: int) -> int:
     raise ValueError(f"state must be fp32, bf16, int8 or fp8, got {state!r}")
 
 
+def _tokens(shape, batch, seq) -> int:
+    """``batch * seq`` after checking ``shape`` is a DecoderShape and both counts positive."""
+    if not isinstance(shape, DecoderShape):
+        raise TypeError(f"shape must be a DecoderShape, got {type(shape).__name__}")
+    return _count(batch, "batch") * _count(seq, "seq")
+
+
 def activation_bytes(shape: DecoderShape, batch: int, seq: int,
                      checkpointing: bool = False) -> int:
     """Bytes the forward saves for the backward (BF16 compute, see the module docstring).
@@ -174,9 +181,7 @@ def activation_bytes(shape: DecoderShape, batch: int, seq: int,
     ValueError
         If ``batch`` or ``seq`` is not a positive int.
     """
-    if not isinstance(shape, DecoderShape):
-        raise TypeError(f"shape must be a DecoderShape, got {type(shape).__name__}")
-    n = _count(batch, "batch") * _count(seq, "seq")
+    n = _tokens(shape, batch, seq)
     d = shape.hidden
     layer = layer_activation_bytes(shape, batch, seq)
     rest = (n * (8 * d + 4 * shape.vocab + 20) + 4 * seq * shape.head_dim
@@ -195,9 +200,7 @@ def layer_activation_bytes(shape: DecoderShape, batch: int, seq: int) -> int:
     ValueError
         If ``batch`` or ``seq`` is not a positive int.
     """
-    if not isinstance(shape, DecoderShape):
-        raise TypeError(f"shape must be a DecoderShape, got {type(shape).__name__}")
-    n = _count(batch, "batch") * _count(seq, "seq")
+    n = _tokens(shape, batch, seq)
     d, kv = shape.hidden, shape.kv_heads * shape.head_dim
     return n * (20 * d + 8 * shape.intermediate + 4 * kv + 4 * shape.heads + 8)
 
