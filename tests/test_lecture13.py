@@ -265,23 +265,20 @@ def test_chinese_prints_the_same_numbers(bill, adam, runs, stack, capsys):
     c = L.demo5_communication()
     master = L.demo3_master_weights(runs)
     trained = L.demo4_training(runs)
-    with language("en"):
-        L.show_demo1(bill)
-        L.show_demo2(adam)
-        L.show_demo3(master)
-        L.show_demo4(stack)
-        L.show_demo4_training(trained)
-        L.show_demo5(c)
-    en = capsys.readouterr().out
+
+    def printed(lang):
+        with language(lang):
+            L.show_demo1(bill)
+            L.show_demo2(adam)
+            L.show_demo3(master)
+            L.show_demo4(stack)
+            L.show_demo4_training(trained)
+            L.show_demo5(c)
+        return capsys.readouterr().out
+
+    en = printed("en")
     assert layout_problems(en) == []
-    with language("zh"):
-        L.show_demo1(bill)
-        L.show_demo2(adam)
-        L.show_demo3(master)
-        L.show_demo4(stack)
-        L.show_demo4_training(trained)
-        L.show_demo5(c)
-    zh = capsys.readouterr().out
+    zh = printed("zh")
     assert number_differences(en, zh) == []
     assert layout_problems(zh) == []
     # the table of calls a user writes stays in the libraries' own spelling
