@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from console import (OBSERVATIONS_WIDTH, lecture_parser, print_header, print_observations,
                      print_paragraph, print_table, print_title, run_lecture)
 from console.i18n import N_
-from lectures import llm, machine
+from lectures import hardware, llm, machine
 from lectures.i18n import domain
 from lectures.llm import speed
 from numfmt import cost
@@ -744,32 +744,9 @@ def show_demo4(r: OperatingResult) -> None:
 # ---------------------------------------------------------------------------------------------
 # Demo 5: a GPU's GEMMs against its data sheet
 # ---------------------------------------------------------------------------------------------
-#: Dense tensor-core peaks in TFLOP/s (TOPS for int8), half the data sheets' "with sparsity"
-#: figures: NVIDIA H100 Tensor Core GPU data sheet (SXM), H200 data sheet (SXM, same
-#: compute), GH200 data sheet, A100 data sheet (no FP8), L40S and L4 data sheets. Looked up
-#: in this order by the device's name ("GH200" holds "H200").
-DATASHEET_TFLOPS = {
-    "GH200": {"bf16": 989.5, "fp8": 1979.0, "int8": 1979.0},
-    "H200": {"bf16": 989.5, "fp8": 1979.0, "int8": 1979.0},
-    "H100 PCIe": {"bf16": 756.0, "fp8": 1513.0, "int8": 1513.0},
-    "H100": {"bf16": 989.5, "fp8": 1979.0, "int8": 1979.0},
-    "A100": {"bf16": 312.0, "int8": 624.0},
-    "L40S": {"bf16": 362.05, "fp8": 733.0, "int8": 733.0},
-    "L4": {"bf16": 121.0, "fp8": 242.5, "int8": 242.5},
-}
 GPU_NOTE = N_("No CUDA GPU here: nothing was timed. On a GPU this demo times bf16, FP8 (per "
               "tensor and per row) and int8 GEMMs with lecture 04's benchmark and compares "
               "them with the data sheet.")
-
-
-def datasheet_peak(device_name: str, kind: str) -> float | None:
-    """Dense peak TFLOP/s of a GEMM kind ("bf16", "fp8 per-tensor", "fp8 per-row", "int8")
-    on a device of that name, from :data:`DATASHEET_TFLOPS`; None when unknown."""
-    key = "fp8" if kind.startswith("fp8") else kind
-    for name, peaks in DATASHEET_TFLOPS.items():
-        if name in device_name:
-            return peaks.get(key)
-    return None
 
 
 @dataclass
@@ -798,7 +775,7 @@ def demo5_gpu(device=None, sizes=(4096, 8192), iters: int = 10) -> GpuResult:
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else N_("the CPU")
     rows = gpu_timing.throughput_rows(sizes, dev, iters=iters, errors="record")
     for row in rows:
-        row["peak"] = datasheet_peak(name, row["kind"])
+        row["peak"] = hardware.dense_tflops(name, row["kind"])
     return GpuResult(name, rows, "")
 
 
