@@ -75,7 +75,7 @@ def head_bits(weights: str) -> float:
 #: config.json); demo 2 and the notebook's explorer use it without loading the weights, and
 #: the tests check it against the loaded model's configuration.
 SMOLLM2 = speed.ModelShape(layers=30, hidden=576, intermediate=1536, heads=9, kv_heads=3,
-                           head_dim=64, vocab=49152)
+                           head_dim=64, vocab=49152, tied=True)
 GB = 1e9
 MB = 1e6
 

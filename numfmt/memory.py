@@ -69,6 +69,9 @@ def _count(value, name: str, minimum: int = 1) -> int:
 class DecoderShape:
     """The counts of a LLaMA-style decoder (RMSNorm, GQA attention, SwiGLU) that set its bytes.
 
+    The one definition of a decoder's shape: ``lectures.llm.speed.ModelShape`` subclasses it
+    (same fields) to add what a forward pass reads and computes.
+
     Raises
     ------
     ValueError

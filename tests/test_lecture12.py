@@ -31,7 +31,8 @@ TINY = L.Workload(repeats=3, prompt=8, new_tokens=2, decode_repeats=2, slow_toke
                   passes=((1, 8), (2, 32)), pass_repeats=2)
 # SmolLM2-135M's config.json (HuggingFaceTB/SmolLM2-135M on the Hugging Face hub), typed here.
 PUBLISHED = SimpleNamespace(num_hidden_layers=30, hidden_size=576, intermediate_size=1536,
-                            num_attention_heads=9, num_key_value_heads=3, vocab_size=49152)
+                            num_attention_heads=9, num_key_value_heads=3, vocab_size=49152,
+                            tie_word_embeddings=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -90,6 +91,8 @@ def test_published_shape():
     per_layer = 576 * 576 * 2 + 192 * 576 * 2 + 1536 * 576 * 3
     assert s.linear_params == 30 * per_layer == 106_168_320
     assert s.head_params == 49152 * 576
+    # every weight: the tied embedding, 30 layers (linears + 2 norm gains), the final norm
+    assert s.params == 49152 * 576 + 30 * (per_layer + 2 * 576) + 576 == 134_515_008
     assert s.kv_bytes(1, 16) == 23_040
 
 
