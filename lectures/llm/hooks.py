@@ -6,6 +6,18 @@ Every function here takes the transformers model and *names* of its linears as t
 ``quantize(x, name) -> tensor`` on torch tensors: the lecture's come from
 :mod:`lectures.llm.quantizers`, which go through numfmt.torch (bit for bit numfmt on numpy).
 Every context manager restores the model exactly on exit, also when the body raises.
+
+Three captures of layer inputs, each for a question the others cannot answer cheaply:
+
+- :func:`capture_linear_inputs` (here) runs whole forward passes and keeps statistics of the
+  chosen linears' inputs (per-channel and per-token absmax, optionally Σ x xᵀ): what the
+  float model feeds every linear, for lecture 08's outlier demo and one-shot calibration.
+- :func:`lectures.llm.finetune.layer_inputs` catches the hidden state and keyword arguments
+  entering one decoder layer and stops the forward pass there: sequential calibration starts
+  from layer 0's input, fine-tuning from the first trained layer's.
+- ``lectures.llm.calibrate._layer_inputs`` runs those states through one layer and records
+  each group of linears' input inside it, stopping before ``down_proj`` when calibration is
+  sequential, since the layer is run again once quantized.
 """
 
 from __future__ import annotations
