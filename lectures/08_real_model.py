@@ -58,28 +58,11 @@ from console import (OBSERVATIONS_WIDTH, lecture_parser, print_header, print_obs
 from console.i18n import N_
 from console.progress import progress
 from lectures import llm, one_torch_thread
-from lectures.i18n import domain
+from lectures.i18n import gettext_from
+from lectures.llm.formats import KV_BITS, WEIGHT_FORMATS
 
-_ = domain("lecture08").gettext
+_ = gettext_from("lecture08", "llm")      # the weight formats' names are in the llm catalog
 
-# The number formats of demo 2, in the order of the table.
-WEIGHT_FORMATS = (
-    llm.WeightFormat(N_("FP8 E4M3, per channel"), "fp8"),
-    llm.WeightFormat(N_("INT8, per channel"), "int", 8),
-    llm.WeightFormat(N_("INT4, per channel"), "int", 4),
-    llm.WeightFormat(N_("INT4, groups of 128"), "int", 4, "group", 128),
-    llm.WeightFormat(N_("INT4, groups of 32"), "int", 4, "group", 32),
-    llm.WeightFormat(N_("INT3, groups of 128"), "int", 3, "group", 128),
-    llm.WeightFormat(N_("INT3, groups of 32"), "int", 3, "group", 32),
-    llm.WeightFormat(N_("INT4 + zero point, groups of 128"), "int", 4, "group", 128, False),
-    llm.WeightFormat(N_("INT4 + zero point, groups of 32"), "int", 4, "group", 32, False),
-    llm.WeightFormat(N_("INT3 + zero point, groups of 128"), "int", 3, "group", 128, False),
-    llm.WeightFormat(N_("INT3 + zero point, groups of 32"), "int", 3, "group", 32, False),
-    llm.WeightFormat(N_("MXFP4 (E2M1, E8M0 per 32)"), "mxfp4"),
-    llm.WeightFormat(N_("NVFP4 (E2M1, E4M3 per 16)"), "nvfp4"),
-    llm.WeightFormat(N_("NF4 (per 64, FP32 absmax)"), "nf4"),
-    llm.WeightFormat(N_("NF4 + double quantization"), "nf4", double_quant=True),
-)
 SENSITIVITY_FORMAT = llm.WeightFormat(N_("INT3, groups of 128"), "int", 3, "group", 128)
 FORENSICS_LABEL = N_("INT4 + zero point, groups of 32")  # Q4_1's block and step, demo 1
 # Demo 1 re-quantizes with these two (Q4_1's own grid, and symmetric INT4 in the same blocks).
@@ -702,9 +685,6 @@ class KVResult:
     ppl: dict
     nll: dict = field(default_factory=dict)   # label -> NLL per window
     reference_nll: object = None
-
-
-KV_BITS = {"int8": 8, "fp8": 8, "mxfp4": 4 + 8 / 32, "nvfp4": 4 + 8 / 16}
 
 
 def demo5_kv_cache(lab: Lab, reference: float, settings=KV) -> KVResult:

@@ -40,7 +40,6 @@ Run
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from dataclasses import dataclass, field
 
@@ -50,19 +49,17 @@ from console.i18n import N_
 from lectures import hardware, llm, machine
 from lectures.i18n import domain
 from lectures.llm import speed
+from lectures.llm.formats import KV_BITS, WEIGHT_FORMATS
 from numfmt import cost
 
 _ = domain("lecture12").gettext
-_08 = domain("lecture08").gettext        # lecture 08's format names, in its own catalog
+_formats = domain("llm").gettext      # lecture 08's weight formats, in the harness's catalog
 
-L08 = importlib.import_module("lectures.08_real_model")
-#: The weight formats of lecture 08, in its order (one source for both lectures).
-WEIGHT_FORMATS = L08.WEIGHT_FORMATS
 #: KV-cache formats: bits per element, an FP16 scale per token and head of 64 included where
 #: there is one (as lecture 08 demo 5 counts them).
 KV_FORMATS = ((N_("BF16"), 16.0), (N_("INT8, per token"), 8 + 16 / 64),
               (N_("FP8 E4M3, per token"), 8 + 16 / 64),
-              ("MXFP4", L08.KV_BITS["mxfp4"]), ("NVFP4", L08.KV_BITS["nvfp4"]))
+              ("MXFP4", KV_BITS["mxfp4"]), ("NVFP4", KV_BITS["nvfp4"]))
 CONTEXTS = (2048, 8192)        # context lengths of the KV table (8,192: SmolLM2's longest)
 HEAD_BITS = 16                 # demo 2: the output projection and the cache kept in BF16
 
@@ -354,7 +351,7 @@ def show_demo2(r: BytesResult) -> None:
     c0, c1 = 0, r.contexts[-1]
     rows = []
     for label in r.bits:
-        rows.append([_08(label) if label in _labels08() else _(label), f"{r.bits[label]:.3f}",
+        rows.append([_formats(label) if label in _labels08() else _(label), f"{r.bits[label]:.3f}",
                      f"{r.linear_bytes[label] / MB:.1f}", f"{r.token_bytes[label, c0] / MB:.1f}",
                      f"{r.predicted[label, c0]:.0f}", f"{r.token_bytes[label, c1] / MB:.1f}",
                      f"{r.predicted[label, c1]:.0f}"])

@@ -22,11 +22,11 @@ from matplotlib.figure import Figure
 
 from console.i18n import N_
 from lectures import lecture, llm
-from lectures.i18n import domain
+from lectures.i18n import domain, gettext_from
 from lectures.widgets.explorer import Explorer, check_result
 
 L = lecture(8)
-_ = domain("lecture08").gettext
+_ = gettext_from("lecture08", "llm")      # the weight formats' names are in the llm catalog
 pgettext = domain("lecture08").pgettext     # the table's "quantized" is another word
 
 #: The notebook's reduced workload (documented there): one window of 256 tokens to score,
