@@ -824,8 +824,8 @@ def demo5_communication(devices: int = 8) -> CommResult:
     """The bytes one step moves per GPU, and what FP8 all-gather saves.
 
     Notice: FSDP moves 1.5 times what data parallel's all-reduce moves in BF16 (weights twice,
-    gradients once); sending the weights in FP8 halves the all-gathers and leaves the
-    gradients' reduce-scatter as it was.
+    gradients once); sending the linears' weights in FP8 nearly halves the all-gathers and
+    leaves the gradients' reduce-scatter as it was.
     """
     rows, comm = [], {}
     for name, shape in SHAPES.items():
@@ -852,7 +852,9 @@ def show_demo5(r: CommResult) -> None:
     b = r.comm[("Llama 3.1 8B", "fsdp", True)]
     print_observations([
         _("Llama 3.1 8B under FSDP: the FP8 all-gather moves {x:.2f} GB instead of {y:.2f} GB "
-          "per step ({r:.3f} of it: one byte per weight and one FP32 scale per tensor).")
+          "per step ({r:.3f} of it): one byte per weight of the layers' linears, while the "
+          "embedding, the head and the norms travel in BF16, and an all-reduce of one FP32 "
+          "amax per linear sets the scales.")
         .format(x=b["all_gather"] / GB, y=a["all_gather"] / GB,
                 r=b["all_gather"] / a["all_gather"]),
     ])
