@@ -64,7 +64,8 @@ from lectures.i18n import domain  # noqa: E402
 from lectures.machine import quiet_torch  # noqa: E402
 from lectures.tinylm.loop import TrainConfig, in_processes, train  # noqa: E402
 from lectures.tinylm.model import TinyLM, TinyLMConfig  # noqa: E402
-from numfmt import memory  # noqa: E402
+from numfmt import FP8_E4M3, memory  # noqa: E402
+from numfmt.blocks import mx_quantize  # noqa: E402
 from numfmt.optim_state import blockwise_dequantize, blockwise_quantize  # noqa: E402
 from numfmt.torch.train.optim import AdamW  # noqa: E402
 
@@ -658,8 +659,63 @@ def demo4_real_stack(device: str = "cpu") -> StackResult:
         for gemm, out in outs.items():
             a, b = (quantized[(gemm, n)][1] for n in ntt.OPERANDS[gemm])
             within[(recipe, gemm)] = _within_bound(out, a, b, OUTPUT_ROUNDING[recipe])
+    if device == "cpu":
+        _mx_rows(x, w, dy, layout, rows, codes_eq, values_eq, within)
     return StackResult(rows, codes_eq, values_eq, within,
                        _mx_status() if device == "cpu" else [], True)
+
+
+#: The name of torchao's MXFP8 training layer in demo 4's table (EMULATED: the kernels that
+#: run on a CPU; RCEIL scales, MXFP8Linear's default)
+MX_RECIPE = "mxfp8 (emulated)"
+MX_SPEC = ntt.RECIPES["mxfp8_rceil"].fprop[0]
+
+
+def _mx_rows(x, w, dy, layout, rows, codes_eq, values_eq, within) -> None:
+    """torchao's MXFP8 training layer (MXFP8Linear, EMULATED, RCEIL) beside numfmt's
+    ``mxfp8_rceil`` operands: each operand's E4M3 codes and values from torchao's
+    MXTensor.to_mx along the GEMM's inner dimension, as MXFP8Linear casts it, and the layer's
+    three GEMM outputs against the bound. Appends to the tables of :func:`demo4_real_stack`;
+    leaves them as they are where torchao's MX code is missing."""
+    try:
+        with quiet_torch():
+            from torchao.prototype.moe_training.mxfp8_linear import MXFP8Linear
+            from torchao.prototype.mx_formats.config import ScaleCalculationMode
+            from torchao.prototype.mx_formats.mx_tensor import MXTensor
+            from torchao.quantization.quantize_.common.kernel_preference import \
+                KernelPreference
+    except ImportError:
+        return
+    quantized = {}
+    for gemm in ntt.GEMMS:
+        for name in ntt.OPERANDS[gemm]:
+            t, dim = layout[(gemm, name)]
+            lay = (t if dim == -1 else t.t()).contiguous()
+            mx = MXTensor.to_mx(lay, torch.float8_e4m3fn, 32, ScaleCalculationMode.RCEIL)
+            theirs = mx.dequantize(torch.float32)
+            ours = ntt.quantize_operand(lay, MX_SPEC)
+            r = mx_quantize(lay.double().numpy(), FP8_E4M3, 32, scale_rule="rceil")
+            ours_codes = torch.from_numpy(r.values / np.repeat(r.scales, 32, axis=-1)).to(
+                torch.float8_e4m3fn)
+            key = (MX_RECIPE, gemm, name)
+            n = ours.numel()
+            codes_eq[key] = (int((ours_codes.view(torch.uint8) == mx.qdata.view(torch.uint8))
+                                 .sum()), n)
+            values_eq[key] = (int((ours == theirs).sum()), n, _ulps(ours, theirs))
+            quantized[(gemm, name)] = theirs.double()
+            rows.append([MX_RECIPE, gemm, name, "E4M3", f"{codes_eq[key][0]:,} / {n:,}",
+                         f"{values_eq[key][0]:,} / {n:,}", str(values_eq[key][2])])
+    layer = MXFP8Linear(MODEL.d_model, MODEL.d_ff, bias=False,
+                        kernel_preference=KernelPreference.EMULATED,
+                        scale_calculation_mode=ScaleCalculationMode.RCEIL)
+    with torch.no_grad():
+        layer.weight.copy_(w)
+    xx = x.clone().requires_grad_(True)
+    y = layer(xx)
+    y.backward(dy)
+    for gemm, out in (("fprop", y.detach()), ("dgrad", xx.grad), ("wgrad", layer.weight.grad)):
+        a, b = (quantized[(gemm, n)] for n in ntt.OPERANDS[gemm])
+        within[(MX_RECIPE, gemm)] = _within_bound(out, a, b)
 
 
 def _numfmt_scale(amax: torch.Tensor, spec) -> torch.Tensor:
@@ -793,7 +849,7 @@ def show_demo4(r: StackResult) -> None:
     print_table([_("torchao recipe"), _("GEMM"), _("operand"), _("format"), _("codes equal"),
                  _("values equal"), _("max ulps")], r.rows)
     print_observations([
-        _("Every FP8 code equal in both recipes: {a:,} of {b:,}.").format(
+        _("Every FP8 code equal in every recipe: {a:,} of {b:,}.").format(
             a=sum(v[0] for v in r.codes_equal.values()),
             b=sum(v[1] for v in r.codes_equal.values())),
         _("Tensorwise: torchao multiplies each code by fl32(1/fl32(max/amax)), numfmt by the "
@@ -808,6 +864,13 @@ def show_demo4(r: StackResult) -> None:
             r=_yes(all(v for (rec, _g), v in r.gemm_within.items() if rec == "rowwise"))),
         _("torchao's MXFP8 training layer on this CPU: {status}.").format(
             status=mx_text(r.mx_status)),
+        _("Under EMULATED, MXFP8Linear casts each operand with MXTensor.to_mx (E4M3, blocks "
+          "of 32 along the GEMM's inner dimension, RCEIL scales): every value equal to "
+          "numfmt's mxfp8_rceil operands, {a:,} of {b:,}, and its fprop, dgrad and wgrad "
+          "within float32 accumulation error of the exact product: {ok}.").format(
+            a=sum(v[0] for k, v in r.values_equal.items() if k[0] == MX_RECIPE),
+            b=sum(v[1] for k, v in r.values_equal.items() if k[0] == MX_RECIPE),
+            ok=_yes(all(v for (rec, _g), v in r.gemm_within.items() if rec == MX_RECIPE))),
     ])
 
 

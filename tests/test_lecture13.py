@@ -152,14 +152,15 @@ def test_lost_count_is_torchs_bf16_cast():
 def test_every_fp8_code_is_torchaos(stack):
     assert stack.available
     assert all(e == n for e, n in stack.codes_equal.values())
-    assert sum(n for _e, n in stack.codes_equal.values()) == 917_504
+    # tensorwise and rowwise (917,504 codes) and torchao's MXFP8 layer (458,752)
+    assert sum(n for _e, n in stack.codes_equal.values()) == 917_504 + 458_752
 
 
 def test_values_within_one_ulp_and_rowwise_exact(stack):
     for (recipe, gemm, name), (equal, n, ulps) in stack.values_equal.items():
         assert ulps <= 1
-        if recipe == "rowwise":
-            assert equal == n
+        if recipe in ("rowwise", L.MX_RECIPE):       # power-of-two scales: exact
+            assert equal == n and ulps == 0
     differ, total = stack.tensorwise_differ
     e5m2 = sum(n - e for (rec, _g, name), (e, n, _u) in stack.values_equal.items()
                if rec == "tensorwise" and name == "dy")
@@ -167,7 +168,16 @@ def test_values_within_one_ulp_and_rowwise_exact(stack):
 
 
 def test_torchao_gemms_within_the_bound(stack):
-    assert all(stack.gemm_within.values()) and len(stack.gemm_within) == 6
+    assert all(stack.gemm_within.values()) and len(stack.gemm_within) == 9
+
+
+def test_mx_layer_rows_are_every_operand(stack):
+    # torchao's MXFP8Linear (EMULATED, RCEIL) casts all six operands; numfmt's mxfp8_rceil
+    # equals each (MXTensor.to_mx against mx_quantize, scale rules: tests/test_blocks.py)
+    mx = {k: v for k, v in stack.values_equal.items() if k[0] == L.MX_RECIPE}
+    assert len(mx) == 6 and sum(n for _e, n, _u in mx.values()) == 458_752
+    assert all(e == n for e, n, _u in mx.values())
+    assert L.MX_SPEC == L.ntt.OperandSpec("e4m3", (1, 32), "e8m0", "rceil")
 
 
 def test_rowwise_bound_is_needed(stack):
