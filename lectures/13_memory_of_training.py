@@ -35,7 +35,7 @@ How to read the output
     printing them: their last bits depend on the CPU's kernels.
 
 Run
-    python lectures/13_memory_of_training.py           (120 steps, 3 seeds: about 280
+    python lectures/13_memory_of_training.py           (120 steps, 3 seeds: about 340
                                                          CPU-seconds, 3 min on 2 idle cores)
     python lectures/13_memory_of_training.py --quick   (12 steps, 2 seeds: under a minute)
     Needs torchao (pip install --no-deps torchao==0.18.0) for demo 4; transformers is not
