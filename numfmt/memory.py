@@ -272,9 +272,20 @@ def communication_bytes(shape: DecoderShape, devices: int, sharding: str = "fsdp
     Returns
     -------
     dict with "all_gather" (weights, forward and backward), "reduce_scatter" (gradients,
-    fsdp) and "all_reduce" (gradients, dp), floats in bytes. With ``fp8_all_gather`` the
-    weights travel as E4M3 (1 byte) plus one FP32 scale per tensor, and ``weight_bytes`` is
-    ignored.
+    fsdp) and "all_reduce" (gradients under dp; the FP8 weights' amax under fsdp with
+    ``fp8_all_gather``), floats in bytes.
+
+    Notes
+    -----
+    ``fp8_all_gather`` is torchao's float8 all-gather under FSDP2
+    (``Float8LinearConfig(enable_fsdp_float8_all_gather=True)``,
+    torchao/float8/fsdp_utils.py): each GPU keeps its shard of the FP32 master weights; before
+    the all-gather, the shard of every layer linear's weight is cast to E4M3 with one
+    tensorwise FP32 scale, 448 / amax of the whole weight, whose amax
+    ``precompute_float8_dynamic_scale_for_fsdp`` all-reduces once per step for all of them
+    (one FP32 per linear). Only the E4M3 codes are all-gathered; the scale travels as metadata.
+    The embedding, the norms and the head are not converted (the head stays in BF16, as in the
+    FP8 recipes of numfmt.torch.train) and are gathered at ``weight_bytes``.
 
     Raises
     ------
@@ -293,6 +304,10 @@ def communication_bytes(shape: DecoderShape, devices: int, sharding: str = "fsdp
     if sharding == "dp":
         return {"all_gather": 0.0, "reduce_scatter": 0.0,
                 "all_reduce": 2 * share * p * grad_bytes}
-    gather = p * 1 + 4 * shape.tensors if fp8_all_gather else p * weight_bytes
+    gather, amax = p * weight_bytes, 0.0
+    if fp8_all_gather:
+        linear = shape.layers * sum(o * i for o, i in shape.layer_linears())
+        gather = linear * 1 + (p - linear) * weight_bytes
+        amax = 2 * share * 4 * 7 * shape.layers
     return {"all_gather": 2 * share * gather, "reduce_scatter": share * p * grad_bytes,
-            "all_reduce": 0.0}
+            "all_reduce": amax}

@@ -95,7 +95,13 @@ def test_communication_by_hand():
     c = communication_bytes(s, 8, "fsdp")
     assert c["all_gather"] == 2 * 7 / 8 * 2 * p and c["reduce_scatter"] == 7 / 8 * 2 * p
     f = communication_bytes(s, 8, "fsdp", fp8_all_gather=True)
-    assert f["all_gather"] == 2 * 7 / 8 * (p + 4 * (2 + 9 * 32 + 1))
+    # torchao gathers the layers' linears in E4M3 (1 byte), the rest in BF16, and all-reduces
+    # one FP32 amax per linear: per layer q, k, v, o = 4096 x (4096 + 1024 + 1024 + 4096) and
+    # gate, up, down = 3 x 4096 x 14336
+    linear = 32 * (4096 * (4096 + 1024 + 1024 + 4096) + 3 * 4096 * 14336)
+    assert linear == 6_979_321_856
+    assert f["all_gather"] == 2 * 7 / 8 * (linear + 2 * (p - linear))
+    assert f["all_reduce"] == 2 * 7 / 8 * 4 * 7 * 32
     d = communication_bytes(s, 8, "dp", grad_bytes=4)
     assert d["all_reduce"] == 2 * 7 / 8 * 4 * p and d["all_gather"] == 0
     assert communication_bytes(s, 1, "fsdp")["all_gather"] == 0
