@@ -93,9 +93,12 @@ def op_per_byte(x: float) -> str:
 
 def span(s: machine.Spread, unit: float = 1.0) -> str:
     """"median [low-high]" of a spread, divided by ``unit``, each to three significant digits
-    (whole numbers from 100 on): a machine several times faster keeps the tables as wide."""
+    (whole numbers from 100 on, two decimals below 1): a machine several times faster or slower
+    keeps the tables as wide (at most 16 columns up to 9999)."""
     def num(v: float) -> str:
-        return f"{v:.0f}" if abs(v) >= 99.95 else f"{v:.3g}"
+        if abs(v) >= 99.95:
+            return f"{v:.0f}"
+        return f"{v:.3g}" if abs(v) >= 1 else f"{v:.2f}"
     return f"{num(s.median / unit)} [{num(s.low / unit)}-{num(s.high / unit)}]"
 
 
