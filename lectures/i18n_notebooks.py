@@ -40,12 +40,13 @@ ZH_DIR = NOTEBOOK_DIR / "zh"
 #: The notebooks that have a Chinese edition (their domains are ``notebookNN``): all of them.
 TRANSLATED = NOTEBOOKS
 
-#: The cell a Chinese notebook runs first.
+#: The cell a Chinese notebook runs first (its ``;`` keeps the returned language off the page).
 LANGUAGE_CELL = """\
 # 本笔记本使用中文：讲义打印的文字、图中的文字和控件的标签都取自中文翻译目录。
+# 代码和代码中的注释保持英文，与英文版笔记本相同。
 from lectures.widgets.fonts import use_language
 
-use_language("zh")"""
+use_language("zh");"""
 LANGUAGE_CELL_ID = "use-language-zh"
 
 
