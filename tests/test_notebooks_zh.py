@@ -254,6 +254,34 @@ def test_regenerating_keeps_the_chinese_figures(nn):
         c.get("attachments") for c in chinese.cells if c.cell_type == "markdown"]
 
 
+def test_replace_text_block():
+    from lectures.i18n_timed import replace_text_block
+    stored = "**Stored** (one run)\n```text\nold\nlines\n```\n![f](attachment:figure1.png)"
+    assert replace_text_block(stored, "\n====\nnew\n") == \
+        "**Stored** (one run)\n```text\n====\nnew\n```\n![f](attachment:figure1.png)"
+    assert replace_text_block(stored, "no newline") == \
+        "**Stored** (one run)\n```text\nno newline\n```\n![f](attachment:figure1.png)"
+    with pytest.raises(ValueError, match="text block"):
+        replace_text_block("**Stored**, nothing kept", "x")
+
+
+@pytest.mark.parametrize("nn", sorted(MEASURES_THE_MACHINE))
+def test_timed_cells_are_stored_in_markdown_and_skipped(nn):
+    """What ``python -m lectures.i18n_timed NN`` re-stores: each timed cell is skipped by nbval,
+    stored unexecuted, with its run in the markdown cell ``<id>-stored`` in both editions."""
+    from lectures.i18n_timed import TIMED, timed_cells
+    assert nn in TIMED
+    for path in (zh.english_path(nn), zh.zh_path(nn)):
+        nb = nbformat.read(path, as_version=4)
+        cells = {c.get("id"): c for c in nb.cells}
+        timed = timed_cells(nb)
+        assert len(timed) >= 2, path
+        for cid in timed:
+            assert "nbval-skip" in cells[cid].metadata.get("tags", [])
+            assert cells[cid].execution_count is None and cells[cid].outputs == []
+            assert "```text\n" in cells[f"{cid}-stored"].source
+
+
 @pytest.mark.parametrize("nn", TRANSLATED)
 def test_notebook_titles_are_the_lectures(nn):
     """Every notebook opens with its lecture's number and topic, one form in each language:
