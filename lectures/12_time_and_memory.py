@@ -81,6 +81,12 @@ def say(text: str) -> None:
     print_paragraph(text, width=OBSERVATIONS_WIDTH)
 
 
+def _join(items) -> str:
+    """A list inside a sentence: "a, b, c" in English, "a、b、c" in Chinese."""
+    # TRANSLATORS: the separator between the items of a list inside a sentence
+    return _(", ").join(items)
+
+
 def op_per_byte(x: float) -> str:
     """A ridge point in op/B, one decimal, or two significant digits below 1 (a dtype that
     this CPU multiplies slowly, bfloat16 without AVX-512 BF16, has its ridge near 0.04 op/B,
@@ -90,9 +96,12 @@ def op_per_byte(x: float) -> str:
 
 def span(s: machine.Spread, unit: float = 1.0) -> str:
     """"median [low-high]" of a spread, divided by ``unit``, each to three significant digits
-    (whole numbers from 100 on): a machine several times faster keeps the tables as wide."""
+    (whole numbers from 100 on, two decimals below 1): a machine several times faster or slower
+    keeps the tables as wide (at most 16 columns up to 9999)."""
     def num(v: float) -> str:
-        return f"{v:.0f}" if abs(v) >= 99.95 else f"{v:.3g}"
+        if abs(v) >= 99.95:
+            return f"{v:.0f}"
+        return f"{v:.3g}" if abs(v) >= 1 else f"{v:.2f}"
     return f"{num(s.median / unit)} [{num(s.low / unit)}-{num(s.high / unit)}]"
 
 
@@ -240,7 +249,7 @@ def decode_note(r: MachineResult) -> str:
         return _("A decode step does 2 operations per weight it reads: 0.5 op/B with float32 "
                  "weights, 2 with int8, 4 with 4-bit ones. Below the float32 ridge ({ridge:.1f} "
                  "op/B) here: {below}; memory bounds those, and fewer bytes per weight are what "
-                 "can make them faster.").format(ridge=ridge, below=", ".join(below))
+                 "can make them faster.").format(ridge=ridge, below=_join(below))
     return _("A decode step does 2 operations per weight it reads, at least 0.5 op/B; the "
              "float32 ridge here is lower ({ridge:.2f} op/B), so this machine's arithmetic, "
              "not its memory, bounds even decoding.").format(ridge=ridge)
@@ -694,7 +703,7 @@ def show_demo4(r: OperatingResult) -> None:
     say(_("Each pass on {cpu}: operations per byte it must move (weights once, the K/V cache) "
           "and operations per second, predicted by the roofline and measured (median "
           "[least-most]). Ridge points: {ridges}.").format(
-            cpu=r.cpu, ridges=", ".join(f"{k} {op_per_byte(v)} op/B" for k, v in r.ridge.items())))
+            cpu=r.cpu, ridges=_join(f"{k} {op_per_byte(v)} op/B" for k, v in r.ridge.items())))
     rows = []
     for p in r.points:
         what = (_("decode step") if p.decode else

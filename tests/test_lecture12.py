@@ -391,6 +391,35 @@ def test_ridge_points_keep_two_digits_below_one():
         ["0.043", "0.5", "0.94", "1.0", "5.7", "16.2"]
 
 
+def test_spans_by_hand():
+    """Three significant digits, whole numbers from 100 on, two decimals below 1."""
+    S = machine.Spread
+    assert [L.span(S(*t, 3)) for t in [(12.04, 11.9, 12.1), (130.4, 126.2, 135.1),
+                                      (0.184, 0.147, 0.246), (4.39, 4.21, 4.58)]] == \
+        ["12 [11.9-12.1]", "130 [126-135]", "0.18 [0.15-0.25]", "4.39 [4.21-4.58]"]
+    assert L.span(S(2e9, 1.5e9, 3e9, 3), 1e9) == "2 [1.5-3]"
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_demo4_table_fits_100_columns_on_a_slow_or_fast_machine(lang, capsys):
+    """A loaded machine measures below 1 G op/s with a wide spread, a fast one thousands, and
+    a measurement can exceed the roofline (103%): every row fits 100 columns."""
+    from console.i18n import language
+    c = speed.pass_cost(L.SMOLLM2, 8.05, new_tokens=128, all_logits=True)   # 155 op/B
+    spreads = [machine.Spread(m * 1e9, lo * 1e9, hi * 1e9, 3) for m, lo, hi in
+               [(0.184, 0.147, 0.246), (0.998, 0.812, 1.02), (99.96, 99.2, 100.4),
+                (4.39, 4.21, 4.58), (9876, 9012, 9999)]]
+    points = [L.OperatingPoint(path.label, 1, 128, False, c, s.median / share, s, "compute")
+              for path in L.PATHS[:2] for s in spreads for share in (0.62, 1.03)]
+    r = L.OperatingResult(points, {"float32": 7.0, "bfloat16": 0.0432, "int8": 11.0}, 21.6e9,
+                          {"float32": 151.7e9}, "AMD EPYC")
+    with language(lang):
+        L.show_demo4(r)
+    out = capsys.readouterr().out
+    assert max(display_width(line) for line in out.splitlines()) <= 100
+    assert "0.18 [0.15-0.25]" in out and "9876 [9012-9999]" in out
+
+
 def test_bf16_note_only_without_bf16_instructions():
     from lectures.machine import Spread
     rates = {"float32": Spread(100e9, 90e9, 110e9, 3), "bfloat16": Spread(5e9, 4e9, 6e9, 3)}
