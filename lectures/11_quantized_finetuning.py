@@ -705,8 +705,9 @@ def show_demo3(r: Results, rows: list) -> None:
         "recovery from quantization. LLM-QAT (Liu et al. 2023) trains the quantized model to "
         "match the float model instead: the loss is the cross-entropy of its next-token "
         "distribution against the float32 model's over all {vocab:,} tokens (knowledge "
-        "distillation, temperature 1). The teacher's log-probabilities are computed once per "
-        "training window and reused ({mib:.0f} MiB in float32 for {n} windows). The same "
+        "distillation, temperature 1; LLM-QAT also generates its training text from the float "
+        "model, here the text is demo 2's). The teacher's log-probabilities are computed once "
+        "per training window and reused ({mib:.0f} MiB in float32 for {n} windows). The same "
         "windows, steps and learning rate as demo 2.").format(
             vocab=t.get("vocab", 0), mib=t.get("bytes", 0) / 2 ** 20, n=t.get("windows", 0)))
     table = []
@@ -739,8 +740,8 @@ def show_demo3(r: Results, rows: list) -> None:
         elif not c.within_noise:
             lines.append(_(
                 "Distillation ends lower at the same tokens: the float model's whole "
-                "distribution over the next token teaches more per token than the one token "
-                "the text holds, and no part of this gain is adaptation to the document."))
+                "next-token distribution carries more per token than the one token the text "
+                "holds, and its target is the float model, not the document."))
         else:
             lines.append(_(
                 "The two are within noise on these {n} windows: at this budget the "

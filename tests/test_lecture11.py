@@ -321,6 +321,7 @@ def test_demo6_table_and_noise(results):
 def test_printed_in_chinese_keeps_the_numbers(results):
     from text_checks import english_runs, number_differences, render
     for show, args in ((L.show_demo2, (results, L.demo2_rows(results))),
+                       (L.show_demo3, (results, L.demo3_rows(results))),
                        (L.show_demo5, (results,))):
         en = render(lambda a: show(*a), args, "en")
         zh = render(lambda a: show(*a), args, "zh")
@@ -329,6 +330,7 @@ def test_printed_in_chinese_keeps_the_numbers(results):
         assert english_runs(zh, allowed=("LoRA", "QLoRA", "NF4", "QAT", "LSQ", "RTN", "GPTQ",
                                          "INT3", "Adam", "STE", "FP32", "MiB", "qweight",
                                          "qzeros", "GPTQ's", "Dettmers et al",        # citations stay
+                                         "KD-QAT", "LLM-QAT", "Liu et al", "float32",
                                          "Kingma & Ba")) == []
 
 
