@@ -165,9 +165,9 @@ def test_stored_run_holds_what_the_lecture_printed():
     from text_checks import number_differences
     s = W.load_summary()
     en, zh = s["printed"]["en"], s["printed"]["zh"]
-    for n in range(1, 6):
+    for n in range(1, 7):
         assert f"Demo {n}:" in en and f"演示 {n}" in zh
-    assert "What to notice" in en and "memory bill" in en
+    assert "What to notice" in en and "memory bill" in en and "chosen" in en
     assert number_differences(en, zh) == []
     for method, bits, trainable, cpu, ppl in s["table"]:
         assert f"{ppl:.2f}" in en
