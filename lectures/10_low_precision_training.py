@@ -31,10 +31,12 @@ How to read the output
     every stochastic-rounding and Hadamard draw. Recipes are compared paired, seed by seed: a
     difference is a finding only when the 95% t interval of its mean over seeds excludes zero
     (the interval and the per-seed differences are printed); otherwise the text says "within
-    noise". Beside the training
-    runs, a probe compares every recipe's weight gradient with FP32's on the same weights and
-    batch, without training noise. Operand formats are emulated (fake quantization: values
-    rounded onto the format's grid), so no timing here says anything about hardware. The
+    noise". Beside the training runs, a probe compares every recipe's weight gradient with
+    FP32's on the same weights and batches, without training noise: two techniques are
+    compared batch by batch, and a difference is a finding when the sign test says that the
+    count of batches on which one is better would be unlikely by chance (p < 0.05). Operand
+    formats are emulated (fake quantization: values rounded onto the format's grid), so no
+    timing here says anything about hardware. The
     emulation computes in float64, weights and optimizer state included, quantizes each
     operand as its float32 rounding would be, and rounds each GEMM's output (y, dx, dW) to the
     recipe's output format as torch.autocast and TransformerEngine return it (FP16 for FP16,
@@ -310,7 +312,7 @@ def error_row(p: Probe, label: str) -> list:
 
 
 def error_headers(p: Probe) -> list:
-    return [_("step {s}: median").format(s=s) for s in sorted(p.grads)] + [_("range")]
+    return [_("step {s}").format(s=s) for s in sorted(p.grads)] + [_("range")]
 
 
 def probe_paragraph(p: Probe) -> str:
@@ -614,10 +616,11 @@ def print_fine_fp8(runs: Runs, p: Probe) -> None:
     print_header(_("Demo 3: fine-grained FP8: DeepSeek-V3's tiles and MXFP8"))
     print_curves(runs, ["BF16", "FP8 current", "FP8 blockwise (DeepSeek-V3)",
                         "MXFP8, floor scales", "MXFP8, RCEIL scales"])
-    print_paragraph(probe_paragraph(p))
+    print_paragraph(probe_paragraph(p) + " " + _(
+        "The table gives the median over each step's batches and the range over all of them."))
     labels = ["FP8 current", "FP8 blockwise (DeepSeek-V3)", "FP8 blockwise, power-of-two scales",
               "MXFP8, floor scales", "MXFP8, RCEIL scales"]
-    print_table([_("recipe, dW error")] + error_headers(p),
+    print_table([_("recipe: median dW error")] + error_headers(p),
                 [[_(label)] + error_row(p, label) for label in labels])
     print_observations([
         _("DeepSeek-V3 (arXiv 2412.19437, section 3.3) scales activations and gradients per 1x128 "
@@ -637,9 +640,6 @@ def print_fine_fp8(runs: Runs, p: Probe) -> None:
             b=batch_verdict(p, labels[3], labels[4])),
         _("MXFP8 (RCEIL) minus BF16: {v}.").format(
             v=verdict(compare(runs, "MXFP8, RCEIL scales", "BF16"))),
-        _("The range column is wide because a few batches carry a gradient spike that raises "
-          "every recipe's error at once; the median and the batch-by-batch count are not moved "
-          "by them, which is why the comparisons pair the recipes batch by batch."),
     ])
 
 
@@ -693,12 +693,12 @@ def print_fp4(runs: Runs, p: Probe) -> None:
     print_curves(runs, ["BF16"] + FP4_ROWS)
     rec = recipes()
     print_table([_("recipe"), _("bits/byte"), _("change, paired"), _("dW error"),
-                 _("dW: lower, ratio"), _("BF16 weights")], fp4_rows(runs, p))
+                 _("dW: k/n, ratio"), _("BF16 weights")], fp4_rows(runs, p))
     n = len(probe_errors(p, LADDER[0]))
     print_paragraph(_("Change, paired: the mean over seeds of each seed's difference from the row "
                       "above (MXFP4 rows: from the NVFP4 row with the same techniques); ~ marks "
                       "one within noise, whose 95% t interval contains zero. dW error: the "
-                      "median over the {n} probe batches. dW: lower, ratio: on how many of the "
+                      "median over the {n} probe batches. dW: k/n, ratio: on how many of the "
                       "{n} batches the row's dW error is lower than the row above's, and the "
                       "median ratio of the two; ~ marks a split the sign test cannot tell from "
                       "chance (p >= 0.05). ").format(n=n) + probe_paragraph(p))

@@ -481,6 +481,12 @@ def test_fp4_table_pairs_each_rung_with_its_base(lec, text):
         assert row[4] == f"{k}/{n}, x{np.median(ratio):.2f}" + ("" if p < 0.05 else " ~")
     # the ladder's bases: each rung adds one technique to the row above it
     assert [L.FP4_BASE[x] for x in L.LADDER[1:]] == L.LADDER[:-1]
+    # what each technique buys, in the text: the same count and median ratio
+    flat = " ".join(text.split())
+    for label in L.LADDER[1:]:
+        k, n, p, ratio = _sign(lec, label, L.FP4_BASE[label])
+        noise = "" if p < 0.05 else ", within noise"
+        assert f"x{np.median(ratio):.2f} ({k} of {n} batches lower{noise})" in flat, label
 
 
 def test_each_demo_reads_only_the_runs_it_waits_for(lec, text):
