@@ -239,7 +239,7 @@ def test_fp8_underflow_against_torch_float8(lec):
     assert lec.fp8.underflow["E4M3"] > lec.fp8.underflow["E5M2"]
 
 
-def test_spike_claims(lec):
+def test_spike_claims(lec, text):
     s = lec.fp8.spike
     x = lec.probe.operands[L.SPIKE[0]]["x"]
     assert s["saturated"] == pytest.approx(
@@ -259,6 +259,14 @@ def test_spike_claims(lec):
         assert row[4] == a.final_val - b.final_val
     # printed: current scaling lets the spike through, so its spike step costs more
     assert rows[1][1] > rows[0][1] > 0
+    # printed: delayed scaling's extra cost after the spike is small beside the spike step's
+    # own cost (a tenth of it at most), because the stale scale raises x's error only a little
+    # (less than twice its error under its own amax)
+    extra = rows[0][2] - rows[1][2]
+    assert abs(extra) < 0.1 * abs(rows[1][1])
+    assert s["error_plain"] < s["error_after"] < 2 * s["error_plain"]
+    flat = " ".join(text.split())
+    assert f"extra cost beyond current scaling's is {L.signed(extra)} bits/byte" in flat
 
 
 def test_why_claims(lec):
