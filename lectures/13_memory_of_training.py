@@ -48,7 +48,6 @@ import argparse
 import functools
 import importlib.util
 import os
-import sys
 from dataclasses import dataclass, replace
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -62,8 +61,10 @@ from console import (lecture_parser, print_header, print_observations,  # noqa: 
 from console.i18n import N_  # noqa: E402
 from lectures.i18n import domain  # noqa: E402
 from lectures.machine import quiet_torch  # noqa: E402
-from lectures.tinylm.loop import TrainConfig, in_processes, train  # noqa: E402
+from lectures.tinylm import runs as tinylm_runs  # noqa: E402
+from lectures.tinylm.loop import TrainConfig, train  # noqa: E402
 from lectures.tinylm.model import TinyLM, TinyLMConfig  # noqa: E402
+from lectures.tinylm.runs import Runs, in_processes, progress_lines  # noqa: E402
 from numfmt import FP8_E4M3, memory  # noqa: E402
 from numfmt.blocks import mx_quantize  # noqa: E402
 from numfmt.optim_state import blockwise_dequantize, blockwise_quantize  # noqa: E402
@@ -163,13 +164,12 @@ def _run_job(job):
     recipe, kw = RUNS[label]
     if _is_torchao(recipe):             # torchao's layers compute in float32 (or BF16)
         transform = functools.partial(to_torchao, recipe=recipe.split(":", 1)[1])
-        result = train("fp32", replace(cfg, dtype="float32"), MODEL, model_transform=transform)
-        return label, result
+        return train("fp32", replace(cfg, dtype="float32"), MODEL, model_transform=transform)
     lost = []
     opt = None if kw is None else functools.partial(AdamW, seed=seed, **kw)
     result = train(recipe, cfg, MODEL, optimizer=_recording(opt, lost) if opt else None)
     result.extras["lost"] = lost
-    return label, result
+    return result
 
 
 def _is_torchao(recipe) -> bool:
@@ -192,50 +192,31 @@ def _recording(factory, lost):
     return build
 
 
-@dataclass
-class Runs:
-    workload: Workload
-    results: dict       # label -> list of RunResult, one per seed
+def run_line(i: int, n: int, label: str, r) -> str:
+    """The progress line of a finished run (a torchao run's loss is float32: its digits vary
+    by CPU, so it is not printed)."""
+    fields = dict(i=i, n=n, label=_(label), seed=r.seed, loss=r.final_val)
+    if _is_torchao(RUNS[label][0]):
+        return _("run {i}/{n}: {label}, seed {seed}: done").format(**fields)
+    return _("run {i}/{n}: {label}, seed {seed}: validation {loss:.3f} bits/byte").format(
+        **fields)
 
 
 def run_all(w: Workload, workers: int = 2) -> Runs:
     """Train every label of :data:`RUNS` for every seed of the workload."""
     labels = [label for label in RUNS
               if HAS_TORCHAO or not _is_torchao(RUNS[label][0])]
-    jobs = [(label, seed, w.train_config(seed)) for label in labels for seed in w.seeds]
-    out: dict = {label: {} for label in labels}
-
-    def done(i, res):
-        label, r = res
-        out[label][jobs[i][1]] = r
-        fields = dict(i=sum(map(len, out.values())), n=len(jobs), label=_(label), seed=r.seed,
-                      loss=r.final_val)
-        if _is_torchao(RUNS[label][0]):             # a float32 run: its digits vary by CPU
-            line = _("run {i}/{n}: {label}, seed {seed}: done").format(**fields)
-        else:
-            line = _("run {i}/{n}: {label}, seed {seed}: validation {loss:.3f} bits/byte").format(
-                **fields)
-        print(line, file=sys.stderr, flush=True)
-
-    if workers > 1:
-        in_processes(_run_job, jobs, workers, done)
-    else:
-        for i, job in enumerate(jobs):
-            done(i, _run_job(job))
-    return Runs(w, {label: [out[label][s] for s in w.seeds] for label in labels})
+    jobs = [(label, (label, seed, w.train_config(seed))) for label in labels
+            for seed in w.seeds]
+    update, _close = progress_lines(len(jobs), run_line)
+    return tinylm_runs.run_all(w, jobs, _run_job, workers=workers, progress=update)
 
 
-def finals(runs: Runs, label: str) -> np.ndarray:
-    return np.array([r.final_val for r in runs.results[label]])
-
-
-def compare(runs: Runs, a: str, b: str) -> dict:
+def compare(results: Runs, a: str, b: str) -> dict:
     """Final loss of a minus b, paired by seed (same data, same initial weights): the mean
     difference, and the noise: the range of the per-seed differences. A finding when the
     mean exceeds that range (so every seed's difference has the mean's sign)."""
-    diff = finals(runs, a) - finals(runs, b)
-    gap, noise = float(diff.mean()), float(np.ptp(diff))
-    return {"gap": gap, "noise": noise, "finding": abs(gap) > noise}
+    return tinylm_runs.compare(results, a, b, noise="range")
 
 
 def verdict_cells(c: dict) -> list:
