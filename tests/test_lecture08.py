@@ -7,6 +7,7 @@ says why it is where it is. Oracles: the gguf package's storage types, numfmt ca
 directly, parameter counts from the model itself.
 """
 
+import dataclasses
 import importlib
 import subprocess
 import sys
@@ -440,6 +441,27 @@ def test_weight_formats_are_quantized_once_per_run(lab):
     ref = L.llm.quantized_weight_tensors(lab.float32_model, int8)
     assert ref.keys() == a.keys() and all(torch.equal(a[n], ref[n]) for n in ref)
     assert fresh.weight_tensors(int8) is not a and not fresh._weights   # no plan left
+
+
+def test_demos_on_two_workers_give_the_same_bits(lab, d1, d2, d4, d5):
+    """main() measures up to MAX_WORKERS perplexities at once, each on a float64 copy of its
+    own (Lab.map): demos 2, 4 and 5 on two workers give every window's NLL bit for bit as on
+    one, with weight, activation and KV quantizers (a few settings of each, the plan of
+    weight formats kept)."""
+    from collections import Counter
+    two = L.Lab(lab.checkpoint, lab.tokens, L.QUICK, workers=2)
+    two.reuse = Counter({dataclasses.replace(L.W8A8[0][1], label=""): 2})
+    r2 = L.demo2_weight_formats(two, d1.reference, formats=L.WEIGHT_FORMATS[1:3],
+                                kinds=("k_proj", "down_proj"))
+    r4 = L.demo4_weights_and_activations(two, d1.reference, L.demo3_outliers(lab),
+                                         settings=L.W8A8[:2] + L.W4A4[1:])
+    r5 = L.demo5_kv_cache(two, d1.reference, settings=L.KV[1:4])
+    assert len(two._copies) == 1 and not two._weights
+    for mine, theirs in ((r2, d2), (r4, d4), (r5, d5)):
+        assert len(mine.nll) >= 3
+        for label, nll in mine.nll.items():
+            assert nll.tolist() == theirs.nll[label].tolist(), label
+    assert r2.error == {k: d2.error[k] for k in r2.error}
 
 
 def test_lecture_helper_finds_each_lecture_and_refuses_bad_numbers():

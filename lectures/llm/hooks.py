@@ -304,17 +304,20 @@ def _share_key(name: str, kind: str) -> str:
 # ---------------------------------------------------------------------------------------------
 # The KV cache
 # ---------------------------------------------------------------------------------------------
-_KV = {"k": None, "v": None}
+_KV_ATTR = "_lowprec_kv"     # each attention module's (quantize_k, quantize_v) while in place
 
 
 def _kv_attention(module, query, key, value, attention_mask, **kwargs):
-    """SDPA attention on quantized keys and values (shape (B, H_kv, T, D), after RoPE)."""
+    """SDPA attention on quantized keys and values (shape (B, H_kv, T, D), after RoPE); the
+    quantizers are the module's own (:func:`quantized_kv` sets them on each attention module of
+    its model, so two models can run under different quantizers at once, on two threads)."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    if _KV["k"] is not None:
-        key = _KV["k"](key, module.layer_idx).to(key.dtype)
-    if _KV["v"] is not None:
-        value = _KV["v"](value, module.layer_idx).to(value.dtype)
+    quantize_k, quantize_v = getattr(module, _KV_ATTR, (None, None))
+    if quantize_k is not None:
+        key = quantize_k(key, module.layer_idx).to(key.dtype)
+    if quantize_v is not None:
+        value = quantize_v(value, module.layer_idx).to(value.dtype)
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
 
 
@@ -331,10 +334,13 @@ def quantized_kv(model, quantize_k: Callable | None, quantize_v: Callable | None
 
     AttentionInterface.register(KV_ATTENTION, _kv_attention)
     previous = model.config._attn_implementation
-    _KV.update(k=quantize_k, v=quantize_v)
+    attention = [layer.self_attn for layer in model.model.layers]
+    for module in attention:
+        setattr(module, _KV_ATTR, (quantize_k, quantize_v))
     model.set_attn_implementation(KV_ATTENTION)
     try:
         yield
     finally:
         model.set_attn_implementation(previous)
-        _KV.update(k=None, v=None)
+        for module in attention:
+            delattr(module, _KV_ATTR)
