@@ -509,6 +509,29 @@ def test_captured_inputs_batched_match_the_hand_rmsnorm_in_window_order(checkpoi
 def test_capture_refuses_unknown_names(checkpoint):
     with pytest.raises(ValueError, match="decoder linears"):
         llm.capture_linear_inputs(checkpoint.model, np.zeros((1, 4), int), ["model.norm"])
+    with pytest.raises(TypeError, match="keep_inputs"):
+        llm.capture_linear_inputs(checkpoint.model, np.zeros((1, 4), int),
+                                  keep_inputs="model.layers.0.mlp.down_proj")
+
+
+def test_capture_keeps_the_inputs_of_the_names_given_and_the_same_bits(checkpoint, corpus):
+    """keep_inputs as names keeps those linears' inputs only, equal bit for bit to a capture
+    of them alone (the hooks change nothing the forward pass computes), and every linear's
+    statistics as without them."""
+    model = checkpoint.model
+    windows = llm.eval_windows(corpus, 2, 16)
+    names = ["model.layers.0.self_attn.q_proj", "model.layers.3.mlp.down_proj",
+             "model.layers.3.mlp.up_proj"]
+    some = llm.capture_linear_inputs(model, windows, names, keep_inputs=names[1:2],
+                                     batch_size=2)
+    alone = llm.capture_linear_inputs(model, windows, names[1:2], keep_inputs=True,
+                                      batch_size=2)
+    plain = llm.capture_linear_inputs(model, windows, names, batch_size=2)
+    assert some[names[0]].inputs is None and some[names[2]].inputs is None
+    np.testing.assert_array_equal(some[names[1]].inputs, alone[names[1]].inputs)
+    for n in names:
+        np.testing.assert_array_equal(some[n].absmax, plain[n].absmax)
+        np.testing.assert_array_equal(some[n].token_absmax, plain[n].token_absmax)
 
 
 def test_quantized_inputs_sharing_changes_nothing(checkpoint, corpus):

@@ -81,11 +81,12 @@ class LinearInputs:
     token_absmax: np.ndarray      #: float64 (N,): max |x| over channels, per token, window order
     n_tokens: int                 #: N, tokens seen
     hessian: np.ndarray | None    #: float64 (K, K): sum over tokens of x xᵀ (GPTQ's H / 2)
-    inputs: np.ndarray | None     #: (N, K) in the model's dtype: the inputs themselves
+    inputs: np.ndarray | None     #: float32 (N, K): the inputs themselves
 
 
 def capture_linear_inputs(model, windows, names=None, hessian: bool = False,
-                          keep_inputs: bool = False, batch_size: int = 1) -> dict:
+                          keep_inputs: bool | Iterable[str] = False,
+                          batch_size: int = 1) -> dict:
     """Run ``windows`` through the model and record the inputs of the chosen linears.
 
     Parameters
@@ -96,8 +97,9 @@ def capture_linear_inputs(model, windows, names=None, hessian: bool = False,
     hessian : bool
         Also accumulate ``H = Σ_tokens x xᵀ`` in float64 (K² × 8 bytes per linear: 2.6 MB for
         K = 576, 19 MB for K = 1536; linears that share an input share nothing here).
-    keep_inputs : bool
-        Also keep the raw inputs, (N, K) per linear, in the model's dtype.
+    keep_inputs : bool or iterable of names
+        Also keep the raw inputs, (N, K) per linear, as float32: of every chosen linear
+        (True), or of the chosen linears among these names (the others' ``inputs`` are None).
     batch_size : int
         Windows per forward pass. Tokens are recorded in window order either way, and the
         absmax statistics and inputs do not depend on it (up to the matmuls' rounding);
@@ -111,15 +113,22 @@ def capture_linear_inputs(model, windows, names=None, hessian: bool = False,
     ------
     ValueError
         If a name is not a decoder linear, ``windows`` is not (n, T), or ``batch_size`` < 1.
+    TypeError
+        If ``keep_inputs`` is a string (one name goes in a list).
     """
     import torch
 
+    if isinstance(keep_inputs, str):
+        raise TypeError(f"keep_inputs must be a bool or an iterable of names, got the string "
+                        f"{keep_inputs!r} (one name goes in a list)")
     chosen = _select(model, names)
     ids = torch.as_tensor(np.asarray(windows), dtype=torch.long)
     if ids.ndim != 2:
         raise ValueError(f"windows must have shape (n, T), got {tuple(ids.shape)}")
     check_positive_int(batch_size, "batch_size")
     state = {n: {"absmax": None, "tokens": [], "h": None, "x": []} for n in chosen}
+    kept = (set(chosen) if keep_inputs is True else set() if keep_inputs is False
+            else set(keep_inputs))
 
     def hook_for(name):
         s = state[name]
@@ -134,7 +143,7 @@ def capture_linear_inputs(model, windows, names=None, hessian: bool = False,
                 xd = x.double()
                 h = xd.T @ xd
                 s["h"] = h if s["h"] is None else s["h"] + h
-            if keep_inputs:
+            if name in kept:
                 s["x"].append(x.float().cpu())
         return hook
 
@@ -153,7 +162,7 @@ def capture_linear_inputs(model, windows, names=None, hessian: bool = False,
         out[n] = LinearInputs(
             s["absmax"].cpu().numpy(), tokens, len(tokens),
             s["h"].cpu().numpy() if hessian else None,
-            torch.cat(s["x"]).numpy() if keep_inputs else None)
+            torch.cat(s["x"]).numpy() if n in kept else None)
     return out
 
 
