@@ -103,8 +103,20 @@ def say(text: str) -> None:
 FULL, QUICK = llm.FULL, llm.QUICK      # 4 windows of 512 tokens; --quick: 2 of 256
 # Perplexities measured at once, one per core torch uses, each on a float64 copy of the model
 # of its own (Lab.map; the figures are the same for any number). Two cover the 2-core machine
-# the lecture is timed on; each more would cost another 1.1 GB of memory.
+# the lecture is timed on; they raise the peak memory from 6.4 to 10.5 GB (a full run,
+# measured), so a machine with less than TWO_WORKERS_MEMORY measures one at a time.
 MAX_WORKERS = 2
+TWO_WORKERS_MEMORY = 16 * 2**30
+
+
+def workers() -> int:
+    """How many perplexities main() measures at once: MAX_WORKERS at most, one per core torch
+    uses, and one where the machine's memory is below TWO_WORKERS_MEMORY (or unknown)."""
+    from lectures.machine import physical_memory
+    memory = physical_memory()
+    if memory is None or memory < TWO_WORKERS_MEMORY:
+        return 1
+    return min(MAX_WORKERS, llm.workers())
 Workload, Lab, open_lab = llm.Workload, llm.Lab, llm.open_lab
 
 
@@ -166,7 +178,7 @@ def main(argv=None) -> None:
     except llm.ModelUnavailableError as err:
         sys.exit(f"\n{err.wrapped()}")     # its text within 100 columns, the command whole
     lab.reuse = planned_weight_formats()
-    lab.workers = min(MAX_WORKERS, llm.workers())
+    lab.workers = workers()
     model = measured(lab, demo1_model, 1)
     show_demo1(model)
     weights = measured(lab, demo2_weight_formats, len(WEIGHT_FORMATS) + len(llm.LINEAR_KINDS),
