@@ -171,6 +171,35 @@ def _execute(path: Path, english) -> None:
     nbformat.write(nb, path)
 
 
+def execute_stored(nn: str) -> Path:
+    """Execute English notebook `nn`'s first code cell and the cells that print its stored run
+    (their code reads ``stored[``, the data of :func:`lectures.llm.stored_path`), in its
+    folder, and tidy it; its other cells are left as they are (notebook 08's live cells stay
+    unexecuted, and so do the Chinese edition's: :func:`write` runs what the English runs).
+
+    Raises
+    ------
+    ValueError
+        If the notebook has no such cell.
+    """
+    import nbformat
+
+    from lectures.widgets.tidy import tidy
+    path = english_path(nn)
+    nb = nbformat.read(path, as_version=4)
+    codes = [c for c in nb.cells if c.cell_type == "code"]
+    chosen = {id(c) for c in codes[:1] + [c for c in codes if "stored[" in c.source]}
+    if len(chosen) < 2:
+        raise ValueError(f"notebook {nn} has no cell that prints a stored run (stored[...])")
+    marked = copy.deepcopy(nb)
+    for cell, mark in zip(nb.cells, marked.cells):
+        if mark.cell_type == "code":
+            mark.execution_count = 1 if id(cell) in chosen else None
+    _execute(path, marked)
+    tidy(path)
+    return path
+
+
 def write(nn: str, execute: bool = True) -> Path:
     """Write notebook `nn`'s Chinese edition (keeping its stored figures in markdown), execute
     it in its folder and tidy it."""

@@ -93,11 +93,12 @@ class LinearInputs:
     token_absmax: np.ndarray      #: float64 (N,): max |x| over channels, per token, window order
     n_tokens: int                 #: N, tokens seen
     hessian: np.ndarray | None    #: float64 (K, K): sum over tokens of x xᵀ (GPTQ's H / 2)
-    inputs: np.ndarray | None     #: (N, K) in the model's dtype: the inputs themselves
+    inputs: np.ndarray | None     #: float32 (N, K): the inputs themselves
 
 
 def capture_linear_inputs(model, windows, names=None, hessian: bool = False,
-                          keep_inputs: bool = False, batch_size: int = 1) -> dict:
+                          keep_inputs: bool | Iterable[str] = False,
+                          batch_size: int = 1) -> dict:
     """Run ``windows`` through the model and record the inputs of the chosen linears.
 
     Parameters
@@ -108,8 +109,9 @@ def capture_linear_inputs(model, windows, names=None, hessian: bool = False,
     hessian : bool
         Also accumulate ``H = Σ_tokens x xᵀ`` in float64 (K² × 8 bytes per linear: 2.6 MB for
         K = 576, 19 MB for K = 1536; linears that share an input share nothing here).
-    keep_inputs : bool
-        Also keep the raw inputs, (N, K) per linear, in the model's dtype.
+    keep_inputs : bool or iterable of names
+        Also keep the raw inputs, (N, K) per linear, as float32: of every chosen linear
+        (True), or of the chosen linears among these names (the others' ``inputs`` are None).
     batch_size : int
         Windows per forward pass. Tokens are recorded in window order either way, and the
         absmax statistics and inputs do not depend on it (up to the matmuls' rounding);
@@ -123,15 +125,22 @@ def capture_linear_inputs(model, windows, names=None, hessian: bool = False,
     ------
     ValueError
         If a name is not a decoder linear, ``windows`` is not (n, T), or ``batch_size`` < 1.
+    TypeError
+        If ``keep_inputs`` is a string (one name goes in a list).
     """
     import torch
 
+    if isinstance(keep_inputs, str):
+        raise TypeError(f"keep_inputs must be a bool or an iterable of names, got the string "
+                        f"{keep_inputs!r} (one name goes in a list)")
     chosen = _select(model, names)
     ids = torch.as_tensor(np.asarray(windows), dtype=torch.long)
     if ids.ndim != 2:
         raise ValueError(f"windows must have shape (n, T), got {tuple(ids.shape)}")
     check_positive_int(batch_size, "batch_size")
     state = {n: {"absmax": None, "tokens": [], "h": None, "x": []} for n in chosen}
+    kept = (set(chosen) if keep_inputs is True else set() if keep_inputs is False
+            else set(keep_inputs))
 
     def hook_for(name):
         s = state[name]
@@ -146,7 +155,7 @@ def capture_linear_inputs(model, windows, names=None, hessian: bool = False,
                 xd = x.double()
                 h = xd.T @ xd
                 s["h"] = h if s["h"] is None else s["h"] + h
-            if keep_inputs:
+            if name in kept:
                 s["x"].append(x.float().cpu())
         return hook
 
@@ -165,7 +174,7 @@ def capture_linear_inputs(model, windows, names=None, hessian: bool = False,
         out[n] = LinearInputs(
             s["absmax"].cpu().numpy(), tokens, len(tokens),
             s["h"].cpu().numpy() if hessian else None,
-            torch.cat(s["x"]).numpy() if keep_inputs else None)
+            torch.cat(s["x"]).numpy() if n in kept else None)
     return out
 
 
@@ -316,17 +325,20 @@ def _share_key(name: str, kind: str) -> str:
 # ---------------------------------------------------------------------------------------------
 # The KV cache
 # ---------------------------------------------------------------------------------------------
-_KV = {"k": None, "v": None}
+_KV_ATTR = "_lowprec_kv"     # each attention module's (quantize_k, quantize_v) while in place
 
 
 def _kv_attention(module, query, key, value, attention_mask, **kwargs):
-    """SDPA attention on quantized keys and values (shape (B, H_kv, T, D), after RoPE)."""
+    """SDPA attention on quantized keys and values (shape (B, H_kv, T, D), after RoPE); the
+    quantizers are the module's own (:func:`quantized_kv` sets them on each attention module of
+    its model, so two models can run under different quantizers at once, on two threads)."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    if _KV["k"] is not None:
-        key = _KV["k"](key, module.layer_idx).to(key.dtype)
-    if _KV["v"] is not None:
-        value = _KV["v"](value, module.layer_idx).to(value.dtype)
+    quantize_k, quantize_v = getattr(module, _KV_ATTR, (None, None))
+    if quantize_k is not None:
+        key = quantize_k(key, module.layer_idx).to(key.dtype)
+    if quantize_v is not None:
+        value = quantize_v(value, module.layer_idx).to(value.dtype)
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
 
 
@@ -343,10 +355,13 @@ def quantized_kv(model, quantize_k: Callable | None, quantize_v: Callable | None
 
     AttentionInterface.register(KV_ATTENTION, _kv_attention)
     previous = model.config._attn_implementation
-    _KV.update(k=quantize_k, v=quantize_v)
+    attention = [layer.self_attn for layer in model.model.layers]
+    for module in attention:
+        setattr(module, _KV_ATTR, (quantize_k, quantize_v))
     model.set_attn_implementation(KV_ATTENTION)
     try:
         yield
     finally:
         model.set_attn_implementation(previous)
-        _KV.update(k=None, v=None)
+        for module in attention:
+            delattr(module, _KV_ATTR)
