@@ -9,6 +9,7 @@ maps in process time (they run alone, on several threads). On a shared machine t
 seconds are the figure to compare; the load average is printed before and after.
 
 Run:  python benchmarks/bench_lecture09.py [--quick] [--output FILE]
+      python benchmarks/bench_lecture09.py --floor [--quick]   (the floor alone, in seconds)
 """
 
 from __future__ import annotations
@@ -70,12 +71,100 @@ TIMED = ((LECTURE, "gptq", time.thread_time), (LECTURE, "hessian", time.thread_t
          (CALIBRATE, "first_layer_inputs", time.process_time))
 
 
+# ---------------------------------------------------------------------------------------------
+# The floor: the arithmetic the lecture cannot avoid, at the machine's float64 GEMM rate
+# ---------------------------------------------------------------------------------------------
+#: SmolLM2-135M (its config.json): hidden size, MLP size, layers, key/value width, vocabulary.
+D, FF, LAYERS, KV, VOCAB = 576, 1536, 30, 192, 49152
+#: (out, in) of each group of linears that read one tensor (lectures.llm.calibrate.INPUT_GROUPS)
+GROUPS = ((D + 2 * KV, D), (D, D), (2 * FF, D), (D, FF))
+LINEAR_FLOP = 2 * sum(o * i for o, i in GROUPS)            # per token and layer: 7.08 MFLOP
+DOWN_FLOP = 2 * D * FF                                      # down_proj's share of it
+
+
+def work(settings: int, seq_len: int, n_eval: int, n_calib: int, grid: int = 10,
+         clips: int = 5, awq_group: int = 128) -> dict:
+    """FLOPs of the lecture's necessary work by kind, for ``settings`` weight settings.
+
+    Counts: 4 S + 16 perplexities (the reference; RTN, GPTQ, act-order per setting and the
+    static-groups run; AWQ per setting and the two out-of-domain runs; 4 W8A8 SmoothQuant, 3
+    W4A4, 5 calibrator runs), every one a different model; 2 S + 3 sequential calibrations
+    (GPTQ and act-order per setting, static groups, out-of-domain, rotated), each running a
+    layer twice (its float weights to record the inputs, then its quantized weights); 2 AWQ
+    passes on the float model (its settings share one); GPTQ's Hessian, Cholesky factors and
+    column updates per group; AWQ's Gram matrix (or the tokens), grid and clip candidates per
+    group. Attention
+    counts the causal half of Q·Kᵀ and A·V. Memory-bound work (norms, softmax, the
+    quantizers' rounding) is left out: a floor, not an estimate."""
+    attn = 2 * 2 * D * (seq_len + 1) / 2                    # per token and layer, causal
+    eval_tokens, calib_tokens = n_eval * seq_len, n_calib * seq_len
+    per_pass = eval_tokens * (LAYERS * (LINEAR_FLOP + attn) + 2 * D * VOCAB)
+    sequential = calib_tokens * LAYERS * (2 * LINEAR_FLOP - DOWN_FLOP + 2 * attn)
+    float_pass = calib_tokens * LAYERS * (LINEAR_FLOP + attn)
+    # a Hessian or Gram matrix xᵀx is symmetric: N·in² flops (BLAS syrk, numpy's x.T @ x)
+    gptq = LAYERS * sum(calib_tokens * i * i + o * i * i + 4 * i ** 3 / 3 for o, i in GROUPS)
+    # awq_search scores a candidate through the Gram matrix when there are more tokens than
+    # inputs, else on the tokens themselves (numfmt.ptq.scaling._output_mse)
+    awq = LAYERS * sum((calib_tokens * i * i + grid * 2 * o * i * i
+                        if calib_tokens > i else grid * 2 * calib_tokens * o * i)
+                       + clips * 2 * o * i * min(i, awq_group) for o, i in GROUPS)
+    calibrations = 2 * settings + 3
+    return {"perplexities": (4 * settings + 16) * per_pass,
+            "sequential passes": calibrations * sequential,
+            "float passes (AWQ, statistics)": 3 * float_pass,
+            "GPTQ (Hessians, factors, updates)": calibrations * gptq,
+            "AWQ (Gram, grid, clips)": (settings + 1) * awq}
+
+
+def gemm_rate(n: int = 1024, repeats: int = 5):
+    """float64 GEMM FLOP per CPU second: torch.mm of n x n on one thread, timed in process
+    time (on a shared machine CPU seconds are the figure to compare), as a machine.Spread."""
+    import torch
+
+    from lectures.machine import Spread
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        a, b = (torch.randn(n, n, dtype=torch.float64) for _ in range(2))
+        torch.mm(a, b)
+        times = []
+        for _ in range(repeats):
+            t = time.process_time()
+            torch.mm(a, b)
+            times.append(time.process_time() - t)
+    finally:
+        torch.set_num_threads(threads)
+    return Spread.of(times).inverse(2.0 * n ** 3)
+
+
+def floor(quick: bool) -> None:
+    """Print the floor of the full (or --quick) workload in CPU seconds."""
+    args = (2, 256, 2, 2) if quick else (3, 512, 4, 4)
+    parts = work(*args)
+    rate = gemm_rate()
+    print_header("Lecture 09's floor (" + ("--quick" if quick else "full") + " workload): "
+                 "necessary FLOPs at the float64 GEMM rate of one core")
+    rows = [[k, f"{v / 1e12:.2f}", f"{v / rate.median:.0f}"] for k, v in parts.items()]
+    total = sum(parts.values())
+    rows.append(["total", f"{total / 1e12:.2f}",
+                 f"{total / rate.median:.0f} [{total / rate.high:.0f}, {total / rate.low:.0f}]"])
+    print_table(["work", "TFLOP", "floor, CPU s"], rows)
+    print(f"float64 GEMM: {rate.median / 1e9:.1f} GFLOP per CPU second (1024^3, one thread, "
+          f"{rate.repeats} runs: {rate.low / 1e9:.1f}-{rate.high / 1e9:.1f}); {load_avg()}")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the tests' workload")
     parser.add_argument("--output", default=os.devnull,
                         help="file for the lecture's own output (to diff against a plain run)")
+    parser.add_argument("--floor", action="store_true",
+                        help="print the workload's floor (necessary FLOPs at the float64 GEMM "
+                             "rate) instead of running the lecture")
     args = parser.parse_args(argv)
+    if args.floor:
+        floor(args.quick)
+        return
     import torch
     print(f"Before: {load_avg()}; torch threads {torch.get_num_threads()}")
     tally, steps = Tally(), Tally()

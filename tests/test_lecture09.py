@@ -284,6 +284,7 @@ def test_demo6_summary(model, d2, d3):
     assert_fits(printed(L.show_demo6, rows))
 
 
+@pytest.mark.slow
 def test_saved_results_print_the_same(tmp_path, model, d2, d3, d4, d5):
     """What --save writes (the form a notebook's stored run takes) prints, demo by demo, what
     the run printed."""
