@@ -71,6 +71,7 @@ from console import (lecture_parser, print_header, print_observations,  # noqa: 
                      print_paragraph, print_table, print_title, run_lecture)
 from console.i18n import N_  # noqa: E402
 from lectures.i18n import domain  # noqa: E402
+from lectures.hardware import DATASHEETS  # noqa: E402
 from lectures.tinylm.loop import TrainConfig, train, train_job  # noqa: E402
 from lectures.tinylm.model import TinyLMConfig  # noqa: E402
 from lectures.tinylm.data import Batches, split  # noqa: E402
@@ -80,6 +81,7 @@ from lectures.tinylm.runs import (Runs, compare, demo_queue, finals,  # noqa: E4
 
 _ = domain("lecture10").gettext
 
+H100 = DATASHEETS["H100"]                   # the data sheet the summary quotes
 MODEL = TinyLMConfig()                      # d 128, 2 layers, SwiGLU 256, context 64
 BATCH = 8                                   # 8 x 64 = 512 tokens a step
 #: The NVFP4 recipe's BF16 layers: the output head (as every FP8 and FP4 recipe here keeps it)
@@ -966,12 +968,14 @@ def print_summary(runs: Runs) -> None:
             n=len(w.seeds), seeds=", ".join(map(str, w.seeds)), steps=w.steps,
             tokens=BATCH * MODEL.context),
         _("Within noise of BF16 here: {labels}.").format(
-            labels="; ".join(_(label) for label in noise) or _("none")),
+            # TRANSLATORS: the separator between the items of a list inside a sentence
+            labels=_("; ").join(_(label) for label in noise) or _("none")),
         _("Bits moved count each operand's element bits plus its scales' bits amortised over "
           "the block, averaged over the model's linears (layers kept in BF16 count 16). Native "
-          "hardware: FP8 GEMMs on NVIDIA Hopper (H100 datasheet: 1,979 dense FP8 TFLOPS, twice "
-          "BF16), MXFP8, MXFP4 and NVFP4 on Blackwell (NVIDIA Blackwell architecture technical "
-          "brief); these runs emulate all of them, in float64."),
+          "hardware: FP8 GEMMs on NVIDIA Hopper (H100 datasheet: {fp8:,.0f} dense FP8 TFLOPS, "
+          "twice BF16), MXFP8, MXFP4 and NVFP4 on Blackwell (NVIDIA Blackwell architecture "
+          "technical brief); these runs emulate all of them, in float64.").format(
+            fp8=H100.tflops["fp8"]),
     ])
 
 
