@@ -48,6 +48,7 @@ import argparse
 import functools
 import importlib.util
 import os
+import sys
 from dataclasses import dataclass, replace
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -332,7 +333,8 @@ def show_demo1(r: BillResult) -> None:
                       "Kahan buffer of pure BF16), gradients, Adam's m and v, activations, and "
                       "the largest unit FSDP all-gathers at a time. Recipes: BF16 mixed "
                       "precision (FP32 master weights and moments); + 8-bit Adam: its moments in "
-                      "8 bits; FP8 W: FP8 weights for the GEMMs and BF16 gradients; pure BF16: "
+                      "8 bits; FP8 W: the layers' linears in FP8 for the GEMMs (embedding, head "
+                      "and norms in BF16) and BF16 gradients; pure BF16: "
                       "no FP32 copy. FSDP×8: sharded over 8 GPUs; ckpt: activation "
                       "checkpointing."))
     for name in SHAPES:

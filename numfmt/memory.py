@@ -129,6 +129,10 @@ class Precision:
     """Bytes per weight of each item a recipe keeps (0: the item does not exist).
 
     ``state`` names the moments' format (numfmt.torch.train.optim.STATE_FORMATS).
+    ``linears_only``: the GEMMs' copy at ``weights`` bytes holds only the decoder layers'
+    linears; the embedding, the head and the norms keep a BF16 copy (2 bytes), as FP8
+    training does (torchao's float8 all-gather casts the linears alone; lecture 10's FP8
+    recipes keep the head in BF16).
     """
     name: str
     weights: int          # the GEMMs' copy, when it is not the master itself
@@ -136,6 +140,7 @@ class Precision:
     gradients: int
     state: str
     compensation: int = 0
+    linears_only: bool = False
 
 
 #: The recipes the bill compares, by name.
@@ -143,7 +148,8 @@ PRECISIONS = {
     "FP32": Precision("FP32", 0, 4, 4, "fp32"),
     "BF16 mixed": Precision("BF16 mixed", 2, 4, 4, "fp32"),
     "BF16 mixed, 8-bit Adam": Precision("BF16 mixed, 8-bit Adam", 2, 4, 4, "int8"),
-    "FP8 weights, 8-bit Adam": Precision("FP8 weights, 8-bit Adam", 1, 4, 2, "int8"),
+    "FP8 weights, 8-bit Adam": Precision("FP8 weights, 8-bit Adam", 1, 4, 2, "int8",
+                                         linears_only=True),
     "pure BF16 + Kahan": Precision("pure BF16 + Kahan", 0, 2, 2, "bf16", compensation=2),
 }
 
@@ -249,12 +255,21 @@ def memory_bill(shape: DecoderShape, precision: Precision, batch: int, seq: int,
         acts += layer_activation_bytes(shape, batch, seq)
     p = shape.params
     local = -(-p // n) if sharding == "fsdp" else p
-    gathered = 0
-    if sharding == "fsdp":
-        per_weight = precision.weights or precision.master
-        gathered = max(shape.layer_params, shape.vocab * shape.hidden) * per_weight
+    per_weight = precision.weights or precision.master
+    layer_linears = sum(o * i for o, i in shape.layer_linears())
+    if precision.linears_only:   # the linears at `weights` bytes, every other weight in BF16
+        linears = shape.layers * layer_linears
+        local_linears = -(-linears // n) if sharding == "fsdp" else linears
+        weights = local_linears * precision.weights + (local - local_linears) * 2
+        layer_unit = layer_linears * per_weight + (shape.layer_params - layer_linears) * 2
+        embed_unit = shape.vocab * shape.hidden * 2
+    else:
+        weights = local * precision.weights
+        layer_unit = shape.layer_params * per_weight
+        embed_unit = shape.vocab * shape.hidden * per_weight
+    gathered = max(layer_unit, embed_unit) if sharding == "fsdp" else 0
     return {
-        "weights": local * precision.weights,
+        "weights": weights,
         "master": local * precision.master,
         "gradients": local * precision.gradients,
         "moments": _moment_bytes(precision.state, local, block),
