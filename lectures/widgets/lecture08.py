@@ -60,11 +60,7 @@ def load_stored(path=STORED) -> dict:
         If the file was not written by the full workload of the script (``--quick`` is not a
         run the notebook presents as the lecture's) or lacks a demo.
     """
-    results, about = llm_results.load_results(path, L)
-    if about.get("command") != "08_real_model.py" or not set(STORED_DEMOS) <= set(results):
-        raise ValueError(f"{path} is not a full run of lecture 08 saved with --save "
-                         f"(about: {about})")
-    return results
+    return llm_results.load_full_run(path, L, "08_real_model.py", STORED_DEMOS)
 
 
 def open_lab_or_explain(workload=None):
