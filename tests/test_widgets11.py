@@ -71,7 +71,7 @@ def test_stored_run_is_the_full_workload():
     w = W.L.FULL
     assert (s["steps"], s["train_len"], s["n_eval"], s["eval_len"]) == \
         (w.steps, w.train_len, w.n_eval, w.eval_len)
-    qat = {m for m in s["curves"] if m.startswith(("QAT", "LSQ"))}
+    qat = {m for m in s["curves"] if m.startswith(("QAT", "KD-QAT", "LSQ"))}
     assert set(s["codes_changed"]) == qat
     for changed, total in s["codes_changed"].values():
         assert 0 <= changed <= total
