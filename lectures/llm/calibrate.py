@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from console.progress import progress
-from lectures.llm.finetune import layer_inputs
+from lectures.llm.hooks import layer_inputs
 
 __all__ = ["INPUT_GROUPS", "calibrate_layers", "map_items",
            "one_blas_thread", "quantize_groups", "workers"]

@@ -34,56 +34,8 @@ from typing import Callable
 
 import numpy as np
 
-from lectures.llm.evaluate import check_positive_int, token_nll
-
-
-class _Stop(Exception):
-    pass
-
-
-def _check_first(model, first) -> int:
-    n = len(model.model.layers)
-    if isinstance(first, bool) or not isinstance(first, int) or not 0 <= first < n:
-        raise ValueError(f"first must be a layer index in [0, {n - 1}], got {first!r}")
-    return first
-
-
-def layer_inputs(model, windows, first: int, batch_size: int = 1) -> list:
-    """The hidden states entering decoder layer ``first``, with the keyword arguments the
-    model passes it (rotary embeddings, mask), one pair per batch of ``batch_size`` windows.
-
-    Computed under ``torch.no_grad`` (not inference mode: the tail's backward pass reads them)
-    with the model as it is now, frozen layers included; the rest of the forward pass is
-    skipped. Returns a list of (float32 tensor (B, T, C), dict).
-
-    Raises
-    ------
-    ValueError
-        If ``first`` is not a layer index, ``windows`` not (n, T), or ``batch_size`` < 1.
-    """
-    import torch
-
-    _check_first(model, first)
-    check_positive_int(batch_size, "batch_size")
-    ids = torch.as_tensor(np.asarray(windows), dtype=torch.long)
-    if ids.ndim != 2:
-        raise ValueError(f"windows must have shape (n, T), got {tuple(ids.shape)}")
-    seen = []
-
-    def catch(module, args, kwargs):
-        seen.append((args[0].detach().clone(), dict(kwargs)))
-        raise _Stop
-
-    handle = model.model.layers[first].register_forward_pre_hook(catch, with_kwargs=True)
-    device = next(model.parameters()).device
-    try:
-        with torch.no_grad():
-            for i in range(0, len(ids), batch_size):
-                with contextlib.suppress(_Stop):
-                    model(input_ids=ids[i:i + batch_size].to(device), use_cache=False)
-    finally:
-        handle.remove()
-    return seen
+from lectures.llm.evaluate import token_nll
+from lectures.llm.hooks import check_first_layer as _check_first, layer_inputs
 
 
 def tail_logits(model, first: int, hidden, kwargs: dict):

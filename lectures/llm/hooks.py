@@ -12,9 +12,9 @@ Three captures of layer inputs, each for a question the others cannot answer che
 - :func:`capture_linear_inputs` (here) runs whole forward passes and keeps statistics of the
   chosen linears' inputs (per-channel and per-token absmax, optionally Σ x xᵀ): what the
   float model feeds every linear, for lecture 08's outlier demo and one-shot calibration.
-- :func:`lectures.llm.finetune.layer_inputs` catches the hidden state and keyword arguments
-  entering one decoder layer and stops the forward pass there: sequential calibration starts
-  from layer 0's input, fine-tuning from the first trained layer's.
+- :func:`layer_inputs` (here) catches the hidden state and keyword arguments entering one
+  decoder layer and stops the forward pass there: sequential calibration starts from layer
+  0's input, fine-tuning (lectures.llm.finetune) from the first trained layer's.
 - ``lectures.llm.calibrate._layer_inputs`` runs those states through one layer and records
   each group of linears' input inside it, stopping before ``down_proj`` when calibration is
   sequential, since the layer is run again once quantized.
@@ -365,3 +365,53 @@ def quantized_kv(model, quantize_k: Callable | None, quantize_v: Callable | None
         model.set_attn_implementation(previous)
         for module in attention:
             delattr(module, _KV_ATTR)
+
+
+class _Stop(Exception):
+    """Raised by a hook to end a forward pass early."""
+
+
+def check_first_layer(model, first) -> int:
+    """``first`` if it indexes one of ``model``'s decoder layers, else ValueError."""
+    n = len(model.model.layers)
+    if isinstance(first, bool) or not isinstance(first, int) or not 0 <= first < n:
+        raise ValueError(f"first must be a layer index in [0, {n - 1}], got {first!r}")
+    return first
+
+
+def layer_inputs(model, windows, first: int, batch_size: int = 1) -> list:
+    """The hidden states entering decoder layer ``first``, with the keyword arguments the
+    model passes it (rotary embeddings, mask), one pair per batch of ``batch_size`` windows.
+
+    Computed under ``torch.no_grad`` (not inference mode: the tail's backward pass reads them)
+    with the model as it is now, frozen layers included; the rest of the forward pass is
+    skipped. Returns a list of (float32 tensor (B, T, C), dict).
+
+    Raises
+    ------
+    ValueError
+        If ``first`` is not a layer index, ``windows`` not (n, T), or ``batch_size`` < 1.
+    """
+    import torch
+
+    check_first_layer(model, first)
+    check_positive_int(batch_size, "batch_size")
+    ids = torch.as_tensor(np.asarray(windows), dtype=torch.long)
+    if ids.ndim != 2:
+        raise ValueError(f"windows must have shape (n, T), got {tuple(ids.shape)}")
+    seen = []
+
+    def catch(module, args, kwargs):
+        seen.append((args[0].detach().clone(), dict(kwargs)))
+        raise _Stop
+
+    handle = model.model.layers[first].register_forward_pre_hook(catch, with_kwargs=True)
+    device = next(model.parameters()).device
+    try:
+        with torch.no_grad():
+            for i in range(0, len(ids), batch_size):
+                with contextlib.suppress(_Stop):
+                    model(input_ids=ids[i:i + batch_size].to(device), use_cache=False)
+    finally:
+        handle.remove()
+    return seen
