@@ -25,7 +25,7 @@ from lectures import i18n_notebooks as zh
 
 __all__ = ["TIMED", "replace_text_block", "restore", "timed_cells"]
 
-#: The notebooks whose stored runs are timings, measured once per language.
+#: The notebooks whose stored runs are timings: each language keeps a run of its own.
 TIMED = ("12",)
 LAB_CHECK_ID = "lab-check"
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lectures.stats import T_975
 
 
 @dataclass
@@ -135,9 +136,6 @@ def finals(runs: Runs, label: str) -> np.ndarray:
     return np.array([r.final_val for r in runs.results[label]])
 
 
-#: Student's t, 97.5th percentile, by degrees of freedom (any t table; scipy.stats.t.ppf):
-#: the half-width of a 95 % interval for a mean of n values is T975[n - 1] * sd / sqrt(n).
-T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365}
 
 
 def paired(diffs, noise: str = "t") -> dict:
@@ -170,7 +168,7 @@ def paired(diffs, noise: str = "t") -> dict:
         half = float(np.ptp(d))
         finding = abs(gap) > half
     else:
-        half = T975[n - 1] * float(d.std(ddof=1)) / math.sqrt(n) if n > 1 else float("inf")
+        half = T_975[n - 1] * float(d.std(ddof=1)) / math.sqrt(n) if n > 1 else float("inf")
         finding = n > 1 and abs(gap) > half
     return {"gap": gap, "diffs": [float(v) for v in d], "noise": half,
             "low": gap - half, "high": gap + half, "finding": finding}
