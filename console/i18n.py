@@ -116,6 +116,13 @@ def current_language() -> str:
     return "en"
 
 
+def sentences(*parts: str) -> str:
+    """Sentences run together as one paragraph: after a space in English, straight after the
+    full stop (。) in Chinese, which puts no space between sentences. Empty parts are left out."""
+    sep = "" if current_language().startswith("zh") else " "
+    return sep.join(p for p in parts if p)
+
+
 @contextlib.contextmanager
 def language(tag: str | None):
     """Use language `tag` inside a ``with`` block, then restore the previous choice."""

@@ -69,13 +69,14 @@ import torch  # noqa: E402
 import numfmt.torch.train as ntt  # noqa: E402
 from console import (lecture_parser, print_header, print_observations,  # noqa: E402
                      print_paragraph, print_table, print_title, run_lecture)
-from console.i18n import N_  # noqa: E402
+from console.i18n import N_, sentences  # noqa: E402
 from lectures.i18n import domain  # noqa: E402
 from lectures.hardware import DATASHEETS  # noqa: E402
 from lectures.tinylm.loop import TrainConfig, train, train_job  # noqa: E402
 from lectures.tinylm.model import TinyLMConfig  # noqa: E402
 from lectures.tinylm.data import Batches, split  # noqa: E402
-from lectures.tinylm.probe import gradient_errors_batches, paired_errors  # noqa: E402
+from lectures.tinylm.probe import (gradient_errors_batches, paired_errors,  # noqa: E402
+                                   without_residues)
 from lectures.tinylm.runs import (Runs, compare, demo_queue, finals,  # noqa: E402
                                   progress_lines, run_all)
 
@@ -255,9 +256,11 @@ class Probe:
     probed recipe's weight gradients against FP32's on several batches at each of the
     workload's ``grad_steps``."""
     step: int
-    operands: dict      # layer name -> {"x": (N, in), "w": (out, in), "dy": (N, out)} float64
+    operands: dict      # layer name -> {"x": (N, in), "w": (out, in), "dy": (N, out)} float64,
+                        # dy without its rounding residues (tinylm.probe.without_residues)
     grads: dict = None  # step -> [per batch {label: {"error", "cosine", "layer_error",
                         # "flushed"}}] (gradient_errors_batches); batch 0 is the step's own
+    tiles: dict = None  # power-of-two 1x128 tiles against 1x32 blocks (pow2_tiles)
 
 
 #: The fixed loss scale of the gradient probe's "FP16 + loss scaling" (GradScaler's initial).
@@ -291,13 +294,44 @@ def probe_run(w: Workload, device: str | None = None) -> Probe:
         if step == w.probe_steps - 1:
             for name, m in model.linears().items():
                 keep[name] = {k: v.detach().cpu().clone() for k, v in m.last_operands.items()}
+                keep[name]["dy"] = without_residues(keep[name]["dy"])
         if step in w.grad_steps:
             grads[step] = gradient_errors_batches(model, probe_batches(w, step, batch, device),
                                                   rec, scales)
 
     train("fp32", replace(w.train_config(0), steps=w.probe_steps, eval_steps=()), MODEL,
           probe=probe, device=device, capture=True)
-    return Probe(w.probe_steps, keep, grads)
+    return Probe(w.probe_steps, keep, grads, pow2_tiles(keep))
+
+
+def pow2_tiles(operands: dict) -> dict:
+    """Where E4M3 with power-of-two (E8M0, RCEIL) scales rounds a value differently in 1x128
+    tiles (TransformerEngine's Float8BlockScaling with its default power-of-two scales) than in
+    1x32 blocks (MXFP8), over the x and dy of every linear, blocks along each row.
+
+    Notice: multiplying by 2^k moves a value by whole binades and leaves E4M3's 3-bit
+    mantissa rounding as it was, so the block a value sits in matters only where the scaled
+    value falls among E4M3's subnormals (below 2^-6), far under its block's amax.
+
+    Returns {"values": how many, "differ": how many round differently, "below": the largest
+    |v| / (amax of its 1x128 tile) among those, as a power of two (an integer k with every
+    such value under 2^-k of that amax; None when none differ)}.
+    """
+    tile = ntt.OperandSpec("e4m3", (1, 128), "e8m0", "rceil")
+    block = ntt.OperandSpec("e4m3", (1, 32), "e8m0", "rceil")
+    values = differ = 0
+    worst = 0.0
+    for ops in operands.values():
+        for t in (ops["x"], ops["dy"]):
+            moved = ntt.quantize_operand(t, tile) != ntt.quantize_operand(t, block)
+            amax = t.abs().reshape(t.shape[0], -1, 128).amax(-1, keepdim=True)
+            ratio = (t.abs().reshape(t.shape[0], -1, 128) / amax).reshape(t.shape)
+            values += t.numel()
+            differ += int(moved.sum())
+            if moved.any():
+                worst = max(worst, float(ratio[moved].max()))
+    below = math.floor(-math.log2(worst)) if differ else None
+    return {"values": values, "differ": differ, "below": below}
 
 
 def probe_errors(p: Probe, label: str) -> list:
@@ -625,8 +659,8 @@ def print_fine_fp8(runs: Runs, p: Probe) -> None:
     print_header(_("Demo 3: fine-grained FP8: DeepSeek-V3's tiles and MXFP8"))
     print_curves(runs, ["BF16", "FP8 current", "FP8 blockwise (DeepSeek-V3)",
                         "MXFP8, floor scales", "MXFP8, RCEIL scales"])
-    print_paragraph(probe_paragraph(p) + " " + _(
-        "The table gives the median over each step's batches and the range over all of them."))
+    print_paragraph(sentences(probe_paragraph(p), _(
+        "The table gives the median over each step's batches and the range over all of them.")))
     labels = ["FP8 current", "FP8 blockwise (DeepSeek-V3)", "FP8 blockwise, power-of-two scales",
               "MXFP8, floor scales", "MXFP8, RCEIL scales"]
     print_table([_("recipe: median dW error")] + error_headers(p),
@@ -649,7 +683,27 @@ def print_fine_fp8(runs: Runs, p: Probe) -> None:
             b=batch_verdict(p, labels[3], labels[4])),
         _("MXFP8 (RCEIL) minus BF16: {v}.").format(
             v=verdict(compare(runs, "MXFP8, RCEIL scales", "BF16"))),
+        pow2_observation(p, error_row(p, labels[2]) == error_row(p, labels[4])),
     ])
+
+
+def pow2_observation(p: Probe, same_row: bool) -> str:
+    """Why power-of-two 1x128 tiles and MXFP8's RCEIL blocks give (nearly) the same dW error."""
+    t = p.tiles
+    if t["differ"]:
+        counted = _("Of this run's {n:,} x and dy values, {d:,} ({f:.3%}) round differently, "
+                    "each below 2^-{k} of its 1x128 tile's amax.").format(
+            n=t["values"], d=t["differ"], f=t["differ"] / t["values"], k=t["below"])
+    else:
+        counted = _("Of this run's {n:,} x and dy values, none rounds differently.").format(
+            n=t["values"])
+    return sentences(
+        _("Power-of-two scales round a value as a plain E4M3 cast would, shifted by whole "
+          "binades, whatever the size of its block: TransformerEngine's power-of-two 1x128 "
+          "tiles and MXFP8's 1x32 RCEIL blocks can differ only where a scaled value falls "
+          "among E4M3's subnormals."),
+        counted,
+        _("The two rows of dW errors above agree to every digit printed.") if same_row else "")
 
 
 # ---------------------------------------------------------------------------- demo 4: FP4

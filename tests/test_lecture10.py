@@ -239,6 +239,35 @@ def test_fp8_underflow_against_torch_float8(lec):
     assert lec.fp8.underflow["E4M3"] > lec.fp8.underflow["E5M2"]
 
 
+def test_pow2_tiles_against_ml_dtypes(lec, text):
+    """Demo 3's count of values that 1x128 and 1x32 power-of-two blocks round differently:
+    each block's scale 2^ceil(log2(amax / 448)) (RCEIL), the quotient cast by ml_dtypes."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+
+    def cast(t, width):
+        v = t.numpy().reshape(t.shape[0], -1, width)
+        amax = np.abs(v).max(-1, keepdims=True)
+        scale = np.exp2(np.ceil(np.log2(np.where(amax > 0, amax, 1.0) / 448.0)))
+        q = (v / scale).astype(ml_dtypes.float8_e4m3fn).astype(np.float64) * scale
+        return q.reshape(t.shape)
+    values = differ = 0
+    worst = 0.0
+    for ops in lec.probe.operands.values():
+        for t in (ops["x"], ops["dy"]):
+            moved = cast(t, 128) != cast(t, 32)
+            a = np.abs(t.numpy()).reshape(t.shape[0], -1, 128)
+            tile = a.max(-1, keepdims=True)
+            ratio = np.divide(a, tile, out=np.zeros_like(a), where=tile > 0).reshape(t.shape)
+            values, differ = values + t.numel(), differ + int(moved.sum())
+            worst = max(worst, float(ratio[moved].max()) if moved.any() else 0.0)
+    got = lec.probe.tiles
+    assert (got["values"], got["differ"]) == (values, differ)
+    assert 0 < differ < values * 1e-3                  # rare: only among E4M3's subnormals
+    assert worst < 2.0 ** -got["below"] <= 2 * worst
+    assert got["below"] >= 13                          # 2^-6 / 448 of a tile's amax, or less
+    assert f"{differ:,} ({differ / values:.3%}) round differently" in " ".join(text.split())
+
+
 def test_spike_claims(lec, text):
     s = lec.fp8.spike
     x = lec.probe.operands[L.SPIKE[0]]["x"]
