@@ -68,7 +68,7 @@ LECTURE, CALIBRATE = "lectures.09_ptq_algorithms", "lectures.llm.calibrate"
 TIMED = ((LECTURE, "gptq", time.thread_time), (LECTURE, "hessian", time.thread_time),
          (LECTURE, "awq_search", time.thread_time), (LECTURE, "weight_rtn", time.thread_time),
          (LECTURE, "nll", time.process_time), (LECTURE, "map_items", time.process_time),
-         (CALIBRATE, "first_layer_inputs", time.process_time))
+         (CALIBRATE, "layer_inputs", time.process_time))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,11 +10,17 @@ What is timed, each against a reference measured in the same run:
   - with --lecture: lecture 08 as a subprocess, --quick and full, warm cache;
   - with --demos (or --demos-quick): lecture 08's demos in this process, one after the other
     as main() runs them, each in CPU seconds (process time, all threads) and wall seconds:
-    on a shared machine the CPU seconds are the figure to compare.
+    on a shared machine the CPU seconds are the figure to compare;
+  - with --floor (or --floor-quick): lecture 08's floor, the forward passes it needs (its
+    perplexities and demo 3's one pass over the calibration windows), their flops, and a
+    float64 matmul of the model's MLP shape on one thread, timed in CPU seconds: flops / rate
+    is the CPU time no implementation of the lecture in float64 can beat; --cpu-seconds S
+    (the lecture's measured CPU time, e.g. user + sys of /usr/bin/time) adds time / floor.
 The load average of the machine is printed before and after: on a shared machine the absolute
 times are inflated, the ratios much less so.
 
 Run:  python benchmarks/bench_real_model.py [--repeat 3] [--lecture] [--demos | --demos-quick]
+      python benchmarks/bench_real_model.py --floor [--cpu-seconds S]
 """
 
 from __future__ import annotations
@@ -72,6 +78,69 @@ def demo_seconds(quick: bool) -> list:
     return rows
 
 
+def forward_flops(config, n_windows: int, seq_len: int) -> dict:
+    """Flops of one forward pass of ``n_windows`` windows of ``seq_len`` tokens through a
+    LLaMA model (transformers ``config``), by part: the decoder linears and the output layer
+    (2 per multiply-add, every token), and attention's two products QKᵀ and AV over the causal
+    triangle only (position t attends to t + 1 keys). Norms, rotary embedding, softmaxes and
+    the log-softmax are left out (elementwise, a few flops per value)."""
+    c = config
+    head_dim = c.hidden_size // c.num_attention_heads
+    kv = c.num_key_value_heads * head_dim
+    per_layer = (c.hidden_size * (c.hidden_size + 2 * kv + c.hidden_size)     # q, k, v, o
+                 + 3 * c.hidden_size * c.intermediate_size)                   # gate, up, down
+    tokens = n_windows * seq_len
+    causal = n_windows * seq_len * (seq_len + 1) // 2          # (query, key) pairs per head
+    return {"linears": 2.0 * tokens * per_layer * c.num_hidden_layers,
+            "output layer": 2.0 * tokens * c.hidden_size * c.vocab_size,
+            "attention": 2.0 * 2 * causal * head_dim * c.num_attention_heads
+            * c.num_hidden_layers}
+
+
+def float64_gemm_rate(rows: int, inner: int, cols: int, repeats: int) -> float:
+    """Flops per CPU second of a float64 (rows, inner) @ (inner, cols) product on one torch
+    thread: the median over ``repeats`` timed products (process time, after one warm-up)."""
+    import torch
+    from lectures import one_torch_thread
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(rows, inner, generator=g, dtype=torch.float64)
+    b = torch.randn(inner, cols, generator=g, dtype=torch.float64)
+    times = []
+    with one_torch_thread():
+        a @ b
+        for _ in range(repeats):
+            t = time.process_time()
+            a @ b
+            times.append(time.process_time() - t)
+    return 2.0 * rows * inner * cols / float(np.median(times))
+
+
+def floor_rows(quick: bool, repeats: int, cpu_seconds: float | None) -> list:
+    """Rows [what, value] of lecture 08's floor (module docstring)."""
+    from lectures import llm
+    lecture = importlib.import_module("lectures.08_real_model")
+    workload = lecture.QUICK if quick else lecture.FULL
+    config = llm.load_checkpoint(device="cpu").model.config
+    perplexities = lecture.evaluations(workload)
+    flops = forward_flops(config, workload.n_eval, workload.seq_len)
+    calib = sum(forward_flops(config, workload.n_calib, workload.seq_len).values())
+    total = perplexities * sum(flops.values()) + calib
+    rate = float64_gemm_rate(workload.n_eval * workload.seq_len, config.hidden_size,
+                             config.intermediate_size, repeats)
+    floor = total / rate
+    rows = [["forward passes: perplexities + demo 3's calibration pass", f"{perplexities} + 1"],
+            ["tokens per pass", f"{workload.n_eval * workload.seq_len:,}"]]
+    rows += [[f"GFLOP per perplexity: {part}", f"{v / 1e9:.1f}"] for part, v in flops.items()]
+    rows += [["TFLOP, the whole lecture", f"{total / 1e12:.2f}"],
+             ["float64 matmul, one thread (GFLOP per CPU second)", f"{rate / 1e9:.1f}"],
+             ["floor: TFLOP / rate (CPU seconds)", f"{floor:.0f}"],
+             ["floor on 2 cores (wall seconds)", f"{floor / 2:.0f}"]]
+    if cpu_seconds is not None:
+        rows.append(["the lecture's CPU seconds / floor", f"{cpu_seconds:.0f} / {floor:.0f} = "
+                     f"{cpu_seconds / floor:.2f}"])
+    return rows
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
@@ -80,7 +149,21 @@ def main(argv=None) -> None:
                         help="only time lecture 08's demos, one by one (full workload)")
     parser.add_argument("--demos-quick", action="store_true",
                         help="the same on the --quick workload")
+    parser.add_argument("--floor", action="store_true",
+                        help="only lecture 08's floor: its forward passes' flops / float64 rate")
+    parser.add_argument("--floor-quick", action="store_true",
+                        help="the same on the --quick workload")
+    parser.add_argument("--cpu-seconds", type=float, default=None,
+                        help="with --floor: the lecture's measured CPU seconds, for time / floor")
     args = parser.parse_args(argv)
+    if args.floor or args.floor_quick:
+        print(f"Before: {load_avg()}")
+        rows = floor_rows(args.floor_quick, max(args.repeat, 5), args.cpu_seconds)
+        print_header("Lecture 08's floor (" + ("--quick" if args.floor_quick else "full")
+                     + " workload; float64, CPU seconds)")
+        print_table(["what", "value"], rows)
+        print(f"After: {load_avg()}")
+        return
     if args.demos or args.demos_quick:
         import torch
         print(f"Before: {load_avg()}; torch threads {torch.get_num_threads()}")

@@ -33,7 +33,7 @@ _EN = ("## Lab {nn}\n"
        "`labs/solutions/` (spoilers).")
 _ZH = ("## 实验 {nn}\n"
        "现在自己动手写代码：实验 {nn} 把本讲的核心内容变成 `labs/{file}` 中的函数。把每个 "
-       "`raise NotImplementedError` 换成你的代码，然后运行下面的单元（或在终端中运行 "
+       "`raise NotImplementedError` 换成你的代码，然后运行下面的单元格（或在终端中运行 "
        "`python -m labs check {nn}`）：它会告诉你哪些练习已完成；对于错误的练习，给出使你的输出"
        "不同的最小输入，并以位显示。`python -m labs show {nn}` 打印各练习的任务；参考答案在 "
        "`labs/solutions/` 中（会剧透）。")

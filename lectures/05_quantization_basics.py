@@ -36,6 +36,7 @@ import numpy as np
 from console import (ROUNDING_BOUND, below_bound, lecture_parser, print_header,  # noqa: F401
                      print_observations, print_table, print_title, run_lecture)
 from console.i18n import N_
+from lectures import hardware
 from lectures.i18n import domain
 from numfmt import (FP4_E2M1, FP6_E2M3, FP6_E3M2, FP8_E4M3, FP8_E5M2, FloatFormat, block_quantize,
                     clip_sweep, int_range, mx_quantize, nvfp4_quantize, quantize_int, rel_error,
@@ -46,9 +47,8 @@ _ = domain("lecture05").gettext
 INT32_MAX = 2**31 - 1
 # Demo 1 prints the integer pipeline's difference from dequantize-then-multiply as console's
 # bound: the difference itself is float64 rounding (a few 1e-15 here).
-#: NVIDIA H100 SXM5 dense tensor-core throughput, TFLOPS / TOPS (NVIDIA H100 Tensor Core GPU
-#: datasheet, 2023; the sparse figures are twice these).
-H100_DENSE = {"BF16": 989, "INT8": 1979}
+#: The H100 (SXM) whose tensor-core rates demo 1 quotes (lectures.hardware: its data sheet).
+H100 = hardware.DATASHEETS["H100"]
 #: Energy per operation at 45 nm, pJ (Horowitz, "Computing's energy problem", ISSCC 2014).
 ENERGY_PJ = {"INT8 multiply": 0.2, "FP16 multiply": 1.1}
 
@@ -176,7 +176,7 @@ def show_demo1(r: AffineResult) -> None:
             "between the integer\npipeline and dequantize-then-multiply: float rounding only)"))
     sym, asym = "symmetric", "asymmetric"
     silu_z = r.pipelines["SiLU"].za
-    speed = H100_DENSE["INT8"] / H100_DENSE["BF16"]
+    speed = H100.tflops["int8"] / H100.tflops["bf16"]
     energy = ENERGY_PJ["FP16 multiply"] / ENERGY_PJ["INT8 multiply"]
     print_observations([
         _("Symmetric INT8 wastes its negative codes on values ReLU never produces: it can use "
@@ -198,10 +198,10 @@ def show_demo1(r: AffineResult) -> None:
         _("The integer pipeline agrees with dequantize-then-multiply up to float rounding: every "
           "multiply-add happens in integers and the scales are applied once per output. This is "
           "how INT8 inference runs on tensor cores, at {speed:.0f}x the BF16 rate on an H100 "
-          "({int8_tops:,} against {bf16_tops} dense TOPS, NVIDIA's datasheet) and with an "
+          "({int8_tops:,g} against {bf16_tops:g} dense TOPS, NVIDIA's datasheet) and with an "
           "integer multiplier that costs {energy:.1f}x less energy than an FP16 one (Horowitz, "
-          "ISSCC 2014).").format(speed=speed, int8_tops=H100_DENSE["INT8"],
-                                 bf16_tops=H100_DENSE["BF16"], energy=energy),
+          "ISSCC 2014).").format(speed=speed, int8_tops=H100.tflops["int8"],
+                                 bf16_tops=H100.tflops["bf16"], energy=energy),
         _("The zero-point term z_a·Σ_k qw_jk depends only on the weights, so it is precomputed: "
           "on SiLU outputs (z_a = {z_silu}) it reaches {correction:,} and the pipeline still "
           "matches. With zero points on both sides, more cross terms appear; that is why weights "

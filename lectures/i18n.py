@@ -27,7 +27,8 @@ from pathlib import Path
 
 from console.i18n import Domain
 
-__all__ = ["DOMAINS", "LECTURES", "LOCALE_DIR", "NOTEBOOKS", "domain", "numbered_label"]
+__all__ = ["DOMAINS", "LECTURES", "LOCALE_DIR", "NOTEBOOKS", "domain", "gettext_from",
+           "numbered_label"]
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCALE_DIR = Path(__file__).resolve().parent / "locale"
@@ -74,6 +75,22 @@ def domain(name: str) -> Domain:
     if name not in _domains:
         _domains[name] = Domain(name, DOMAINS[name][0])
     return _domains[name]
+
+
+def gettext_from(*names: str):
+    """A gettext that looks a message up in the domains ``names`` in turn (the first that
+    translates it wins; the message itself where none does): for a lecture that prints names
+    marked in another module's catalog, as lecture 08 prints the weight formats of
+    :mod:`lectures.llm.formats` (domain ``llm``)."""
+    domains = [domain(name) for name in names]
+
+    def gettext(message: str) -> str:
+        for d in domains:
+            text = d.gettext(message)
+            if text != message:
+                return text
+        return message
+    return gettext
 
 
 if __name__ == "__main__":     # the command-line tool lives beside it: lectures.i18n_catalogs

@@ -69,6 +69,9 @@ def _count(value, name: str, minimum: int = 1) -> int:
 class DecoderShape:
     """The counts of a LLaMA-style decoder (RMSNorm, GQA attention, SwiGLU) that set its bytes.
 
+    The one definition of a decoder's shape: ``lectures.llm.speed.ModelShape`` subclasses it
+    (same fields) to add what a forward pass reads and computes.
+
     Raises
     ------
     ValueError
@@ -126,6 +129,10 @@ class Precision:
     """Bytes per weight of each item a recipe keeps (0: the item does not exist).
 
     ``state`` names the moments' format (numfmt.torch.train.optim.STATE_FORMATS).
+    ``linears_only``: the GEMMs' copy at ``weights`` bytes holds only the decoder layers'
+    linears; the embedding, the head and the norms keep a BF16 copy (2 bytes), as FP8
+    training does (torchao's float8 all-gather casts the linears alone; lecture 10's FP8
+    recipes keep the head in BF16).
     """
     name: str
     weights: int          # the GEMMs' copy, when it is not the master itself
@@ -133,6 +140,7 @@ class Precision:
     gradients: int
     state: str
     compensation: int = 0
+    linears_only: bool = False
 
 
 #: The recipes the bill compares, by name.
@@ -140,7 +148,8 @@ PRECISIONS = {
     "FP32": Precision("FP32", 0, 4, 4, "fp32"),
     "BF16 mixed": Precision("BF16 mixed", 2, 4, 4, "fp32"),
     "BF16 mixed, 8-bit Adam": Precision("BF16 mixed, 8-bit Adam", 2, 4, 4, "int8"),
-    "FP8 weights, 8-bit Adam": Precision("FP8 weights, 8-bit Adam", 1, 4, 2, "int8"),
+    "FP8 weights, 8-bit Adam": Precision("FP8 weights, 8-bit Adam", 1, 4, 2, "int8",
+                                         linears_only=True),
     "pure BF16 + Kahan": Precision("pure BF16 + Kahan", 0, 2, 2, "bf16", compensation=2),
 }
 
@@ -246,12 +255,21 @@ def memory_bill(shape: DecoderShape, precision: Precision, batch: int, seq: int,
         acts += layer_activation_bytes(shape, batch, seq)
     p = shape.params
     local = -(-p // n) if sharding == "fsdp" else p
-    gathered = 0
-    if sharding == "fsdp":
-        per_weight = precision.weights or precision.master
-        gathered = max(shape.layer_params, shape.vocab * shape.hidden) * per_weight
+    per_weight = precision.weights or precision.master
+    layer_linears = sum(o * i for o, i in shape.layer_linears())
+    if precision.linears_only:   # the linears at `weights` bytes, every other weight in BF16
+        linears = shape.layers * layer_linears
+        local_linears = -(-linears // n) if sharding == "fsdp" else linears
+        weights = local_linears * precision.weights + (local - local_linears) * 2
+        layer_unit = layer_linears * per_weight + (shape.layer_params - layer_linears) * 2
+        embed_unit = shape.vocab * shape.hidden * 2
+    else:
+        weights = local * precision.weights
+        layer_unit = shape.layer_params * per_weight
+        embed_unit = shape.vocab * shape.hidden * per_weight
+    gathered = max(layer_unit, embed_unit) if sharding == "fsdp" else 0
     return {
-        "weights": local * precision.weights,
+        "weights": weights,
         "master": local * precision.master,
         "gradients": local * precision.gradients,
         "moments": _moment_bytes(precision.state, local, block),
@@ -269,9 +287,20 @@ def communication_bytes(shape: DecoderShape, devices: int, sharding: str = "fsdp
     Returns
     -------
     dict with "all_gather" (weights, forward and backward), "reduce_scatter" (gradients,
-    fsdp) and "all_reduce" (gradients, dp), floats in bytes. With ``fp8_all_gather`` the
-    weights travel as E4M3 (1 byte) plus one FP32 scale per tensor, and ``weight_bytes`` is
-    ignored.
+    fsdp) and "all_reduce" (gradients under dp; the FP8 weights' amax under fsdp with
+    ``fp8_all_gather``), floats in bytes.
+
+    Notes
+    -----
+    ``fp8_all_gather`` is torchao's float8 all-gather under FSDP2
+    (``Float8LinearConfig(enable_fsdp_float8_all_gather=True)``,
+    torchao/float8/fsdp_utils.py): each GPU keeps its shard of the FP32 master weights; before
+    the all-gather, the shard of every layer linear's weight is cast to E4M3 with one
+    tensorwise FP32 scale, 448 / amax of the whole weight, whose amax
+    ``precompute_float8_dynamic_scale_for_fsdp`` all-reduces once per step for all of them
+    (one FP32 per linear). Only the E4M3 codes are all-gathered; the scale travels as metadata.
+    The embedding, the norms and the head are not converted (the head stays in BF16, as in the
+    FP8 recipes of numfmt.torch.train) and are gathered at ``weight_bytes``.
 
     Raises
     ------
@@ -290,6 +319,10 @@ def communication_bytes(shape: DecoderShape, devices: int, sharding: str = "fsdp
     if sharding == "dp":
         return {"all_gather": 0.0, "reduce_scatter": 0.0,
                 "all_reduce": 2 * share * p * grad_bytes}
-    gather = p * 1 + 4 * shape.tensors if fp8_all_gather else p * weight_bytes
+    gather, amax = p * weight_bytes, 0.0
+    if fp8_all_gather:
+        linear = shape.layers * sum(o * i for o, i in shape.layer_linears())
+        gather = linear * 1 + (p - linear) * weight_bytes
+        amax = 2 * share * 4 * 7 * shape.layers
     return {"all_gather": 2 * share * gather, "reduce_scatter": share * p * grad_bytes,
-            "all_reduce": 0.0}
+            "all_reduce": amax}

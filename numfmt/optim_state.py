@@ -20,9 +20,12 @@ References
 ----------
 Dettmers, Lewis, Shleifer and Zettlemoyer, "8-bit Optimizers via Block-wise Quantization",
 ICLR 2022, arXiv:2110.02861, sections 2.1 (block-wise quantization) and 2.2 (dynamic
-quantization). bitsandbytes ``functional.create_dynamic_map`` and ``quantize_blockwise``;
-torchao ``torchao/optim/quant_utils.py`` (``scale_tensor``, ``quantize_8bit_with_qmap``,
-``dequant_with_qmap``), whose codes these equal (tests/test_optim_state.py).
+quantization). bitsandbytes ``functional.create_dynamic_map`` and ``quantize_blockwise``,
+whose CUDA and pure-torch kernels pick the nearest map value too, while its CPU kernel looks
+the code up in a linear table of 65,536 bins, coarser than the map near 0; torchao
+``torchao/optim/quant_utils.py`` (``scale_tensor``, ``quantize_8bit_with_qmap``,
+``dequant_with_qmap``), whose codes these equal (tests/test_optim_state.py,
+tests/test_optim_state_bitsandbytes.py).
 """
 
 from __future__ import annotations
@@ -91,7 +94,7 @@ def blockwise_quantize(x, block: int = BLOCK, signed: bool = True, qmap=None) ->
     BlockwiseState
         ``absmax`` is each block's max |x| rounded to float32 (exact for float32 input; an
         all-zero block has absmax 0 and decodes to 0). Codes index the map value nearest to
-        ``x / absmax`` computed in float64, ties to the lower index (bitsandbytes' rule).
+        ``x / absmax`` computed in float64, ties to the lower index.
 
     Raises
     ------

@@ -1,6 +1,6 @@
 """Hostile inputs, grouped by the kind of fault (one section each).
 
-Every reproducer of a fault found stays here with the right value or the clear error it now gets,
+Every reproducer of a fault found stays here with the right value or the clear error it gets,
 and each kind is checked beyond the one input: over every flag, every accepted small format,
 every storage dtype, numpy and numfmt.torch alike. Expected values come from plain reference
 code written in this file (exact fractions, a brute-force nearest search), numpy's own float32

@@ -10,7 +10,7 @@ order of every floating-point sum changes. A printed number at rounding level (t
 of a float64 residue, a tie decided by one ulp) shows up as a byte difference.
 
 Lecture 06 also runs under every ATen CPU capability the machine has (scalar, AVX2, AVX-512),
-each alone, since its training is where the vector width once showed.
+each alone: its QAT training is where a vector width's order of sums would show.
 
 Lecture 10 is checked on a short run of its training loop (its full runs take minutes): in
 float64 the losses agree, and a float32 witness shows why it computes in float64. Lecture 08's
@@ -21,23 +21,18 @@ differently: :data:`NLL_RTOL`), and float32 witnesses show why. The whole real-m
 need minutes of CPU each and are run by hand with ``--quick``:
 
 - lecture 08 prints the same bytes under the second configuration (in float32 its activation-
-  and KV-quantized perplexities moved: MXFP4 W4A4 61.69 against 57.17);
+  and KV-quantized perplexities differ between the two, as the float32 witness here shows);
 - lecture 11 prints the same perplexities (only its timing column differs, as it says);
-- lecture 09 prints the same bytes (a --quick run: 295 s here, 632 s under the second
-  configuration). On the float32 model its GPTQ, AWQ, SmoothQuant and calibrator rows had
-  moved (GPTQ INT3 g128 76.27 against 60.89, SmoothQuant's best alpha 0.50 against 0.75). In
-  float64 three rows still moved (GPTQ act-order INT4 g128 17.57 against 17.25, AWQ INT3 g128
-  37.50 against 37.17, rotated GPTQ W4A4 19.88 against 21.05), each through a place where a
-  last-bit difference met a rounding: transformers' RMSNorm casts to float32, so a norm's
-  output now and then rounded to another float32 (GPTQ's codes first differed at layer 12,
-  after such a step); sequential calibration rounded the new weights to float32, the same
-  amplifier; and AWQ's clip search clips groups to a symmetric range [-lim, lim], where the
-  asymmetric grid's zero point (2^b - 1) / 2 is a half-integer that the float64 quotient
-  decided by lim's last bit (118 of 2,880 clip ratios of one layer group differed). The
-  model's norms and rotary embedding now compute in float64 (lectures.llm.float64_copy),
-  sequential calibration keeps float64 weights, and numfmt breaks the tie exactly
-  (numfmt.intquant._zero_point). A GPTQ or AWQ decision can still flip on a value within
-  float64's rounding error of a tie; none did between the two configurations.
+- lecture 09 prints the same bytes (a --quick run takes minutes, about twice as long under the
+  second configuration). A last-bit difference becomes another code where it meets a
+  rounding, and lecture 09 has three such places, each closed: transformers' RMSNorm casts
+  to float32 (the model's norms and rotary embedding compute in float64 in
+  lectures.llm.float64_copy); sequential calibration would round the new weights to float32
+  (it keeps float64 weights); and AWQ's clip search clips groups to a symmetric range
+  [-lim, lim], where the asymmetric grid's zero point (2^b - 1) / 2 is a half-integer that a
+  float64 quotient would decide by lim's last bit (numfmt breaks the tie exactly:
+  numfmt.intquant._zero_point). A GPTQ or AWQ decision can still flip on a value within
+  float64's rounding error of a tie.
 
 Lecture 12 prints timings, which no two machines share. Lecture 13 --quick trains in float64 and
 prints torchao's float32 results only as checks against bounds, so it is compared whole.
@@ -88,7 +83,7 @@ def best_capability() -> str:
 @pytest.mark.slow
 def test_lecture06_output_is_the_same_under_every_aten_cpu_capability(english_run):
     """Lecture 06 trains networks with torch; QAT's latent weights sit at rounding boundaries,
-    so in float32 arithmetic one last bit of a sum moved its INT2 accuracy by points between
+    so in float32 arithmetic one last bit of a sum moves its INT2 accuracy by points between
     the scalar, AVX2 and AVX-512 kernels. Runs every capability this CPU has (AVX-512 needs a
     CPU with it)."""
     best = best_capability()
@@ -177,12 +172,11 @@ def test_lecture10_training_in_float32_would_depend_on_the_kernels():
 
 
 #: How far a real-model NLL may move between the two configurations, relative. Float64 sums
-#: still round differently in their last bits (lecture 08's reference moved by one ulp here,
-#: though on another machine it kept its bits), and GPTQ's Cholesky factor of the inverse
-#: Hessian amplifies such differences until, rarely, one weight's code flips (one window of
-#: the small GPTQ run moved by 6e-9 here; on lecture 09's larger runs flips add up, see the
-#: module's docstring). In float32 the NLLs of these small runs moved by percents (W4A4 by
-#: 1.8%, GPTQ INT3 by 3.7%).
+#: still round differently in their last bits (lecture 08's reference can differ by one ulp),
+#: and GPTQ's Cholesky factor of the inverse Hessian amplifies such differences until, rarely,
+#: one weight's code flips (a window of the small GPTQ run can differ by about 6e-9; on lecture
+#: 09's larger runs flips add up, see the module's docstring). In float32 the NLLs of these
+#: small runs differ by percents (the witnesses below).
 NLL_RTOL = 1e-5
 
 #: Lectures 08 and 09 on a small workload (two evaluation windows of 128 tokens, one
@@ -195,9 +189,9 @@ NLL_RTOL = 1e-5
 #: - lecture 09's calibrations on its float64 model: GPTQ INT3 g128 act-order calibrated layer
 #:   by layer (each layer's Hessian from the inputs the quantized layers before it produce),
 #:   SmoothQuant's W8A8 at α = 0.5 (per-tensor INT8 activations), and the three rows that
-#:   had moved in a --quick run (GPTQ INT4 g128 act-order, AWQ INT3 g128 with its clip
-#:   search, rotated GPTQ W4A4); then GPTQ again on the checkpoint's float32 model (the
-#:   witness).
+#:   pass through the places named in the module's docstring (GPTQ INT4 g128 act-order, AWQ
+#:   INT3 g128 with its clip search, rotated GPTQ W4A4); then GPTQ again on the
+#:   checkpoint's float32 model (the witness).
 #:
 #: One process per configuration runs them all (the model loads once).
 REAL_MODEL_RUNS = """

@@ -8,6 +8,7 @@ computed once by the session fixtures (tests/test_lecture08.py, tests/test_lectu
 from __future__ import annotations
 
 import gettext
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -226,6 +227,56 @@ def test_glossary_has_a_translation_for_every_term():
     assert len(english) == len(set(english))
     for doc in ("README.md", "README.zh.md", "lectures/locale/TRANSLATING.md"):
         assert "GLOSSARY.md" in (ROOT / doc).read_text(encoding="utf-8"), doc
+
+
+#: Renderings the glossary rules out, each with the one it keeps: explorer is 探索器 (浏览器 is a
+#: web browser), notebook is 笔记本, an exercise is "试一试。", ties-to-even is 平局取偶, a
+#: notebook's title is the lecture's ("第 NN 讲：…", no 交互版).
+FORBIDDEN_RENDERINGS = re.compile(
+    r"浏览器|(?i:notebook)|动手试试|\*\*试试\*\*|\*\*试一试\*\*：|偶数优先|交互版")
+
+#: Domains whose lecture prints "95 %" (a space before the sign) from its own code in both
+#: languages; every other Chinese text writes "0.1%", as lectures 01-10 and 12 print it.
+SPACED_PERCENT = {"lecture11", "notebook11", "lecture13", "notebook13"}
+
+
+def _zh_messages():
+    """(catalog, Chinese text) of every message of every Chinese catalog."""
+    from babel.messages.pofile import read_po
+    paths = sorted((ROOT / "lectures" / "locale" / "zh_CN" / "LC_MESSAGES").glob("*.po")) + \
+        sorted((ROOT / "labs" / "locale" / "zh_CN" / "LC_MESSAGES").glob("*.po"))
+    for path in paths:
+        with open(path, "rb") as f:
+            for m in read_po(f):
+                if m.id:
+                    text = m.string if isinstance(m.string, str) else " ".join(m.string)
+                    yield path.stem, text
+
+
+def rendering_problems(messages) -> list[str]:
+    """``catalog: text`` for every ruled-out rendering and every percent sign spaced against
+    its catalog's convention; `code` spans (commands, paths) are left alone."""
+    problems = []
+    for name, text in messages:
+        text = re.sub(r"`[^`]*`", "", text)
+        bad = FORBIDDEN_RENDERINGS.findall(text)
+        spaced = re.findall(r"[0-9}] %", text)
+        if name not in SPACED_PERCENT:
+            bad += spaced
+        problems += [f"{name}: {b!r} in {text[:60]!r}" for b in bad]
+    return problems
+
+
+def test_one_rendering_per_term():
+    assert rendering_problems(_zh_messages()) == []
+
+
+def test_rendering_check_can_fail():
+    assert rendering_problems([("notebook12", "运行本 notebook 的机器")]) != []
+    assert rendering_problems([("notebook05", "格式浏览器")]) != []
+    assert rendering_problems([("notebook01", "精确到 0.1 % 时")]) != []
+    assert rendering_problems([("lecture11", "95 % 区间")]) == []
+    assert rendering_problems([("notebook01", "运行 `jupyter lab notebooks/zh/`：0.1%")]) == []
 
 
 # --- the checks themselves (they must be able to fail) ------------------------------------------

@@ -78,6 +78,13 @@ def test_no_lecture_imports_another_lecture():
     edges = graph()
     assert {m: sorted(t for t in ts if LECTURE.fullmatch(t))
             for m, ts in edges.items() if LECTURE.fullmatch(m)
-            and any(LECTURE.fullmatch(t) for t in ts)} == {
-        # lecture 12 reads lecture 08's format tables; they belong in lectures.llm
-        "lectures.12_time_and_memory": ["lectures.08_real_model"]}
+            and any(LECTURE.fullmatch(t) for t in ts)} == {}
+
+
+def test_tinylm_does_not_import_the_real_model_harness():
+    # The small training model reads the course text from lectures.corpus, not through
+    # lectures.llm (which loads the pretrained checkpoint).
+    edges = graph()
+    assert {m: sorted(t for t in ts if t == "lectures.llm" or t.startswith("lectures.llm."))
+            for m, ts in edges.items() if m.startswith("lectures.tinylm")
+            and any(t == "lectures.llm" or t.startswith("lectures.llm.") for t in ts)} == {}

@@ -231,6 +231,9 @@ def test_demo1_sources_for_outside_facts(capsys):
     L.show_demo1(L.demo1_affine_and_integer_matmul())
     out = " ".join(capsys.readouterr().out.split())
     assert "2x the BF16 rate on an H100" in out and "NVIDIA's datasheet" in out
+    # The H100 SXM data sheet prints 3,958 INT8 TOPS and 1,979 BF16 TFLOPS, both "with
+    # sparsity"; dense is half of each.
+    assert "(1,979 against 989.5 dense TOPS" in out
     assert "Horowitz, ISSCC 2014" in out and "it would not be" not in out
 
 

@@ -239,7 +239,7 @@ def test_fp8_underflow_against_torch_float8(lec):
     assert lec.fp8.underflow["E4M3"] > lec.fp8.underflow["E5M2"]
 
 
-def test_spike_claims(lec):
+def test_spike_claims(lec, text):
     s = lec.fp8.spike
     x = lec.probe.operands[L.SPIKE[0]]["x"]
     assert s["saturated"] == pytest.approx(
@@ -259,6 +259,14 @@ def test_spike_claims(lec):
         assert row[4] == a.final_val - b.final_val
     # printed: current scaling lets the spike through, so its spike step costs more
     assert rows[1][1] > rows[0][1] > 0
+    # printed: delayed scaling's extra cost after the spike is below the spike step's own cost
+    # (0.001 against 7.42 in the full run, 0.005 against 0.043 in the quick one), because the
+    # stale scale raises x's error only a little (less than twice its error under its own amax)
+    extra = rows[0][2] - rows[1][2]
+    assert abs(extra) < abs(rows[1][1])
+    assert s["error_plain"] < s["error_after"] < 2 * s["error_plain"]
+    flat = " ".join(text.split())
+    assert f"extra cost beyond current scaling's is {L.signed(extra)} bits/byte" in flat
 
 
 def test_why_claims(lec):
@@ -364,6 +372,131 @@ def test_fp16_layer_rows_against_torch_half():
         assert out["FP16"]["layer_error"][name] == pytest.approx(e, rel=1e-12), name
 
 
+# ------------------------------------------------------------- the probe's batches
+def test_sign_test_is_scipys_binomial_test():
+    from scipy import stats
+
+    from lectures.tinylm.probe import sign_test
+    for n in (1, 4, 9, 12, 24):
+        for k in range(n + 1):
+            assert sign_test(k, n) == pytest.approx(stats.binomtest(k, n).pvalue, rel=1e-12)
+    for k, n in ((5, 4), (-1, 4), (0, 0)):
+        with pytest.raises(ValueError, match="k <= n"):
+            sign_test(k, n)
+
+
+def test_paired_errors_by_hand():
+    from lectures.tinylm.probe import paired_errors
+    c = paired_errors([1.0, 2.0, 3.0, 4.0], [2.0, 1.0, 6.0, 8.0])   # ratios 1/2, 2, 1/2, 1/2
+    assert (c["n"], c["better"], c["low"], c["median"], c["high"]) == (4, 3, 0.5, 0.5, 2.0)
+    assert c["p"] == pytest.approx(10 / 16) and not c["finding"]     # 2 (1 + 4) / 2^4
+    c = paired_errors([1.0] * 6, [2.0] * 6)
+    assert c["better"] == 6 and c["p"] == pytest.approx(2 / 64) and c["finding"]
+    for a, b in (([1.0], [1.0, 2.0]), ([], []), ([[1.0]], [[1.0]])):
+        with pytest.raises(ValueError, match="same length"):
+            paired_errors(a, b)
+
+
+def test_gradient_errors_batches_is_gradient_errors_batch_by_batch():
+    import copy
+
+    from lectures.tinylm.probe import gradient_errors, gradient_errors_batches
+    from torch.nn import functional as F
+    model = TinyLM(SMALL, "fp32", seed=0).double()
+    for m in model.linears().values():
+        m.capture = True
+    g = torch.Generator().manual_seed(1)
+    batches = [(x, torch.roll(x, -1, 1)) for x in
+               (torch.randint(0, 256, (2, 16), generator=g) for _ in range(3))]
+    F.cross_entropy(model(batches[0][0]).flatten(0, 1), batches[0][1].flatten()).backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    ops = {n: m.last_operands for n, m in model.linears().items()}
+    fresh = copy.deepcopy(model)
+    rec = {"BF16": L.ntt.RECIPES["bf16"], "FP8": L.ntt.RECIPES["fp8_current"]}
+    out = gradient_errors_batches(model, batches, rec)
+    assert len(out) == 3
+    for n, p in model.named_parameters():           # left as found: batch 0's gradients
+        assert torch.equal(p.grad, grads[n]), n
+    assert all(m.last_operands is ops[n] for n, m in model.linears().items())
+    for (x, y), got in zip(batches, out):           # each batch on its own, FP32's grads first
+        m = copy.deepcopy(fresh)
+        m.zero_grad()
+        F.cross_entropy(m(x).flatten(0, 1), y.flatten()).backward()
+        want = gradient_errors(m, (x, y), rec)
+        for label in rec:
+            assert got[label]["error"] == pytest.approx(want[label]["error"], rel=1e-12)
+    assert out[1]["BF16"]["error"] != out[0]["BF16"]["error"]
+
+
+def test_probe_compares_every_recipe_on_the_same_batches(lec):
+    w = lec.runs.workload
+    assert sorted(lec.probe.grads) == sorted(w.grad_steps)
+    labels = set(L.probe_recipes())
+    for step, per_batch in lec.probe.grads.items():
+        assert len(per_batch) == w.probe_batches
+        assert all(set(g) == labels for g in per_batch)
+    # batch 0 is the training step's own batch (seed 0's stream); the others differ from it
+    from lectures.tinylm.data import Batches, split
+    stream = Batches(split(), L.BATCH, L.MODEL.context, w.seeds[0])
+    train_batches = [stream.next() for _ in range(max(w.grad_steps) + 1)]
+    step = max(w.grad_steps)
+    b = L.probe_batches(w, step, train_batches[step])
+    assert torch.equal(b[0][0], train_batches[step][0])
+    assert len({tuple(x.flatten().tolist()) for x, _y in b}) == w.probe_batches
+
+
+def _sign(lec, a, b):
+    # a's errors against b's, every probe batch, with scipy's binomial test
+    from scipy import stats
+    g = lec.probe.grads
+    ea = np.array([x[a]["error"] for s in sorted(g) for x in g[s]])
+    eb = np.array([x[b]["error"] for s in sorted(g) for x in g[s]])
+    k = int((ea < eb).sum())
+    return k, len(ea), stats.binomtest(k, len(ea)).pvalue, ea / eb
+
+
+BATCH_PAIRS = [("FP16, no loss scaling", "FP16 + loss scaling"),
+               ("FP8 blockwise, power-of-two scales", "FP8 blockwise (DeepSeek-V3)"),
+               ("MXFP8, floor scales", "MXFP8, RCEIL scales"),
+               ("MXFP4", "NVFP4, round-to-nearest"),
+               ("MXFP4 (full recipe)", "NVFP4 (full recipe)")]
+
+
+@pytest.mark.parametrize("a,b", BATCH_PAIRS)
+def test_each_batch_verdict_follows_the_sign_test(lec, text, a, b):
+    k, n, p, ratio = _sign(lec, a, b)
+    c = L.paired_probe(lec.probe, a, b)
+    assert (c["better"], c["n"]) == (k, n) and c["p"] == pytest.approx(p, rel=1e-12)
+    assert (c["low"], c["median"], c["high"]) == pytest.approx(
+        (ratio.min(), np.median(ratio), ratio.max()), rel=1e-12)
+    v = L.batch_verdict(lec.probe, a, b)
+    assert v in " ".join(text.split())
+    assert ("beyond the batch-to-batch noise" in v) == (p < 0.05)
+
+
+def test_fp4_table_pairs_each_rung_with_its_base(lec, text):
+    rows = L.fp4_rows(lec.runs, lec.probe)
+    assert [r[0] for r in rows] == L.FP4_ROWS
+    for row in rows:
+        base = L.FP4_BASE.get(row[0])
+        g = lec.probe.grads
+        e = [x[row[0]]["error"] for s in sorted(g) for x in g[s]]
+        assert row[3] == f"{np.median(e):.2%}"
+        if base is None:
+            assert row[2] == row[4] == ""
+            continue
+        k, n, p, ratio = _sign(lec, row[0], base)
+        assert row[4] == f"{k}/{n}, x{np.median(ratio):.2f}" + ("" if p < 0.05 else " ~")
+    # the ladder's bases: each rung adds one technique to the row above it
+    assert [L.FP4_BASE[x] for x in L.LADDER[1:]] == L.LADDER[:-1]
+    # what each technique buys, in the text: the same count and median ratio
+    flat = " ".join(text.split())
+    for label in L.LADDER[1:]:
+        k, n, p, ratio = _sign(lec, label, L.FP4_BASE[label])
+        noise = "" if p < 0.05 else ", within noise"
+        assert f"x{np.median(ratio):.2f} ({k} of {n} batches lower{noise})" in flat, label
+
+
 def test_each_demo_reads_only_the_runs_it_waits_for(lec, text):
     # each demo printed from Runs holding only the labels DEMO_RUNS lists for it gives the
     # text it gives from all the runs (so printing it when those are done is safe)
@@ -382,7 +515,10 @@ def test_streamed_lecture_prints_each_demo_when_its_runs_are_done(lec, text, mon
     # run_all replayed from the fixture's runs, label by label in the lecture's order
     seen = {}
 
-    def replay(w, workers=2, device=None, on_label=None):
+    def replay(w, jobs, fn, workers=2, progress=None, on_label=None, meanwhile=None):
+        assert [label for label, _job in jobs] == [label for label, results in
+                                                   lec.runs.results.items() for _r in results]
+        meanwhile()
         runs = L.Runs(w, {})
         for label, results in lec.runs.results.items():
             runs.results[label] = results
@@ -437,8 +573,8 @@ def test_help_and_bad_flags():
 def test_progress_is_one_line_per_run_off_a_terminal(capsys):
     class R:
         recipe, seed, final_val = "BF16", 1, 4.25
-    update, close = L._progress(2)            # pytest's stderr is not a terminal
-    update(R())
+    update, close = L.progress(2)             # pytest's stderr is not a terminal
+    update("BF16", R())
     close()
     assert capsys.readouterr().err == "run 1/2: BF16, seed 1: validation 4.250 bits/byte\n"
 
@@ -458,7 +594,7 @@ def test_progress_is_a_tqdm_bar_on_a_terminal(monkeypatch):
             calls.append(("close",))
     monkeypatch.setattr(tqdm.auto, "tqdm", Bar)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
-    update, close = L._progress(3)
-    update(None)
+    update, close = L.progress(3)
+    update("BF16", None)
     close()
     assert calls == [("new", 3), ("update", 1), ("close",)]

@@ -143,9 +143,12 @@ def test_command_line(capsys):
     with pytest.raises(SystemExit) as e:
         L.parse_args(["--unknown"])
     assert e.value.code == 2
-    with pytest.raises(SystemExit):
-        L.parse_args(["--steps", "0"])
-    assert "--steps" in capsys.readouterr().err
+    for steps in ("0", "2"):          # the sweep needs 2 steps, and one more to go on
+        with pytest.raises(SystemExit):
+            L.parse_args(["--steps", steps])
+        assert "--steps" in capsys.readouterr().err
+    w = L.workload_for(L.parse_args(["--steps", "3"]))
+    assert (w.steps, w.sweep_steps) == (3, 2)
 
 
 def test_save_leaves_every_other_file_alone(tmp_path):
@@ -263,8 +266,8 @@ def test_summary_saved_by_the_command_line_option(results, tmp_path):
 
 
 @pytest.mark.slow
-def test_demo3_lsq(results, lab):
-    rows = L.demo3_rows(results)
+def test_demo4_lsq(results, lab):
+    rows = L.demo4_rows(results)
     assert [row[0] for row in rows] == ["INT3 g128 from RTN"]
     for s, fixed, lsq, c, median, change, n, codes, fixed_codes in rows:
         assert (codes, fixed_codes) == (results.qat["LSQ " + s].info["codes_changed"],
@@ -274,13 +277,13 @@ def test_demo3_lsq(results, lab):
         assert n == sum(m.weight.shape[0] * -(-m.weight.shape[1] // 128)
                         for m in lab.tail.values())       # one scale per row and group
         assert 0 < median <= change                       # the scales did move
-    out = printed(L.show_demo3, results, rows)
+    out = printed(L.show_demo4, results, rows)
     assert ("a finding" in out) == (not rows[0][3].within_noise)
     assert "0.0334" in out                   # g = 1/sqrt(128 · 7)
 
 
 @pytest.mark.slow
-def test_demo4_memory_bill_and_counts(results, lab):
+def test_demo5_memory_bill_and_counts(results, lab):
     for b in results.bills:
         assert L.bill_matches(b), b
     tail_shapes = [tuple(m.weight.shape) for m in lab.tail.values()]
@@ -293,23 +296,24 @@ def test_demo4_memory_bill_and_counts(results, lab):
     # rounding (every linear has a whole number of 64-blocks; 256-blocks may be partial)
     assert 8 * d["double_quant"] / d["params"] == pytest.approx(4.127, abs=2e-3)
     assert 8 * d["fp32_absmax"] / d["params"] == pytest.approx(4.5, abs=1e-9)
-    out = printed(L.show_demo4, results)
+    out = printed(L.show_demo5, results)
     assert "yes" in out and " no " not in out
     # base bits per weight leave the adapters out; they are counted apart
-    n_lin = sum(m.weight.numel() for m in L.harness().decoder_linears(lab.ck.model).values())
+    from lectures import llm
+    n_lin = sum(m.weight.numel() for m in llm.decoder_linears(lab.ck.model).values())
     assert results.lora.bits == 32.0
     assert results.lora.info["adapter_bits"] == 32 * results.lora.trainable / n_lin
 
 
 @pytest.mark.slow
-def test_demo5_table_and_noise(results):
-    rows = L.demo5_rows(results)
+def test_demo6_table_and_noise(results):
+    rows = L.demo6_rows(results)
     methods = [row[0] for row in rows]
     assert methods[0] == "float32 (reference)"
     assert {"full fine-tuning (float)", "LoRA (float base)", "QLoRA (NF4 base)"} <= set(methods)
     for m, bpw, n, cpu, ppl, nll in rows:
         assert ppl == pytest.approx(np.exp(nll.mean()), rel=1e-15)
-    out = printed(L.show_demo5, results, rows)
+    out = printed(L.show_demo6, results, rows)
     assert all(display_width(line) <= 100 for line in out.splitlines())
 
 
@@ -317,7 +321,8 @@ def test_demo5_table_and_noise(results):
 def test_printed_in_chinese_keeps_the_numbers(results):
     from text_checks import english_runs, number_differences, render
     for show, args in ((L.show_demo2, (results, L.demo2_rows(results))),
-                       (L.show_demo4, (results,))):
+                       (L.show_demo3, (results, L.demo3_rows(results))),
+                       (L.show_demo5, (results,))):
         en = render(lambda a: show(*a), args, "en")
         zh = render(lambda a: show(*a), args, "zh")
         assert zh != en and "演示" in zh
@@ -325,4 +330,133 @@ def test_printed_in_chinese_keeps_the_numbers(results):
         assert english_runs(zh, allowed=("LoRA", "QLoRA", "NF4", "QAT", "LSQ", "RTN", "GPTQ",
                                          "INT3", "Adam", "STE", "FP32", "MiB", "qweight",
                                          "qzeros", "GPTQ's", "Dettmers et al",        # citations stay
+                                         "KD-QAT", "LLM-QAT", "Liu et al", "float32",
                                          "Kingma & Ba")) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Distillation and the learning-rate sweep
+# ---------------------------------------------------------------------------------------------
+def test_distillation_loss_is_torch_cross_entropy_with_soft_targets():
+    import torch
+    from torch.nn import functional as F
+
+    from lectures.llm.finetune import distillation_loss
+    gen = torch.Generator().manual_seed(0)
+    student = (3 * torch.randn(2, 5, 11, generator=gen, dtype=torch.float64)).requires_grad_()
+    teacher = torch.log_softmax(3 * torch.randn(2, 5, 11, generator=gen,
+                                                dtype=torch.float64), -1)
+    loss = distillation_loss(student, teacher)
+    # torch's cross-entropy with class probabilities as the target
+    soft = F.cross_entropy(student.reshape(-1, 11), teacher.exp().reshape(-1, 11))
+    torch.testing.assert_close(loss, soft, rtol=1e-12, atol=0)
+    # = KL(p_T || p_S) + H(p_T), per position: the same gradient as torch's KL divergence
+    kl = F.kl_div(torch.log_softmax(student, -1).reshape(-1, 11), teacher.reshape(-1, 11),
+                  log_target=True, reduction="batchmean")
+    entropy = -(teacher.exp() * teacher).sum(-1).mean()
+    torch.testing.assert_close(loss, kl + entropy, rtol=1e-12, atol=0)
+    g_loss, = torch.autograd.grad(loss, student)
+    g_kl, = torch.autograd.grad(kl, student)
+    torch.testing.assert_close(g_loss, g_kl, rtol=1e-10, atol=1e-15)
+    # a student equal to the teacher sits at the minimum: the loss is the teacher's entropy
+    torch.testing.assert_close(distillation_loss(teacher, teacher), entropy, rtol=1e-12, atol=0)
+    with pytest.raises(ValueError, match="same shape"):
+        distillation_loss(student, teacher[:, :4])
+
+
+def test_bad_sweeps_name_the_setting():
+    from dataclasses import replace
+    with pytest.raises(ValueError, match="sweep_steps"):
+        L.check_workload(replace(L.QUICK, sweep_steps=L.QUICK.steps))
+    with pytest.raises(ValueError, match="sweep_steps"):
+        L.check_workload(replace(L.QUICK, sweep_steps=1))
+    with pytest.raises(ValueError, match="rates_lora"):
+        L.check_workload(replace(L.QUICK, rates_lora=(1e-3, 0)))
+    with pytest.raises(ValueError, match="kd"):
+        L.check_workload(replace(L.QUICK, kd=((4, 128),)))
+
+
+@pytest.mark.slow
+def test_teacher_log_probs_are_the_whole_float_models(lab):
+    import torch
+
+    from lectures.llm.finetune import teacher_log_probs
+    states = L.float_states(lab)
+    teacher = teacher_log_probs(lab.ck.model, lab.w.first, states.train[:2])
+    with torch.no_grad():
+        logits = lab.ck.model(input_ids=torch.as_tensor(lab.train_windows[:2])).logits
+    want = torch.log_softmax(logits[:, :-1].double(), -1)
+    got = torch.cat(teacher).double()
+    assert got.shape == want.shape == (2, lab.w.train_len - 1, 49152)
+    # the same modules in the same order: equal up to float32 rounding of the log-softmax
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_a_continued_run_is_the_run_that_never_stopped(lab):
+    """The sweep's chosen run goes on from its optimizer: 1 + 2 steps equal 3 steps."""
+    import copy
+
+    from lectures.llm.finetune import replaced_modules, train
+    states = L.float_states(lab)
+    final = {}
+    for split in (None, 1):
+        modules = {n: copy.deepcopy(m).requires_grad_(True) for n, m in lab.tail.items()}
+        params = [m.weight for m in modules.values()]
+        with replaced_modules(lab.ck.model, modules):
+            if split is None:
+                r = train(lab.ck.model, lab.w.first, params, states.train, lab.train_windows,
+                          3, 1e-4)
+                losses = r.losses
+            else:
+                a = train(lab.ck.model, lab.w.first, params, states.train, lab.train_windows,
+                          split, 1e-4)
+                b = train(lab.ck.model, lab.w.first, params, states.train, lab.train_windows,
+                          3, 1e-4, start=split, optimizer=a.extra["optimizer"])
+                losses = a.losses + b.losses
+        final[split] = (losses, [p.detach().clone() for p in params])
+    assert final[None][0] == final[1][0]
+    for x, y in zip(final[None][1], final[1][1]):
+        assert torch_equal(x, y)
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+    return bool(torch.equal(a, b))
+
+
+@pytest.mark.slow
+def test_demo3_distillation(results, lab):
+    rows = L.demo3_rows(results)
+    assert [row[0] for row in rows] == ["INT3 g128 from RTN"]
+    for s, start, qat, kd, c in rows:
+        assert qat.method == "QAT " + s and kd.method == "KD-QAT " + s
+        # the same start, windows and steps: only the loss differs
+        np.testing.assert_array_equal(kd.start_nll, qat.start_nll)
+        assert kd.tokens == qat.tokens and kd.curve[0] == qat.curve[0]
+        assert kd.nll is not qat.nll and not np.array_equal(kd.nll, qat.nll)
+        assert c == L.versus(kd.nll, qat.nll)
+        assert kd.info["packed_nll"].tolist() == kd.nll.tolist()
+    t = results.teacher
+    # full vocabulary, float32, one (T-1, V) block per training window
+    assert t["bytes"] == 4 * t["windows"] * (L.QUICK.train_len - 1) * t["vocab"]
+    assert t["vocab"] == 49152 and t["windows"] == L.QUICK.steps
+    out = " ".join(printed(L.show_demo3, results, rows).split())
+    assert f"{rows[0][4].percent()}, {L.verdict(rows[0][4])}" in out
+
+
+@pytest.mark.slow
+def test_demo5_sweep_chooses_on_fresh_training_windows(results):
+    for run, rates in ((results.full, L.QUICK.rates_full), (results.lora, L.QUICK.rates_lora),
+                       (results.qlora, L.QUICK.rates_lora)):
+        sw = run.info["sweep"]
+        assert sorted(sw.losses) == sorted(rates)
+        means = {lr: float(np.mean(v)) for lr, v in sw.losses.items()}
+        assert sw.chosen == min(means, key=means.get)
+        # the chosen run is the sweep's run at that rate, gone on: the same losses first
+        n = L.QUICK.sweep_steps
+        assert run.info["train"].losses[1:n] == sw.losses[sw.chosen].tolist()
+        assert len(run.info["train"].losses) == L.QUICK.steps
+        assert [s for s, _p in run.curve] == L.curve_points(L.QUICK)
+    out = printed(L.show_demo5, results)
+    assert "chosen" in out and "steps 2-4" in out

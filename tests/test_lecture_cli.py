@@ -102,7 +102,7 @@ def test_an_output_encoding_without_chinese_gives_a_message(lecture, monkeypatch
 
 
 def test_misspelt_quick_does_not_start_lecture_09():
-    """The reported case end to end: ``--qiuck`` used to start the 6-minute full run."""
+    """A misspelt flag (``--qiuck``) is refused before the 6-minute full run can start."""
     env = {k: v for k, v in os.environ.items() if k not in ENV_VARS}
     r = subprocess.run([sys.executable, "lectures/09_ptq_algorithms.py", "--qiuck"], cwd=ROOT,
                        capture_output=True, text=True, timeout=120, env=env)

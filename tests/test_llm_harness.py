@@ -250,6 +250,42 @@ def test_lab_refuses_a_dtype_it_does_not_run():
         llm.Lab(None, np.arange(100_000), llm.QUICK, dtype="bfloat16")
 
 
+@pytest.mark.parametrize("workers", [0, -1, 1.0, True, "2"])
+def test_lab_refuses_workers_that_are_not_a_positive_int(workers):
+    with pytest.raises(ValueError, match="workers"):
+        llm.Lab(None, np.arange(100_000), llm.QUICK, workers=workers)
+
+
+def test_lab_map_on_two_threads_equals_the_loop_bit_for_bit(checkpoint, corpus):
+    """Lab.map runs its calls on threads, each with a float64 copy of the model of its own:
+    each window's NLL is bit for bit the one-at-a-time loop's, in the items' order, for
+    weights, activation and KV quantizers at once on the two copies (the KV quantizers sit on
+    each model's own attention modules); the extra copy is made once and kept."""
+    two = llm.Lab(checkpoint, corpus, llm.Workload(n_eval=2, seq_len=32, n_calib=1), workers=2)
+    kv = llm.kv_quantizer(llm.ActFormat("", "nvfp4"))
+    items = [dict(), dict(kv=(kv, kv)), dict(weights=llm.WeightFormat("", "int", 4, "group", 32),
+                                             acts=llm.ActFormat("", "mxfp4")),
+             dict(kv=(None, kv))]
+    loop = [two.nll(**item) for item in items]                       # this thread, one model
+    threads = []
+
+    def measure(item):
+        import threading
+        threads.append(threading.get_ident())
+        return two.nll(**item)
+    mapped = two.map(measure, items)
+    assert len(set(threads)) == 2 and len(two._copies) == 1
+    for a, b in zip(loop, mapped):
+        assert [x.hex() for x in a] == [x.hex() for x in b]
+    assert len(set(tuple(x) for x in loop)) == 4                      # four different settings
+    copy = two._copies[0]
+    assert two.map(lambda item: two.nll(**item), items[:2])[1].tolist() == loop[1].tolist()
+    assert two._copies == [copy]
+    for model in (two.model, copy):                                   # hooks all removed
+        assert model.config._attn_implementation == "sdpa"
+        assert not any(hasattr(layer.self_attn, "_lowprec_kv") for layer in model.model.layers)
+
+
 def test_lab_computes_on_a_float64_copy_with_the_same_weights(checkpoint, corpus):
     """Lab.model is a float64 copy of the checkpoint's model, equal value for value; the
     checkpoint's float32 model is left as it was (other tests share it); dtype="float32" runs
@@ -473,6 +509,29 @@ def test_captured_inputs_batched_match_the_hand_rmsnorm_in_window_order(checkpoi
 def test_capture_refuses_unknown_names(checkpoint):
     with pytest.raises(ValueError, match="decoder linears"):
         llm.capture_linear_inputs(checkpoint.model, np.zeros((1, 4), int), ["model.norm"])
+    with pytest.raises(TypeError, match="keep_inputs"):
+        llm.capture_linear_inputs(checkpoint.model, np.zeros((1, 4), int),
+                                  keep_inputs="model.layers.0.mlp.down_proj")
+
+
+def test_capture_keeps_the_inputs_of_the_names_given_and_the_same_bits(checkpoint, corpus):
+    """keep_inputs as names keeps those linears' inputs only, equal bit for bit to a capture
+    of them alone (the hooks change nothing the forward pass computes), and every linear's
+    statistics as without them."""
+    model = checkpoint.model
+    windows = llm.eval_windows(corpus, 2, 16)
+    names = ["model.layers.0.self_attn.q_proj", "model.layers.3.mlp.down_proj",
+             "model.layers.3.mlp.up_proj"]
+    some = llm.capture_linear_inputs(model, windows, names, keep_inputs=names[1:2],
+                                     batch_size=2)
+    alone = llm.capture_linear_inputs(model, windows, names[1:2], keep_inputs=True,
+                                      batch_size=2)
+    plain = llm.capture_linear_inputs(model, windows, names, batch_size=2)
+    assert some[names[0]].inputs is None and some[names[2]].inputs is None
+    np.testing.assert_array_equal(some[names[1]].inputs, alone[names[1]].inputs)
+    for n in names:
+        np.testing.assert_array_equal(some[n].absmax, plain[n].absmax)
+        np.testing.assert_array_equal(some[n].token_absmax, plain[n].token_absmax)
 
 
 def test_quantized_inputs_sharing_changes_nothing(checkpoint, corpus):

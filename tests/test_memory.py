@@ -89,13 +89,38 @@ def test_bill_counts_by_hand():
                                  + layer_activation_bytes(s, 1, 2048))
 
 
+def test_fp8_weights_bill_keeps_only_the_linears_in_fp8():
+    s = LLAMA_3_1_8B
+    p = 8_030_261_248
+    # per layer q, k, v, o = 4096 x (4096 + 1024 + 1024 + 4096), gate, up, down = 3 x 4096 x 14336
+    layer = 4096 * (4096 + 1024 + 1024 + 4096) + 3 * 4096 * 14336
+    linears = 32 * layer
+    bill = memory_bill(s, PRECISIONS["FP8 weights, 8-bit Adam"], 1, 2048)
+    # E4M3 linears (1 byte); embedding, head and norms in BF16 (2 bytes)
+    assert bill["weights"] == linears + 2 * (p - linears)
+    assert bill["master"] == 4 * p and bill["gradients"] == 2 * p
+    sharded = memory_bill(s, PRECISIONS["FP8 weights, 8-bit Adam"], 1, 2048, devices=8,
+                          sharding="fsdp")
+    local, local_linears = -(-p // 8), -(-linears // 8)
+    assert sharded["weights"] == local_linears + 2 * (local - local_linears)
+    # the largest gathered unit: the BF16 embedding (128256 x 4096), not a layer (FP8 linears
+    # and two BF16 norm gains)
+    assert sharded["gathered"] == max(128256 * 4096 * 2, layer + 2 * 2 * 4096)
+
+
 def test_communication_by_hand():
     s = LLAMA_3_1_8B
     p = 8_030_261_248
     c = communication_bytes(s, 8, "fsdp")
     assert c["all_gather"] == 2 * 7 / 8 * 2 * p and c["reduce_scatter"] == 7 / 8 * 2 * p
     f = communication_bytes(s, 8, "fsdp", fp8_all_gather=True)
-    assert f["all_gather"] == 2 * 7 / 8 * (p + 4 * (2 + 9 * 32 + 1))
+    # torchao gathers the layers' linears in E4M3 (1 byte), the rest in BF16, and all-reduces
+    # one FP32 amax per linear: per layer q, k, v, o = 4096 x (4096 + 1024 + 1024 + 4096) and
+    # gate, up, down = 3 x 4096 x 14336
+    linear = 32 * (4096 * (4096 + 1024 + 1024 + 4096) + 3 * 4096 * 14336)
+    assert linear == 6_979_321_856
+    assert f["all_gather"] == 2 * 7 / 8 * (linear + 2 * (p - linear))
+    assert f["all_reduce"] == 2 * 7 / 8 * 4 * 7 * 32
     d = communication_bytes(s, 8, "dp", grad_bytes=4)
     assert d["all_reduce"] == 2 * 7 / 8 * 4 * p and d["all_gather"] == 0
     assert communication_bytes(s, 1, "fsdp")["all_gather"] == 0

@@ -208,6 +208,8 @@ def test_zh_notebook_has_the_english_code_and_numbers(nn):
     chinese = nbformat.read(zh.zh_path(nn), as_version=4)
     language_cells = [c for c in chinese.cells if c.get("id") == zh.LANGUAGE_CELL_ID]
     assert len(language_cells) == 1 and language_cells[0].source == zh.LANGUAGE_CELL
+    assert [o.output_type for o in language_cells[0].outputs
+            if o.output_type == "execute_result"] == []      # no stray 'zh_CN' on the page
     cells = [c for c in chinese.cells if c.get("id") != zh.LANGUAGE_CELL_ID]
     assert [c.cell_type for c in cells] == [c.cell_type for c in english.cells]
     for en, zc in zip(english.cells, cells):
@@ -250,6 +252,44 @@ def test_regenerating_keeps_the_chinese_figures(nn):
         1 for c in english.cells if c.cell_type == "markdown" and c.get("attachments"))
     assert [c.get("attachments") for c in rebuilt.cells if c.cell_type == "markdown"] == [
         c.get("attachments") for c in chinese.cells if c.cell_type == "markdown"]
+
+
+def test_replace_text_block():
+    from lectures.i18n_timed import replace_text_block
+    stored = "**Stored** (one run)\n```text\nold\nlines\n```\n![f](attachment:figure1.png)"
+    assert replace_text_block(stored, "\n====\nnew\n") == \
+        "**Stored** (one run)\n```text\n====\nnew\n```\n![f](attachment:figure1.png)"
+    assert replace_text_block(stored, "no newline") == \
+        "**Stored** (one run)\n```text\nno newline\n```\n![f](attachment:figure1.png)"
+    with pytest.raises(ValueError, match="text block"):
+        replace_text_block("**Stored**, nothing kept", "x")
+
+
+@pytest.mark.parametrize("nn", sorted(MEASURES_THE_MACHINE))
+def test_timed_cells_are_stored_in_markdown_and_skipped(nn):
+    """What ``python -m lectures.i18n_timed NN`` re-stores: each timed cell is skipped by nbval,
+    stored unexecuted, with its run in the markdown cell ``<id>-stored`` in both editions."""
+    from lectures.i18n_timed import TIMED, timed_cells
+    assert nn in TIMED
+    for path in (zh.english_path(nn), zh.zh_path(nn)):
+        nb = nbformat.read(path, as_version=4)
+        cells = {c.get("id"): c for c in nb.cells}
+        timed = timed_cells(nb)
+        assert len(timed) >= 2, path
+        for cid in timed:
+            assert "nbval-skip" in cells[cid].metadata.get("tags", [])
+            assert cells[cid].execution_count is None and cells[cid].outputs == []
+            assert "```text\n" in cells[f"{cid}-stored"].source
+
+
+@pytest.mark.parametrize("nn", TRANSLATED)
+def test_notebook_titles_are_the_lectures(nn):
+    """Every notebook opens with its lecture's number and topic, one form in each language:
+    ``# Lecture NN: …`` and ``# 第 NN 讲：…``."""
+    first = {lang: nbformat.read(path, as_version=4).cells[0].source.splitlines()[0]
+             for lang, path in (("en", zh.english_path(nn)), ("zh", zh.zh_path(nn)))}
+    assert re.fullmatch(rf"# Lecture {nn}: [a-z][^:]*(: .+)?", first["en"]), first["en"]
+    assert re.fullmatch(rf"# 第 {nn} 讲：(?!.*交互版).+", first["zh"]), first["zh"]
 
 
 @pytest.mark.parametrize("nn", TRANSLATED)

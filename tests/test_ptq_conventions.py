@@ -85,7 +85,7 @@ def test_kl_tensorrt_convention_degenerate_histograms():
         assert calibrate_kl(x, 8, 512, convention="tensorrt") == trt_on(x, 8, False, 512)
 
 
-def test_kl_conventions_differ_where_the_review_measured():
+def test_kl_conventions_differ_on_relu_outputs():
     # the zero spike of ReLU outputs decides: TensorRT discards it, Migacz's rule keeps it
     x, _ = CASES["relu-signed"]
     assert calibrate_kl(x, convention="tensorrt") > 1.5 * calibrate_kl(x)

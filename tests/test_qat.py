@@ -419,7 +419,7 @@ def test_fake_quantize_overflowing_quotient_saturates_without_warning():
 
 @pytest.mark.parametrize("fmt", [["INT4"], None, 4])
 def test_fake_quantize_weight_refuses_a_format_that_is_not_a_name(fmt):
-    # A list used to fail with "unhashable type: 'list'".
+    # A list would otherwise reach a dict lookup and fail with "unhashable type: 'list'".
     with pytest.raises(TypeError, match="fmt must be a format name"):
         fake_quantize_weight(np.ones((2, 32)), fmt)
 

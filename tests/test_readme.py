@@ -119,7 +119,7 @@ def test_lecture_table_lists_every_lecture_and_notebook(path):
         assert f"| `{p.stem}` |" in text, p.name
 
 
-HISTORY = re.compile(r"this round|load average|issue [0-9]+|shared/reviews|\breview\b|test_review_",
+HISTORY = re.compile(r"this round|load average|issue [0-9]+|shared/reviews|\breview\b|_review_",
                      re.I)
 
 
@@ -158,9 +158,10 @@ def test_history_check_can_fail(tmp_path):
     f = tmp_path / "x.py"
     f.write_text("# measured this round, see ../shared/reviews/a.md\n", encoding="utf-8")
     (tmp_path / "y.md").write_text("Fixed in Issue 12.\nload averages\n", encoding="utf-8")
-    (tmp_path / "z.py").write_text("def test_review_flags():\n# the browser review\n",
+    (tmp_path / "z.py").write_text("def test_review_flags():\n# the browser review\n"
+                                   "def test_kl_where_the_review_measured():\n",
                                    encoding="utf-8")
-    assert len(history_in([tmp_path])) == 5 and history_in([f]) != []
+    assert len(history_in([tmp_path])) == 6 and history_in([f]) != []
 
 
 def set_up(path: Path) -> str:

@@ -698,11 +698,11 @@ def test_float64_fp32_layer_is_torch_linear_in_float64():
 
 
 def test_an_interrupt_cancels_the_runs_not_yet_started(tmp_path):
-    """Kernel > Interrupt during notebook 10's full run raised KeyboardInterrupt in the caller,
-    but leaving the process pool waited for every submitted run (minutes). Now the runs not
-    yet started are cancelled: of 16 jobs on 2 workers, interrupted at the first result, only
-    those already handed to a worker ran (the pool queues at most workers + 1 ahead)."""
-    from lectures.tinylm.loop import in_processes
+    """Kernel > Interrupt during notebook 10's full run raises KeyboardInterrupt in the caller,
+    and leaving the process pool must not wait for every submitted run (minutes): the runs not
+    yet started are cancelled. Of 16 jobs on 2 workers, interrupted at the first result, only
+    those already handed to a worker run (the pool queues at most workers + 1 ahead)."""
+    from lectures.tinylm.runs import in_processes
     from pool_jobs import mark_and_wait
     seen = []
 
@@ -718,7 +718,7 @@ def test_an_interrupt_cancels_the_runs_not_yet_started(tmp_path):
 
 
 def test_in_processes_returns_every_result_by_index(tmp_path):
-    from lectures.tinylm.loop import in_processes
+    from lectures.tinylm.runs import in_processes
     from pool_jobs import mark_and_wait
     got = {}
     in_processes(mark_and_wait, [(str(tmp_path), i) for i in range(5)], 2,

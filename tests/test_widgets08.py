@@ -118,39 +118,57 @@ def test_explorer_disables_int_controls_for_other_formats(W, lab):
 
 
 def _stored_demo2():
-    """Demo 2's result rebuilt from the English notebook's stored table (no model needed)."""
-    import json
-    import re
-    from pathlib import Path
-    L = importlib.import_module("lectures.08_real_model")
-    nb = json.loads((Path(__file__).resolve().parents[1] / "notebooks" / "08_real_model.ipynb")
-                    .read_text(encoding="utf-8"))
-    text = next("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown"
-                and "Demo 2: weight-only formats" in "".join(c["source"]))
-    reference = float(re.search(r"reference (\d+\.\d+)\.", text).group(1))
-    rows = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()
-            if re.match(r"\| (INT|MXFP|NVFP|NF|FP8)", line)]
-    bits = {r[0]: float(r[1]) for r in rows}
-    ppl = {r[0]: float(r[3]) for r in rows}
-    return L.WeightOnlyResult(reference=reference, rows=rows, bits=bits, ppl=ppl, error={},
-                              sensitivity={}, sensitivity_format="", share={})
+    """Demo 2's result as notebook 08 draws it: the stored full run (no model needed)."""
+    W = importlib.import_module("lectures.widgets.lecture08")
+    return W.load_stored()["demo2"]
 
 
 def test_perplexity_labels_overprint_nothing():
-    """The stored run's points (INT4 g32, INT3 + zero point and NVFP4 close together): no two
-    point labels overlap, none covers the legend, all inside the axes (drawn boxes, pixels)."""
+    """The stored run's points as the notebook draws them, its seven formats (INT4 g32 and
+    NVFP4 close together): no two point labels overlap, none covers the legend, all inside the
+    axes (drawn boxes, pixels)."""
     W = importlib.import_module("lectures.widgets.lecture08")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     r = _stored_demo2()
-    assert len(r.ppl) == 7
-    fig = W.plot_perplexity_vs_bits(r)
+    assert len(r.ppl) == 15
+    fig = W.plot_perplexity_vs_bits(r, W.NOTEBOOK_FORMATS)
     canvas = FigureCanvasAgg(fig)
     canvas.draw()
     renderer = canvas.get_renderer()
     ax = fig.axes[0]
     boxes = [t.get_window_extent(renderer) for t in ax.texts]
-    assert len(boxes) == 7
+    assert len(boxes) == len(W.NOTEBOOK_FORMATS) == 7
     legend, frame = ax.get_legend().get_window_extent(renderer), ax.get_window_extent(renderer)
     for i, a in enumerate(boxes):
         assert not a.overlaps(legend) and frame.x0 <= a.x0 and a.x1 <= frame.x1
         assert not any(a.overlaps(b) for b in boxes[i + 1:]), ax.texts[i].get_text()
+
+
+def test_stored_run_is_the_full_workload_and_prints_as_the_script_printed(W, tmp_path):
+    """The notebook's stored run: every demo of a full run (the command and workload it was made
+    with say so), each printable by the lecture's own show_demoK; a --quick file, or one that
+    lacks a demo, is refused (the notebook presents only the script's full run)."""
+    import contextlib
+    import io
+    from lectures import llm
+    stored = W.load_stored()
+    _, about = llm.load_results(W.STORED, L)
+    assert about == {"workload": {"n_eval": 4, "seq_len": 512, "n_calib": 4},
+                     "command": "08_real_model.py"}
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        for name in W.STORED_DEMOS:
+            getattr(L, f"show_{name}")(stored[name])
+    text = out.getvalue()
+    assert all(f"Demo {k}:" in text for k in range(1, 7)) and "What to notice" in text
+    assert len(stored["demo2"].ppl) == len(L.WEIGHT_FORMATS) and stored["demo4"].nll
+    with pytest.raises(ValueError, match="formats"):
+        W.plot_perplexity_vs_bits(stored["demo2"], ["INT5, per channel"])
+    quick = tmp_path / "quick.json"
+    llm.save_results(quick, stored, {"command": "08_real_model.py --quick"})
+    with pytest.raises(ValueError, match="not a full run"):
+        W.load_stored(quick)
+    partial = tmp_path / "partial.json"
+    llm.save_results(partial, {"demo1": stored["demo1"]}, {"command": "08_real_model.py"})
+    with pytest.raises(ValueError, match="not a full run"):
+        W.load_stored(partial)

@@ -117,7 +117,7 @@ def test_load_stored_takes_only_a_full_run_with_every_demo(tmp_path):
     part = llm.save_results(tmp_path / "part.json", {"demo2": 1},
                             {"command": "09_ptq_algorithms.py"})
     for path in (quick, part):
-        with pytest.raises(ValueError, match="not a full run of lecture 09"):
+        with pytest.raises(ValueError, match="not a full run of 09_ptq_algorithms.py"):
             W.load_stored(path)
     for bad in ("9", 9, "ab"):
         with pytest.raises(ValueError, match="two-digit"):

@@ -14,6 +14,7 @@ from lectures.widgets import lecture10 as W  # noqa: E402
 
 L = importlib.import_module("lectures.10_low_precision_training")
 TINY = L.Workload(steps=4, seeds=(0, 1), eval_every=2, val_windows=4, probe_steps=2,
+                  probe_batches=2,
                   spike_step=2)
 
 
@@ -48,7 +49,8 @@ def test_format_ranges_from_the_standards():
 
 @pytest.fixture(scope="module")
 def tiny():
-    return L.run_all(TINY, workers=1), L.probe_run(TINY)
+    return (L.run_all(TINY, L.jobs(TINY, "cpu"), L.train_job, workers=1),
+            L.probe_run(TINY))
 
 
 def test_plots_are_labelled(tiny):

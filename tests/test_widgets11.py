@@ -71,7 +71,7 @@ def test_stored_run_is_the_full_workload():
     w = W.L.FULL
     assert (s["steps"], s["train_len"], s["n_eval"], s["eval_len"]) == \
         (w.steps, w.train_len, w.n_eval, w.eval_len)
-    qat = {m for m in s["curves"] if m.startswith(("QAT", "LSQ"))}
+    qat = {m for m in s["curves"] if m.startswith(("QAT", "KD-QAT", "LSQ"))}
     assert set(s["codes_changed"]) == qat
     for changed, total in s["codes_changed"].values():
         assert 0 <= changed <= total
@@ -165,9 +165,9 @@ def test_stored_run_holds_what_the_lecture_printed():
     from text_checks import number_differences
     s = W.load_summary()
     en, zh = s["printed"]["en"], s["printed"]["zh"]
-    for n in range(1, 6):
+    for n in range(1, 7):
         assert f"Demo {n}:" in en and f"演示 {n}" in zh
-    assert "What to notice" in en and "memory bill" in en
+    assert "What to notice" in en and "memory bill" in en and "chosen" in en
     assert number_differences(en, zh) == []
     for method, bits, trainable, cpu, ppl in s["table"]:
         assert f"{ppl:.2f}" in en

@@ -38,6 +38,9 @@ Results (:mod:`lectures.llm.results`)
 Quantizers (:mod:`lectures.llm.quantizers`)
     ``WeightFormat``, ``ActFormat``, ``kv_quantizer``, ``model_bits_per_weight``: settings of
     numfmt calls, and what each costs in bits per weight.
+Formats compared (:mod:`lectures.llm.formats`)
+    ``WEIGHT_FORMATS``: lecture 08's weight formats, which lecture 12 prices too;
+    ``KV_BITS``: a K/V cache format's bits per element.
 
 Typical use::
 

@@ -18,8 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from console.progress import progress
+from lectures.llm.hooks import layer_inputs
 
-__all__ = ["INPUT_GROUPS", "calibrate_layers", "first_layer_inputs", "map_items",
+__all__ = ["INPUT_GROUPS", "calibrate_layers", "map_items",
            "one_blas_thread", "quantize_groups", "workers"]
 
 # Linears of one decoder layer that read the same tensor share one Hessian (and one AWQ or
@@ -69,27 +70,6 @@ def quantize_groups(tasks: dict) -> dict:
 
 class _Stop(Exception):
     pass
-
-
-def first_layer_inputs(model, windows) -> list:
-    """(hidden states, keyword arguments) entering decoder layer 0, one pair per window."""
-    import torch
-    layer0, seen = model.model.layers[0], []
-
-    def catch(module, args, kwargs):
-        seen.append((args[0].detach().clone(), dict(kwargs)))
-        raise _Stop
-
-    handle = layer0.register_forward_pre_hook(catch, with_kwargs=True)
-    device = next(model.parameters()).device
-    try:
-        with torch.inference_mode():
-            for row in np.asarray(windows):
-                with contextlib.suppress(_Stop):
-                    model(input_ids=torch.as_tensor(row[None], device=device), use_cache=False)
-    finally:
-        handle.remove()
-    return seen
 
 
 def _layer_inputs(layer, states, sequential: bool):
@@ -155,7 +135,7 @@ def calibrate_layers(model, windows, quantize_group, sequential: bool = True,
         raise ValueError("several quantizers share one pass only without sequential "
                          "calibration (each would need its own quantized layers)")
     quantizers = quantize_group if many else {None: quantize_group}
-    states = first_layer_inputs(model, windows)
+    states = layer_inputs(model, windows, 0)          # [(hidden (1, T, C), kwargs)] per window
     new = {k: {} for k in quantizers}
     layers = model.model.layers
     for li in progress(range(len(layers)), desc):

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lectures.stats import T_975
+
 from numfmt._validate import check_positive_int   # the harness's check for counts
 
 
@@ -91,10 +93,6 @@ def perplexity(model, windows, batch_size: int = 1) -> float:
     return float(np.exp(window_nll(model, windows, batch_size).mean()))
 
 
-# Two-sided 95% quantiles of Student's t with df = n - 1 degrees of freedom (any table of t;
-# tests/test_llm_harness.py checks them against scipy.stats.t.ppf(0.975, df)).
-T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-         9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131}
 
 
 @dataclass(frozen=True)

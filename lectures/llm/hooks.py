@@ -6,6 +6,18 @@ Every function here takes the transformers model and *names* of its linears as t
 ``quantize(x, name) -> tensor`` on torch tensors: the lecture's come from
 :mod:`lectures.llm.quantizers`, which go through numfmt.torch (bit for bit numfmt on numpy).
 Every context manager restores the model exactly on exit, also when the body raises.
+
+Three captures of layer inputs, each for a question the others cannot answer cheaply:
+
+- :func:`capture_linear_inputs` (here) runs whole forward passes and keeps statistics of the
+  chosen linears' inputs (per-channel and per-token absmax, optionally Σ x xᵀ): what the
+  float model feeds every linear, for lecture 08's outlier demo and one-shot calibration.
+- :func:`layer_inputs` (here) catches the hidden state and keyword arguments entering one
+  decoder layer and stops the forward pass there: sequential calibration starts from layer
+  0's input, fine-tuning (lectures.llm.finetune) from the first trained layer's.
+- ``lectures.llm.calibrate._layer_inputs`` runs those states through one layer and records
+  each group of linears' input inside it, stopping before ``down_proj`` when calibration is
+  sequential, since the layer is run again once quantized.
 """
 
 from __future__ import annotations
@@ -81,11 +93,12 @@ class LinearInputs:
     token_absmax: np.ndarray      #: float64 (N,): max |x| over channels, per token, window order
     n_tokens: int                 #: N, tokens seen
     hessian: np.ndarray | None    #: float64 (K, K): sum over tokens of x xᵀ (GPTQ's H / 2)
-    inputs: np.ndarray | None     #: (N, K) in the model's dtype: the inputs themselves
+    inputs: np.ndarray | None     #: float32 (N, K): the inputs themselves
 
 
 def capture_linear_inputs(model, windows, names=None, hessian: bool = False,
-                          keep_inputs: bool = False, batch_size: int = 1) -> dict:
+                          keep_inputs: bool | Iterable[str] = False,
+                          batch_size: int = 1) -> dict:
     """Run ``windows`` through the model and record the inputs of the chosen linears.
 
     Parameters
@@ -96,8 +109,9 @@ def capture_linear_inputs(model, windows, names=None, hessian: bool = False,
     hessian : bool
         Also accumulate ``H = Σ_tokens x xᵀ`` in float64 (K² × 8 bytes per linear: 2.6 MB for
         K = 576, 19 MB for K = 1536; linears that share an input share nothing here).
-    keep_inputs : bool
-        Also keep the raw inputs, (N, K) per linear, in the model's dtype.
+    keep_inputs : bool or iterable of names
+        Also keep the raw inputs, (N, K) per linear, as float32: of every chosen linear
+        (True), or of the chosen linears among these names (the others' ``inputs`` are None).
     batch_size : int
         Windows per forward pass. Tokens are recorded in window order either way, and the
         absmax statistics and inputs do not depend on it (up to the matmuls' rounding);
@@ -111,15 +125,22 @@ def capture_linear_inputs(model, windows, names=None, hessian: bool = False,
     ------
     ValueError
         If a name is not a decoder linear, ``windows`` is not (n, T), or ``batch_size`` < 1.
+    TypeError
+        If ``keep_inputs`` is a string (one name goes in a list).
     """
     import torch
 
+    if isinstance(keep_inputs, str):
+        raise TypeError(f"keep_inputs must be a bool or an iterable of names, got the string "
+                        f"{keep_inputs!r} (one name goes in a list)")
     chosen = _select(model, names)
     ids = torch.as_tensor(np.asarray(windows), dtype=torch.long)
     if ids.ndim != 2:
         raise ValueError(f"windows must have shape (n, T), got {tuple(ids.shape)}")
     check_positive_int(batch_size, "batch_size")
     state = {n: {"absmax": None, "tokens": [], "h": None, "x": []} for n in chosen}
+    kept = (set(chosen) if keep_inputs is True else set() if keep_inputs is False
+            else set(keep_inputs))
 
     def hook_for(name):
         s = state[name]
@@ -134,7 +155,7 @@ def capture_linear_inputs(model, windows, names=None, hessian: bool = False,
                 xd = x.double()
                 h = xd.T @ xd
                 s["h"] = h if s["h"] is None else s["h"] + h
-            if keep_inputs:
+            if name in kept:
                 s["x"].append(x.float().cpu())
         return hook
 
@@ -153,7 +174,7 @@ def capture_linear_inputs(model, windows, names=None, hessian: bool = False,
         out[n] = LinearInputs(
             s["absmax"].cpu().numpy(), tokens, len(tokens),
             s["h"].cpu().numpy() if hessian else None,
-            torch.cat(s["x"]).numpy() if keep_inputs else None)
+            torch.cat(s["x"]).numpy() if n in kept else None)
     return out
 
 
@@ -304,17 +325,20 @@ def _share_key(name: str, kind: str) -> str:
 # ---------------------------------------------------------------------------------------------
 # The KV cache
 # ---------------------------------------------------------------------------------------------
-_KV = {"k": None, "v": None}
+_KV_ATTR = "_lowprec_kv"     # each attention module's (quantize_k, quantize_v) while in place
 
 
 def _kv_attention(module, query, key, value, attention_mask, **kwargs):
-    """SDPA attention on quantized keys and values (shape (B, H_kv, T, D), after RoPE)."""
+    """SDPA attention on quantized keys and values (shape (B, H_kv, T, D), after RoPE); the
+    quantizers are the module's own (:func:`quantized_kv` sets them on each attention module of
+    its model, so two models can run under different quantizers at once, on two threads)."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    if _KV["k"] is not None:
-        key = _KV["k"](key, module.layer_idx).to(key.dtype)
-    if _KV["v"] is not None:
-        value = _KV["v"](value, module.layer_idx).to(value.dtype)
+    quantize_k, quantize_v = getattr(module, _KV_ATTR, (None, None))
+    if quantize_k is not None:
+        key = quantize_k(key, module.layer_idx).to(key.dtype)
+    if quantize_v is not None:
+        value = quantize_v(value, module.layer_idx).to(value.dtype)
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
 
 
@@ -331,10 +355,63 @@ def quantized_kv(model, quantize_k: Callable | None, quantize_v: Callable | None
 
     AttentionInterface.register(KV_ATTENTION, _kv_attention)
     previous = model.config._attn_implementation
-    _KV.update(k=quantize_k, v=quantize_v)
+    attention = [layer.self_attn for layer in model.model.layers]
+    for module in attention:
+        setattr(module, _KV_ATTR, (quantize_k, quantize_v))
     model.set_attn_implementation(KV_ATTENTION)
     try:
         yield
     finally:
         model.set_attn_implementation(previous)
-        _KV.update(k=None, v=None)
+        for module in attention:
+            delattr(module, _KV_ATTR)
+
+
+class _Stop(Exception):
+    """Raised by a hook to end a forward pass early."""
+
+
+def check_first_layer(model, first) -> int:
+    """``first`` if it indexes one of ``model``'s decoder layers, else ValueError."""
+    n = len(model.model.layers)
+    if isinstance(first, bool) or not isinstance(first, int) or not 0 <= first < n:
+        raise ValueError(f"first must be a layer index in [0, {n - 1}], got {first!r}")
+    return first
+
+
+def layer_inputs(model, windows, first: int, batch_size: int = 1) -> list:
+    """The hidden states entering decoder layer ``first``, with the keyword arguments the
+    model passes it (rotary embeddings, mask), one pair per batch of ``batch_size`` windows.
+
+    Computed under ``torch.no_grad`` (not inference mode: the tail's backward pass reads them)
+    with the model as it is now, frozen layers included; the rest of the forward pass is
+    skipped. Returns a list of (float32 tensor (B, T, C), dict).
+
+    Raises
+    ------
+    ValueError
+        If ``first`` is not a layer index, ``windows`` not (n, T), or ``batch_size`` < 1.
+    """
+    import torch
+
+    check_first_layer(model, first)
+    check_positive_int(batch_size, "batch_size")
+    ids = torch.as_tensor(np.asarray(windows), dtype=torch.long)
+    if ids.ndim != 2:
+        raise ValueError(f"windows must have shape (n, T), got {tuple(ids.shape)}")
+    seen = []
+
+    def catch(module, args, kwargs):
+        seen.append((args[0].detach().clone(), dict(kwargs)))
+        raise _Stop
+
+    handle = model.model.layers[first].register_forward_pre_hook(catch, with_kwargs=True)
+    device = next(model.parameters()).device
+    try:
+        with torch.no_grad():
+            for i in range(0, len(ids), batch_size):
+                with contextlib.suppress(_Stop):
+                    model(input_ids=ids[i:i + batch_size].to(device), use_cache=False)
+    finally:
+        handle.remove()
+    return seen

@@ -19,6 +19,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import queue
+import threading
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -141,12 +143,21 @@ class Lab:
     _weight_norm2: float | None = field(default=None, init=False, repr=False)  # Σ W² (float64)
     #: weight format (label blanked) -> planned uses left; a lecture fills it from its plan
     reuse: Counter = field(default_factory=Counter, repr=False)
+    #: how many measurements :meth:`map` runs at once, each on a float64 copy of its own
+    workers: int = 1
     _weights: dict = field(default_factory=dict, init=False, repr=False)  # format -> tensors
     _model64: object = field(default=None, init=False, repr=False)
+    _copies: list = field(default_factory=list, init=False, repr=False)   # more for map()
+    _local: threading.local = field(default_factory=threading.local, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _format_locks: dict = field(default_factory=dict, init=False, repr=False)  # format -> Lock
 
     def __post_init__(self):
         if self.dtype not in ("float64", "float32"):
             raise ValueError(f"dtype must be 'float64' or 'float32', got {self.dtype!r}")
+        if isinstance(self.workers, bool) or not isinstance(self.workers, int) \
+                or self.workers < 1:
+            raise ValueError(f"workers must be a positive integer, got {self.workers!r}")
         w = self.workload
         self.eval = eval_windows(self.tokens, w.n_eval, w.seq_len)
         self.calib = calibration_windows(self.tokens, w.n_calib, w.seq_len)
@@ -156,7 +167,10 @@ class Lab:
         """The model every measurement runs: a float64 copy of the checkpoint's float32 model,
         with the same weight values (made on first use; the checkpoint's model is not
         changed), or with ``dtype="float32"`` the checkpoint's model. Hooks for activations
-        and the KV cache go on this one."""
+        and the KV cache go on this one. Inside :meth:`map`, each thread's own copy."""
+        mine = getattr(self._local, "model", None)
+        if mine is not None:
+            return mine
         if self.dtype == "float32":
             return self.checkpoint.model
         if self._model64 is None:
@@ -196,14 +210,51 @@ class Lab:
         tensors are the same either way: numfmt is deterministic); others are not kept.
         """
         key = dataclasses.replace(fmt, label="")
-        tensors = self._weights.pop(key, None)
-        if tensors is None:
-            tensors = self.quantized(fmt)
-        if self.reuse[key] > 0:
-            self.reuse[key] -= 1
-        if self.reuse[key] > 0:
-            self._weights[key] = tensors
+        with self._lock:
+            format_lock = self._format_locks.setdefault(key, threading.Lock())
+        with format_lock:       # map()'s threads: one quantizes, another waits for its tensors
+            with self._lock:
+                tensors = self._weights.pop(key, None)
+            if tensors is None:
+                tensors = self.quantized(fmt)
+            with self._lock:
+                if self.reuse[key] > 0:
+                    self.reuse[key] -= 1
+                if self.reuse[key] > 0:
+                    self._weights[key] = tensors
         return tensors
+
+    def map(self, fn, items) -> list:
+        """``[fn(item) for item in items]``, with up to :attr:`workers` calls at once.
+
+        Each call runs on a thread that holds a float64 copy of the model of its own
+        (:attr:`model` returns it, so ``fn`` measures with :meth:`nll` as usual; the copies
+        after the first are made on first use and kept). Every copy holds the same weights,
+        and a forward pass computes each window's NLL with the same operations in the same
+        order whichever thread runs it (torch on one thread inside each), so the results are
+        those of the loop, in the order of ``items``; on two idle cores two passes take about
+        the time of one. ``fn`` must not change the model outside :meth:`nll`'s hooks.
+        """
+        items = list(items)
+        n = min(self.workers, len(items))
+        if n < 2 or self.dtype != "float64" or getattr(self._local, "model", None) is not None:
+            return [fn(item) for item in items]
+        while len(self._copies) < n - 1:
+            self._copies.append(float64_copy(self.checkpoint.model))
+        idle = queue.SimpleQueue()
+        for model in [self.model] + self._copies[:n - 1]:
+            idle.put(model)
+
+        def one(item):
+            self._local.model = idle.get()
+            try:
+                return fn(item)
+            finally:
+                idle.put(self._local.model)
+                self._local.model = None
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(max_workers=n) as pool:
+            return list(pool.map(one, items))
 
     def ppl(self, weights=None, names=None, acts=None, kv=None) -> float:
         """Perplexity on the evaluation windows, with the given quantizers in place:
@@ -234,7 +285,8 @@ class Lab:
             # per-tensor scale (NVFP4's FP32 one) never spans two windows.
             value = window_nll(self.model, self.eval, batch_size=len(self.eval))
         if self.progress is not None:
-            self.progress.update(1)
+            with self._lock:
+                self.progress.update(1)
         return value
 
 

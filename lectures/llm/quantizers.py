@@ -2,7 +2,7 @@
 
 Tensors go through ``numfmt.torch`` (``quantize_int``, ``block_quantize``, ``mx_quantize``,
 ``nvfp4_quantize``) on their own device, CPU or GPU: it is bit for bit numfmt on numpy (the
-tests compare them), and on the CPU it is now the faster of the two (benchmarks/bench_peers.py,
+tests compare them), and on the CPU it is the faster of the two (benchmarks/bench_peers.py,
 the row for lecture 08's weights); NF4 always goes through ``numfmt.packing.qlora`` on numpy.
 Nothing here rounds a number itself: these are the settings of one experiment (format, bits,
 granularity) and the bookkeeping of what each costs in bits.

@@ -27,7 +27,7 @@ from lectures.i18n import domain
 
 _ = domain("llm").gettext
 
-__all__ = ["load_results", "save_results", "stored_path"]
+__all__ = ["load_full_run", "load_results", "save_results", "stored_path"]
 
 WIDGETS_DIR = Path(__file__).resolve().parent.parent / "widgets"
 
@@ -140,6 +140,23 @@ def load_results(path, module) -> tuple[dict, dict]:
     except KeyError as err:
         raise ValueError(f"{path} names a result class {err} that "
                          f"{module.__name__} does not define") from None
+
+
+def load_full_run(path, module, command: str, demos) -> dict:
+    """The results of a stored full run of ``command`` (e.g. "08_real_model.py"), as
+    :func:`load_results` rebuilds them from ``module``'s classes.
+
+    Raises
+    ------
+    ValueError
+        If the file was not written by the full workload of ``command`` (``--quick`` is not a
+        run a notebook presents as the lecture's) or lacks one of ``demos``.
+    """
+    results, about = load_results(path, module)
+    if about.get("command") != command or not set(demos) <= set(results):
+        raise ValueError(f"{path} is not a full run of {command} saved with --save "
+                         f"(about: {about})")
+    return results
 
 
 def stored_path(nn: str) -> Path:

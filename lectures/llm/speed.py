@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from numfmt import cost
+from numfmt.memory import DecoderShape
 from lectures.i18n import domain
 from lectures.llm.hooks import decoder_linears
 from lectures.machine import (PathUnavailable, Spread, int8_dynamic_module,
@@ -34,16 +35,12 @@ LLAMA_CPP_INSTALL = "pip install llama-cpp-python"
 
 
 @dataclass(frozen=True)
-class ModelShape:
-    """The counts of a LLaMA-style decoder that set its bytes and operations."""
-
-    layers: int
-    hidden: int
-    intermediate: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    vocab: int
+class ModelShape(DecoderShape):
+    """:class:`numfmt.memory.DecoderShape` (the same fields, checked the same way) plus what a
+    forward pass reads and computes: every linear's shape in layer order, the output
+    projection and the norm gains counted apart, the K/V cache's bytes, and the shape read
+    from a transformers configuration. numfmt.memory bills training state and knows nothing
+    of a configuration object; this class serves :func:`pass_cost` and lecture 12."""
 
     @classmethod
     def of(cls, config) -> "ModelShape":
@@ -52,14 +49,11 @@ class ModelShape:
                                                          // config.num_attention_heads)
         return cls(config.num_hidden_layers, config.hidden_size, config.intermediate_size,
                    config.num_attention_heads, config.num_key_value_heads, head_dim,
-                   config.vocab_size)
+                   config.vocab_size, bool(getattr(config, "tie_word_embeddings", False)))
 
     def linear_shapes(self) -> list:
         """(out, in) of every decoder linear, layer by layer: q, k, v, o, gate, up, down."""
-        h, q, kv, m = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim, \
-            self.intermediate
-        layer = [(q, h), (kv, h), (kv, h), (h, q), (m, h), (m, h), (h, m)]
-        return layer * self.layers
+        return self.layer_linears() * self.layers
 
     @property
     def linear_params(self) -> int:
@@ -67,7 +61,8 @@ class ModelShape:
 
     @property
     def head_params(self) -> int:
-        """The output projection (vocab x hidden; tied to the embedding in SmolLM2)."""
+        """The output projection (vocab x hidden), read by every pass even when it is tied to
+        the embedding (as in SmolLM2)."""
         return self.vocab * self.hidden
 
     @property

@@ -28,14 +28,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from lectures.corpus import corpus_text
+
 SEQ_LEN = 512        # tokens per window (lecture 08's perplexity uses 4 windows of 512)
 OOD_MODULE = "argparse"   # the out-of-domain calibration text: this stdlib module's source
-
-
-def corpus_text() -> str:
-    """The whole language reference as one string: topics in sorted order, blank-line separated."""
-    from pydoc_data.topics import topics
-    return "\n\n".join(topics[key].strip() for key in sorted(topics))
 
 
 def corpus_tokens(tokenizer) -> np.ndarray:

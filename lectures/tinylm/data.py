@@ -1,7 +1,7 @@
 """The training text: the bytes of CPython's language reference, split into training and
 validation parts that never share a byte.
 
-The text is :func:`lectures.llm.text.corpus_text` (the topics behind ``help("assert")``, read
+The text is :func:`lectures.corpus.corpus_text` (the topics behind ``help("assert")``, read
 at run time from ``pydoc_data``), encoded as UTF-8: about 470 kB, a vocabulary of 256 byte
 values. The bytes are cut into chunks of ``chunk`` bytes; every ``val_every``-th chunk is
 validation, the rest training, so both parts sample the whole reference. Training batches are
@@ -17,7 +17,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from lectures.llm.text import corpus_text
+from lectures.corpus import corpus_text
 
 
 @lru_cache(maxsize=1)

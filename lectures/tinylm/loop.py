@@ -1,5 +1,5 @@
-"""A short, seeded training loop for :class:`~lectures.tinylm.model.TinyLM`, and a way to run
-many of them on worker processes.
+"""A short, seeded training loop for :class:`~lectures.tinylm.model.TinyLM`
+(:mod:`lectures.tinylm.runs` runs many of them on worker processes).
 
 One run: AdamW (Loshchilov and Hutter 2019), linear warmup then cosine decay, gradient-norm
 clipping at 1, and, when the recipe asks for it (FP16), the
@@ -183,59 +183,9 @@ def train(recipe, cfg: TrainConfig = TrainConfig(), model_cfg: TinyLMConfig = Ti
                      bool(np.isfinite(train_loss).all()), extras)
 
 
-def _train_job(job):
-    recipe, cfg, model_cfg = job
-    return train(recipe, cfg, model_cfg)
-
-
-def train_many(jobs, *, workers: int = 2, device: str = "cpu", progress=None,
-               on_result=None) -> list:
-    """Run ``train(recipe, cfg, model_cfg)`` for each job, in order of the jobs.
-
-    On the CPU the jobs run on ``workers`` processes with one torch thread each (each run's
-    numbers are the same as in a single process); on CUDA, one after another in this process.
-    As each run finishes (in completion order) ``progress(result)`` is called, then
-    ``on_result(index, result)`` with the job's index in ``jobs``.
-    """
-    jobs = list(jobs)
-    if device != "cpu" or workers <= 1 or len(jobs) <= 1:
-        results = []
-        for i, (recipe, cfg, model_cfg) in enumerate(jobs):
-            results.append(train(recipe, cfg, model_cfg, device=device,
-                                 threads=1 if device == "cpu" else None))
-            if progress:
-                progress(results[-1])
-            if on_result:
-                on_result(i, results[-1])
-        return results
-    results = [None] * len(jobs)
-
-    def done(i, result):
-        results[i] = result
-        if progress:
-            progress(result)
-        if on_result:
-            on_result(i, result)
-    in_processes(_train_job, jobs, workers, done)
-    return results
-
-
-def in_processes(fn, jobs, workers: int, on_done) -> None:
-    """``fn(job)`` for each job on ``workers`` spawned processes; ``on_done(index, result)``
-    as each finishes, in completion order.
-
-    An interrupt (Ctrl-C, or Kernel > Interrupt in a notebook) or an exception, from a job or
-    from ``on_done``, cancels the jobs not yet started, so it takes effect once the running
-    ones end; the pool's own exit would otherwise wait for every job submitted.
-    """
-    import concurrent.futures as cf
-    import multiprocessing as mp
-    # spawn, not fork: a forked child would inherit torch's thread pools mid-state.
-    with cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-        futures = {pool.submit(fn, job): i for i, job in enumerate(jobs)}
-        try:
-            for fut in cf.as_completed(futures):
-                on_done(futures[fut], fut.result())
-        except BaseException:
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
+def train_job(job) -> RunResult:
+    """``train(recipe, cfg, model_cfg)`` for ``job = (recipe, cfg, model_cfg[, device])``: one
+    job of :func:`lectures.tinylm.runs.run_all` (one torch thread on the CPU)."""
+    recipe, cfg, model_cfg, *rest = job
+    device = rest[0] if rest else "cpu"
+    return train(recipe, cfg, model_cfg, device=device, threads=1 if device == "cpu" else None)

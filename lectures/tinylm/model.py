@@ -6,8 +6,10 @@ keys, causal multi-head attention, and a SwiGLU feed-forward (Shazeer 2020, arXi
 written in nanoGPT's plain shape. Every linear layer is a :class:`numfmt.torch.train.QuantLinear`
 named by its path (``layers.0.attn.q``, ``layers.1.mlp.down``, ``lm_head``), so a recipe's
 ``high_precision_layers`` patterns pick layers by name. The embedding is a table lookup, not a
-GEMM, and the attention scores and their weighted sum stay float32 (the recipes quantize the
-linear layers' GEMMs, as TransformerEngine and the NVFP4 paper do).
+GEMM, and the attention scores and their weighted sum stay in the model's dtype, unquantized
+(float32, or float64 after ``.double()``, as the lectures train: :mod:`lectures.tinylm.loop`
+says why); the recipes quantize the linear layers' GEMMs, as TransformerEngine and the NVFP4
+paper do.
 """
 
 from __future__ import annotations
@@ -62,7 +64,8 @@ class RMSNorm(nn.Module):
 
 
 def rope_tables(context: int, head_dim: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of RoPE's angles t·base^(-2i/head_dim): float32, each (context, head_dim/2)."""
+    """cos and sin of RoPE's angles t·base^(-2i/head_dim): float32, each (context, head_dim/2)
+    (buffers of the model, so ``.double()`` widens these float32 values)."""
     inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
     angles = torch.outer(torch.arange(context, dtype=torch.float64), inv_freq)
     return angles.cos().float(), angles.sin().float()
@@ -71,8 +74,8 @@ def rope_tables(context: int, head_dim: int, base: float) -> tuple[torch.Tensor,
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate each pair (x[2i], x[2i+1]) of every head by its position's angle.
 
-    x: (B, H, T, D) float32; cos, sin: (T, D/2). Returns (B, H, T, D). The interleaved-pairs
-    form of Su et al. (2021), equation 34.
+    x: (B, H, T, D) in the model's dtype; cos, sin: (T, D/2). Returns (B, H, T, D). The
+    interleaved-pairs form of Su et al. (2021), equation 34.
     """
     x1, x2 = x[..., 0::2], x[..., 1::2]                              # (B, H, T, D/2) each
     out = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)

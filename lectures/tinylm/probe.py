@@ -9,6 +9,9 @@ the layers' seeds). What it measures is each step's error, not what training mak
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import torch
 from torch.nn import functional as F
 
@@ -77,3 +80,79 @@ def gradient_errors(model, batch, recipes: dict, loss_scale: dict | None = None)
         for n, p in model.named_parameters():
             p.grad = saved[n]
     return out
+
+
+def gradient_errors_batches(model, batches, recipes: dict, loss_scale: dict | None = None
+                            ) -> list:
+    """:func:`gradient_errors` on each of several batches, the same batches for every recipe.
+
+    Parameters
+    ----------
+    model : TinyLM in training mode, every linear's ``capture`` on, its ``.grad`` holding
+        FP32's gradients of ``batches[0]`` (the training step's batch)
+    batches : list of (x, y), each (B, T) int64
+    recipes, loss_scale : as :func:`gradient_errors`
+
+    Returns
+    -------
+    list, one :func:`gradient_errors` dict per batch, in the order of ``batches``
+
+    FP32's gradients of the other batches are computed here, on the same weights; the model is
+    left as it was found, its gradients and its captured operands (``last_operands``) those
+    of ``batches[0]``.
+    """
+    saved = {n: p.grad for n, p in model.named_parameters()}
+    linears = model.linears()
+    operands = {n: m.last_operands for n, m in linears.items()}
+    out = [gradient_errors(model, batches[0], recipes, loss_scale)]
+    try:
+        for x, y in batches[1:]:
+            for p in model.parameters():
+                p.grad = None
+            F.cross_entropy(model(x).flatten(0, 1), y.flatten()).backward()
+            out.append(gradient_errors(model, (x, y), recipes, loss_scale))
+    finally:
+        for n, p in model.named_parameters():
+            p.grad = saved[n]
+        for n, m in linears.items():
+            m.last_operands = operands[n]
+    return out
+
+
+def sign_test(k: int, n: int) -> float:
+    """Two-sided p-value of ``k`` successes in ``n`` trials under a fair coin (the exact
+    binomial sign test; scipy.stats.binomtest(k, n).pvalue): the probability of a split at
+    least as uneven as k : n - k when neither side is favoured."""
+    if not 0 <= k <= n or n < 1:
+        raise ValueError(f"need 0 <= k <= n and n >= 1, got k={k}, n={n}")
+    tail = sum(math.comb(n, i) for i in range(min(k, n - k) + 1)) / 2.0 ** n
+    return min(1.0, 2.0 * tail)
+
+
+def paired_errors(a, b) -> dict:
+    """Two recipes' dW errors on the same batches, paired batch by batch.
+
+    Parameters
+    ----------
+    a, b : sequences of float, the errors of recipe a and recipe b on the same batches
+
+    Returns
+    -------
+    {"n": pairs, "better": pairs where a's error is below b's, "low", "median", "high": the
+    range and median of the ratios a / b, "p": the sign test's p-value of ``better`` of
+    ``n``, "finding": p < 0.05}
+
+    Raises
+    ------
+    ValueError
+        If the sequences differ in length or are empty.
+    """
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape or a.size == 0 or a.ndim != 1:
+        raise ValueError(f"a and b must be 1-D, non-empty and the same length, got shapes "
+                         f"{a.shape} and {b.shape}")
+    r = a / b
+    n, better = r.size, int((a < b).sum())
+    p = sign_test(better, n)
+    return {"n": n, "better": better, "low": float(r.min()), "median": float(np.median(r)),
+            "high": float(r.max()), "p": p, "finding": p < 0.05}

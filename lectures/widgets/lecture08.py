@@ -4,6 +4,9 @@ A thin layer over lecture 08's demo functions and the harness in :mod:`lectures.
 
 - ``plot_*(result)`` draws what a demo returned (``plot_perplexity_vs_bits(L.demo2_...)``) and
   returns a ``matplotlib.figure.Figure``; nothing is recomputed.
+- ``load_stored()`` reads one full run of the script (``STORED``, written by its ``--save``),
+  so that the notebook prints it through ``L.show_demoK`` in the reader's language and draws
+  it without the model.
 - ``quantization_explorer(lab)`` builds an :class:`Explorer`: menus for the weight format,
   bits, granularity, which layers, and activation quantization; its callback quantizes the
   model through numfmt (:class:`lectures.llm.WeightFormat`, :class:`lectures.llm.ActFormat`),
@@ -15,6 +18,8 @@ A thin layer over lecture 08's demo functions and the harness in :mod:`lectures.
 
 from __future__ import annotations
 
+import dataclasses
+
 import ipywidgets as widgets
 import numpy as np
 from matplotlib import ticker
@@ -22,11 +27,12 @@ from matplotlib.figure import Figure
 
 from console.i18n import N_
 from lectures import lecture, llm
-from lectures.i18n import domain
+from lectures.i18n import domain, gettext_from
+from lectures.llm import results as llm_results
 from lectures.widgets.explorer import Explorer, check_result
 
 L = lecture(8)
-_ = domain("lecture08").gettext
+_ = gettext_from("lecture08", "llm")      # the weight formats' names are in the llm catalog
 pgettext = domain("lecture08").pgettext     # the table's "quantized" is another word
 
 #: The notebook's reduced workload (documented there): one window of 256 tokens to score,
@@ -37,6 +43,24 @@ NOTEBOOK_FORMATS = ("INT8, per channel", "INT4, per channel", "INT4, groups of 3
                     "INT3, groups of 32", "INT3 + zero point, groups of 32",
                     "MXFP4 (E2M1, E8M0 per 32)", "NVFP4 (E2M1, E4M3 per 16)")
 
+#: One full run of the script: ``python lectures/08_real_model.py --save <this file>``.
+STORED = llm_results.stored_path("08")
+#: The demos of a stored run, in the order the script prints them.
+STORED_DEMOS = ("demo1", "demo2", "demo3", "demo4", "demo5", "demo6")
+
+
+def load_stored(path=STORED) -> dict:
+    """The stored run's results (``"demo1"`` ... ``"demo6"``, the demos' own result objects;
+    demo 3's as ``L.stored_outliers`` keeps it), as :func:`lectures.llm.load_results` rebuilds
+    them.
+
+    Raises
+    ------
+    ValueError
+        If the file was not written by the full workload of the script (``--quick`` is not a
+        run the notebook presents as the lecture's) or lacks a demo.
+    """
+    return llm_results.load_full_run(path, L, "08_real_model.py", STORED_DEMOS)
 
 
 def open_lab_or_explain(workload=None):
@@ -98,9 +122,18 @@ def _plain_ticks(axis) -> None:
 # ---------------------------------------------------------------------------------------------
 # Plots of the lecture's results
 # ---------------------------------------------------------------------------------------------
-def plot_perplexity_vs_bits(r) -> Figure:
-    """Perplexity against bits per weight for every format of demo 2 (log scale)."""
+def plot_perplexity_vs_bits(r, formats=None) -> Figure:
+    """Perplexity against bits per weight for the formats of demo 2 (log scale): the labels
+    ``formats`` (the stored run's 15 crowd one another; notebook 08 draws
+    :data:`NOTEBOOK_FORMATS`), default every format ``r`` measured. ValueError for a label
+    ``r`` lacks."""
     check_result(r, L.WeightOnlyResult, "demo2_weight_formats")
+    if formats is not None:
+        missing = [f for f in formats if f not in r.ppl]
+        if missing:
+            raise ValueError(f"formats must be labels of the result's formats, got {missing}")
+        r = dataclasses.replace(r, ppl={f: r.ppl[f] for f in formats},
+                                bits={f: r.bits[f] for f in formats})
     fig = Figure(figsize=(9, 5))
     ax = fig.add_subplot()
     families = {"INT": "C0", N_("INT + zero point"): "C1", "FP8": "C2", "MXFP4": "C3",

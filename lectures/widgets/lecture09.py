@@ -51,11 +51,7 @@ def load_stored(path=STORED) -> dict:
         If the file was not written by the full workload of the script (``--quick`` is not a
         run the notebook presents as the lecture's) or lacks a demo.
     """
-    results, about = llm_results.load_results(path, L)
-    if about.get("command") != "09_ptq_algorithms.py" or not set(STORED_DEMOS) <= set(results):
-        raise ValueError(f"{path} is not a full run of lecture 09 saved with --save "
-                         f"(about: {about})")
-    return results
+    return llm_results.load_full_run(path, L, "09_ptq_algorithms.py", STORED_DEMOS)
 
 
 def load_model_or_explain():

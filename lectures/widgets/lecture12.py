@@ -27,7 +27,7 @@ from lectures.widgets.explorer import Explorer, check_result, explorer_figure
 
 L = importlib.import_module("lectures.12_time_and_memory")
 _ = domain("lecture12").gettext
-_08 = domain("lecture08").gettext        # lecture 08's format names, in its own catalog
+_formats = domain("llm").gettext      # lecture 08's weight formats, in the harness's catalog
 
 GB = 1e9
 CONTEXTS = (0, 256, 512, 1024, 2048, 4096, 8192)
@@ -36,7 +36,7 @@ BATCHES = (1, 2, 4, 8, 16, 32, 64)
 
 def _weights(label: str) -> str:
     """A weight format's name in the current language (lecture 08's names, else lecture 12's)."""
-    return _08(label) if label in {f.label for f in L.WEIGHT_FORMATS} else _(label)
+    return _formats(label) if label in {f.label for f in L.WEIGHT_FORMATS} else _(label)
 
 
 def plot_roofline(m, points=None) -> Figure:

@@ -116,7 +116,7 @@ def awq_search(weight, x, quantize: Callable[[np.ndarray], np.ndarray], grid: in
     grid its zero point is the half-integer ``(2^b - 1) / 2``. numfmt's quantizers round it
     exactly (:func:`numfmt.quantize_int`), so the search's choices do not follow the last
     bits of ``lim``; with the reference's ``round(-min / scale)`` they do, and a last-bit
-    change of the calibration inputs (another CPU's sums) moved some of them.
+    change of the calibration inputs (another CPU's sums) would move some of them.
 
     Parameters
     ----------
