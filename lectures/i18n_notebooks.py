@@ -172,15 +172,16 @@ def _execute(path: Path, english) -> None:
 
 
 def execute_stored(nn: str) -> Path:
-    """Execute English notebook `nn`'s first code cell and the cells that print its stored run
-    (their code reads ``stored[``, the data of :func:`lectures.llm.stored_path`), in its
-    folder, and tidy it; its other cells are left as they are (notebook 08's live cells stay
-    unexecuted, and so do the Chinese edition's: :func:`write` runs what the English runs).
+    """Execute English notebook `nn`'s first code cell and the cells nbval compares (those with
+    no ``nbval-*`` tag: the cells that print its stored run, the data of
+    :func:`lectures.llm.stored_path`, and any cell that needs no model), in its folder, and tidy
+    it; its other cells are left as they are (the live real-model cells stay unexecuted, and so
+    do the Chinese edition's: :func:`write` runs what the English runs).
 
     Raises
     ------
     ValueError
-        If the notebook has no such cell.
+        If the notebook has no cell that prints a stored run (``stored[``).
     """
     import nbformat
 
@@ -188,9 +189,11 @@ def execute_stored(nn: str) -> Path:
     path = english_path(nn)
     nb = nbformat.read(path, as_version=4)
     codes = [c for c in nb.cells if c.cell_type == "code"]
-    chosen = {id(c) for c in codes[:1] + [c for c in codes if "stored[" in c.source]}
-    if len(chosen) < 2:
+    if not any("stored[" in c.source for c in codes):
         raise ValueError(f"notebook {nn} has no cell that prints a stored run (stored[...])")
+    compared = [c for c in codes
+                if not any(t.startswith("nbval-") for t in c.metadata.get("tags", []))]
+    chosen = {id(c) for c in codes[:1] + compared}
     marked = copy.deepcopy(nb)
     for cell, mark in zip(nb.cells, marked.cells):
         if mark.cell_type == "code":

@@ -299,6 +299,31 @@ def test_saved_results_print_the_same(tmp_path, model, d2, d3, d4, d5):
         assert printed(show, back[name]) == printed(show, r), name
 
 
+def test_stored_full_run_prints_the_same_after_a_round_trip(tmp_path):
+    """Notebook 09's stored run (a full run's results, lectures/widgets/lecture09_stored.json)
+    holds every demo of the full workload and prints, demo by demo, the same text after being
+    saved and read back: the notebook's stored cells need no model and no rerun."""
+    import dataclasses
+    import json
+
+    from lectures import llm
+    from lectures.widgets import lecture09 as W
+    stored, about = llm.load_results(W.STORED, L)
+    # about is plain JSON: the workload's tuples come back as lists
+    assert about["workload"] == json.loads(json.dumps(dataclasses.asdict(L.FULL)))
+    assert stored["demo2"].rows and [row[0] for row in stored["demo2"].rows] == [
+        f"INT{b} g{g}" for b, g in L.FULL.settings]
+    assert stored["demo2"].tokens == (L.FULL.n_calib * L.FULL.seq_len,
+                                      L.FULL.n_eval * L.FULL.seq_len)
+    results = {k: stored[k] for k in W.STORED_DEMOS}
+    back, _ = llm.load_results(llm.save_results(tmp_path / "r.json", results, about), L)
+    for name, r in results.items():
+        show = getattr(L, "show_" + name)
+        text = printed(show, r)
+        assert printed(show, back[name]) == text and text.strip(), name
+        assert_fits(text)
+
+
 # ----------------------------------------------------------------------- the text in Chinese
 # Every demo's result (the fixtures above, nothing computed again) printed in English and in
 # Chinese: the same numbers, no English prose left, 100 columns and aligned tables, the same

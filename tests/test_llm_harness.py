@@ -7,7 +7,9 @@ directly, for every quantized weight; the RMSNorm written out for captured input
 
 import builtins
 import importlib.util
+import os
 import shutil
+import stat
 
 import numpy as np
 import pytest
@@ -732,6 +734,13 @@ def test_results_round_trip_exactly(tmp_path):
     assert got.rows == r.rows and got.ppl == r.ppl and got.note == r.note
     for k in r.nll:
         assert got.nll[k].dtype == r.nll[k].dtype and np.array_equal(got.nll[k], r.nll[k])
+    # the mode a plain open() gives a new file (0o666 less the umask), not mkstemp's 0o600
+    umask = os.umask(0o027)
+    try:
+        shared = llm.save_results(tmp_path / "shared.json", {"n": 1})
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o640
     with pytest.raises(TypeError, match="cannot store"):
         llm.save_results(tmp_path / "bad.json", {"x": object()})
     assert not (tmp_path / "bad.json").exists()

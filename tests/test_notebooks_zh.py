@@ -243,7 +243,7 @@ def test_zh_notebook_stores_its_own_figures_in_markdown(nn):
                 assert stored[key]["image/png"] != att["image/png"], key
 
 
-@pytest.mark.parametrize("nn", ["08", "09"])     # the notebooks that store figures in markdown
+@pytest.mark.parametrize("nn", ["08"])     # the notebook that stores figures in markdown
 def test_regenerating_keeps_the_chinese_figures(nn):
     english = nbformat.read(zh.english_path(nn), as_version=4)
     chinese = nbformat.read(zh.zh_path(nn), as_version=4)

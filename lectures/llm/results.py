@@ -108,6 +108,11 @@ def save_results(path, results: dict, about: dict | None = None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     try:
+        # mkstemp creates the file readable by its owner only: give it the mode any new file
+        # of this user gets (0o666 less the umask), as open() would have
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text + "\n")
         os.replace(tmp, path)

@@ -166,9 +166,6 @@ def _draw_point(s: dict, fig: Figure | None = None) -> Figure:
     return fig
 
 
-N_("plot perplexity")        # the alt text of notebook 09's stored figure (lectures/i18n_stored.py)
-
-
 def plot_perplexity(rows: list) -> Figure:
     """Perplexity against bits per weight for each method (demo 6's rows)."""
     if not isinstance(rows, list) or not rows or len(rows[0]) != 4:
