@@ -49,6 +49,7 @@ import functools
 import importlib.util
 import os
 import sys
+import time
 from dataclasses import dataclass, replace
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -65,7 +66,8 @@ from lectures.machine import quiet_torch  # noqa: E402
 from lectures.tinylm import runs as tinylm_runs  # noqa: E402
 from lectures.tinylm.loop import TrainConfig, train  # noqa: E402
 from lectures.tinylm.model import TinyLM, TinyLMConfig  # noqa: E402
-from lectures.tinylm.runs import Runs, in_processes, progress_lines  # noqa: E402
+from lectures.tinylm.runs import (Runs, in_processes, progress_lines,  # noqa: E402
+                                  run_line_with_time)
 from numfmt import FP8_E4M3, memory  # noqa: E402
 from numfmt.blocks import mx_quantize  # noqa: E402
 from numfmt.optim_state import blockwise_dequantize, blockwise_quantize  # noqa: E402
@@ -944,13 +946,13 @@ def _all_gather_job(job):
 def run_bf16_all_gather(w: Workload, workers: int = 2) -> list:
     """The BF16 all-gather run for every seed of the workload, in seed order."""
     jobs = [(seed, w.train_config(seed)) for seed in w.seeds]
-    out = {}
+    out, start = {}, time.monotonic()
 
     def done(i, r):
         out[jobs[i][0]] = r
-        print(_("run {i}/{n}: {label}, seed {seed}: validation {loss:.3f} bits/byte").format(
-            i=len(out), n=len(jobs), label=_(BF16_GATHER), seed=r.seed, loss=r.final_val),
-            file=sys.stderr, flush=True)
+        line = _("run {i}/{n}: {label}, seed {seed}: validation {loss:.3f} bits/byte").format(
+            i=len(out), n=len(jobs), label=_(BF16_GATHER), seed=r.seed, loss=r.final_val)
+        print(run_line_with_time(line, len(out), len(jobs), start), file=sys.stderr, flush=True)
 
     if workers > 1:
         in_processes(_all_gather_job, jobs, workers, done)
