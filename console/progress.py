@@ -71,9 +71,9 @@ class LineProgress:
     def update(self, n: int = 1) -> None:
         """Count ``n`` more steps done and write one line."""
         self.n += n
-        prefix = f"{self.desc}: " if self.desc else ""
         count = str(self.n) if self.total is None else f"{self.n}/{self.total}"
-        print(with_time_left(prefix + count, self.n, self.total, time.monotonic() - self._start),
+        line = _("{desc}: {count}").format(desc=self.desc, count=count) if self.desc else count
+        print(with_time_left(line, self.n, self.total, time.monotonic() - self._start),
               file=self.file, flush=True)
 
     def close(self) -> None:

@@ -88,3 +88,16 @@ def test_notebook_streams_are_told_from_logs():
     OutStream = type("OutStream", (io.StringIO,), {"__module__": "ipykernel.iostream"})
     assert is_notebook_stream(OutStream())
     assert not is_notebook_stream(io.StringIO()) and not is_notebook_stream(_Tty())
+
+
+def test_chinese_lines_take_a_full_width_colon(monkeypatch):
+    """评估：3/28（…）, not 评估: 3/28 (the Chinese catalogs' punctuation)."""
+    import console.progress as P
+    from console.i18n import language
+    clock = iter([0.0, 12.0])
+    monkeypatch.setattr(P.time, "monotonic", lambda: next(clock))
+    out = io.StringIO()
+    with language("zh"):
+        bar = P.LineProgress(total=4, desc="评估", file=out)
+        bar.update(1)
+    assert out.getvalue() == "评估：1/4（已用 12 秒，约剩 36 秒）\n"
