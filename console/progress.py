@@ -3,8 +3,9 @@
 A redirected or captured stderr (a log file, CI, a notebook) gets one line per step instead of
 tqdm's carriage-return frames, so a log reads ``GPTQ INT4 g128: 3/30 (12 s, about 108 s left)``
 line by line and never holds half-drawn bars. The estimate of what is left assumes the steps
-left take as long as the steps done, on average. Nothing is written to stdout: a lecture's printed output stays the same
-with or without progress.
+left take as long as the steps done, on average (:func:`with_time_left`, which lectures that log
+steps of their own use too). Nothing is written to stdout: a lecture's printed output stays the
+same with or without progress.
 
 Usage::
 
@@ -31,7 +32,7 @@ from console.i18n import Domain
 
 _ = Domain("console", os.path.join(os.path.dirname(__file__), "locale")).gettext
 
-__all__ = ["LineProgress", "progress"]
+__all__ = ["LineProgress", "is_notebook_stream", "progress", "with_time_left"]
 
 
 class LineProgress:
@@ -70,18 +71,10 @@ class LineProgress:
     def update(self, n: int = 1) -> None:
         """Count ``n`` more steps done and write one line."""
         self.n += n
-        seconds = time.monotonic() - self._start
-        prefix = f"{self.desc}: " if self.desc else ""
-        if self.total is None:
-            line = _("{done} ({elapsed:.0f} s)").format(done=self.n, elapsed=seconds)
-        elif self.n >= self.total or self.n <= 0:
-            line = _("{done}/{total} ({elapsed:.0f} s)").format(
-                done=self.n, total=self.total, elapsed=seconds)
-        else:
-            line = _("{done}/{total} ({elapsed:.0f} s, about {left:.0f} s left)").format(
-                done=self.n, total=self.total, elapsed=seconds,
-                left=seconds / self.n * (self.total - self.n))
-        print(prefix + line, file=self.file, flush=True)
+        count = str(self.n) if self.total is None else f"{self.n}/{self.total}"
+        line = _("{desc}: {count}").format(desc=self.desc, count=count) if self.desc else count
+        print(with_time_left(line, self.n, self.total, time.monotonic() - self._start),
+              file=self.file, flush=True)
 
     def close(self) -> None:
         """Nothing to release (tqdm's interface)."""
@@ -91,6 +84,37 @@ class LineProgress:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def with_time_left(line: str, done: int, total: int | None, elapsed: float) -> str:
+    """`line` (a step's log line) with the seconds spent so far and, while steps remain, an
+    estimate of the seconds left: the mean step so far times the steps left.
+
+    Parameters
+    ----------
+    line : str
+        The step's line, e.g. ``"GPTQ INT4 g128: 3/30"``.
+    done, total : int, int or None
+        Steps done and steps in all (None when unknown: no estimate).
+    elapsed : float
+        Seconds since the first step began.
+
+    Returns
+    -------
+    str
+        ``"GPTQ INT4 g128: 3/30 (12 s, about 108 s left)"``; without the estimate once
+        ``done`` reaches ``total``, when ``total`` is None or ``done`` is not positive.
+    """
+    if total is None or done <= 0 or done >= total:
+        return _("{line} ({elapsed:.0f} s)").format(line=line, elapsed=elapsed)
+    return _("{line} ({elapsed:.0f} s, about {left:.0f} s left)").format(
+        line=line, elapsed=elapsed, left=elapsed / done * (total - done))
+
+
+def is_notebook_stream(file) -> bool:
+    """Whether `file` is a Jupyter kernel's output stream: a notebook stores what is written
+    there with its outputs, so a log written to it keeps out what differs run to run (times)."""
+    return type(file).__module__.split(".")[0] == "ipykernel"
 
 
 def _is_terminal(file) -> bool:

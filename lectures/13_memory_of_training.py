@@ -49,6 +49,7 @@ import functools
 import importlib.util
 import os
 import sys
+import time
 from dataclasses import dataclass, replace
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -65,7 +66,8 @@ from lectures.machine import quiet_torch  # noqa: E402
 from lectures.tinylm import runs as tinylm_runs  # noqa: E402
 from lectures.tinylm.loop import TrainConfig, train  # noqa: E402
 from lectures.tinylm.model import TinyLM, TinyLMConfig  # noqa: E402
-from lectures.tinylm.runs import Runs, in_processes, progress_lines  # noqa: E402
+from lectures.tinylm.runs import (Runs, in_processes, progress_lines,  # noqa: E402
+                                  run_line_with_time)
 from numfmt import FP8_E4M3, memory  # noqa: E402
 from numfmt.blocks import mx_quantize  # noqa: E402
 from numfmt.optim_state import blockwise_dequantize, blockwise_quantize  # noqa: E402
@@ -421,7 +423,7 @@ def demo2_adam_state(runs: Runs, steps: int = 10) -> AdamStateResult:
             rel = float(np.linalg.norm(y - x[:n]) / np.linalg.norm(x[:n]))
             flushed = float(((y == 0) & (x[:n] != 0)).mean())
             errors[(name, fmt)] = (rel, flushed)
-            rows.append([name, _(fmt), f"{rel:.4f}", f"{100 * flushed:.1f} %"])
+            rows.append([name, _(fmt), f"{rel:.4f}", f"{flushed:.1%}"])
     steps_, curves = curve_rows(runs, MOMENT_RUNS)
     verdicts = {label: compare(runs, label, "FP32 Adam") for label in MOMENT_RUNS[1:]}
     state_bytes = {label: _state_nbytes((RUNS[label][1] or {}).get("state", "fp32"))
@@ -458,9 +460,9 @@ def show_demo2(r: AdamStateResult) -> None:
                       "those differences."))
     lin, dyn = r.errors[("v", "linear INT8")], r.errors[("v", "dynamic map")]
     print_observations([
-        _("Linear INT8 flushes {a:.1f} % of v to 0 (relative error {e1:.3f}); the dynamic map "
-          "flushes {b:.1f} % (relative error {e2:.3f}).").format(
-            a=100 * lin[1], b=100 * dyn[1], e1=lin[0], e2=dyn[0]),
+        _("Linear INT8 flushes {a:.1%} of v to 0 (relative error {e1:.3f}); the dynamic map "
+          "flushes {b:.1%} (relative error {e2:.3f}).").format(
+            a=lin[1], b=dyn[1], e1=lin[0], e2=dyn[0]),
         _("Tensors under 4,096 elements (the norms' gains) keep FP32 moments, as in "
           "bitsandbytes and torchao."),
     ])
@@ -502,13 +504,13 @@ def show_demo3(r: MasterResult) -> None:
     print_table([_("master weights, validation bits/byte")] + [str(s) for s in r.steps],
                 r.curves)
     print_table([_("master weights"), _("updates lost")] + [_(h) for h in VERDICT_HEADERS],
-                [[_(label), f"{100 * r.lost[label]:.1f} %"] + verdict_cells(r.verdicts[label])
+                [[_(label), f"{r.lost[label]:.1%}"] + verdict_cells(r.verdicts[label])
                  for label in MASTER_RUNS[1:]])
     print_observations([
-        _("Round-to-nearest loses {a:.1f} % of the updates over the run and {b:.1f} % in the "
+        _("Round-to-nearest loses {a:.1%} of the updates over the run and {b:.1%} in the "
           "last step, where the learning rate has decayed.").format(
-            a=100 * r.lost["BF16 weights, nearest"],
-            b=100 * r.lost_last["BF16 weights, nearest"]),
+            a=r.lost["BF16 weights, nearest"],
+            b=r.lost_last["BF16 weights, nearest"]),
         _("A stochastically rounded weight may also stay put on a step, but only with the "
           "probability that keeps its expected value exact."),
     ])
@@ -944,13 +946,13 @@ def _all_gather_job(job):
 def run_bf16_all_gather(w: Workload, workers: int = 2) -> list:
     """The BF16 all-gather run for every seed of the workload, in seed order."""
     jobs = [(seed, w.train_config(seed)) for seed in w.seeds]
-    out = {}
+    out, start = {}, time.monotonic()
 
     def done(i, r):
         out[jobs[i][0]] = r
-        print(_("run {i}/{n}: {label}, seed {seed}: validation {loss:.3f} bits/byte").format(
-            i=len(out), n=len(jobs), label=_(BF16_GATHER), seed=r.seed, loss=r.final_val),
-            file=sys.stderr, flush=True)
+        line = _("run {i}/{n}: {label}, seed {seed}: validation {loss:.3f} bits/byte").format(
+            i=len(out), n=len(jobs), label=_(BF16_GATHER), seed=r.seed, loss=r.final_val)
+        print(run_line_with_time(line, len(out), len(jobs), start), file=sys.stderr, flush=True)
 
     if workers > 1:
         in_processes(_all_gather_job, jobs, workers, done)
@@ -1060,10 +1062,10 @@ def show_demo5_fp8_weights(r: PrimaryWeightsResult) -> None:
           "and only the bytes change: {a:.3f} of the BF16 all-gather's.").format(
             a=r.gathered["fp8"] / r.gathered["bf16"]),
         _("The BF16 copy rounds twice, and its amax, hence its scale, is the BF16 one: "
-          "{d:,} of the {n:,} E4M3 codes of the initial model ({p:.1f} %) differ from the "
+          "{d:,} of the {n:,} E4M3 codes of the initial model ({p:.1%}) differ from the "
           "direct cast's, each by one code, and the error against the FP32 master grows from "
           "{e1:.5f} to {e2:.5f}.").format(
-            d=r.codes_differ, n=r.codes, p=100 * r.codes_differ / r.codes,
+            d=r.codes_differ, n=r.codes, p=r.codes_differ / r.codes,
             e1=r.error_fp8, e2=r.error_bf16),
         (_("In training the difference is beyond the seeds' noise: every seed's final loss "
            "moves the same way.") if r.verdict["finding"]

@@ -64,3 +64,40 @@ def test_each_line_estimates_what_is_left_from_the_mean_step(monkeypatch):
         "Demo 2: 4/4 (100 s)",
         "ppl: 1 (7 s)",
     ]
+
+
+def test_time_left_is_the_mean_step_times_the_steps_left():
+    """12 s for 3 of 30 steps: 4 s a step, 27 steps left, 108 s; none once all are done, none
+    without a total."""
+    from console.progress import with_time_left
+    assert with_time_left("GPTQ: 3/30", 3, 30, 12.0) == "GPTQ: 3/30 (12 s, about 108 s left)"
+    assert with_time_left("GPTQ: 30/30", 30, 30, 120.4) == "GPTQ: 30/30 (120 s)"
+    assert with_time_left("ppl: 5", 5, None, 7.0) == "ppl: 5 (7 s)"
+
+
+def test_time_left_in_chinese():
+    from console.i18n import language
+    from console.progress import with_time_left
+    with language("zh"):
+        assert with_time_left("第 3/30 次运行", 3, 30, 12.0) == "第 3/30 次运行（已用 12 秒，约剩 108 秒）"
+        assert with_time_left("第 30/30 次运行", 30, 30, 120.0) == "第 30/30 次运行（120 秒）"
+
+
+def test_notebook_streams_are_told_from_logs():
+    from console.progress import is_notebook_stream
+    OutStream = type("OutStream", (io.StringIO,), {"__module__": "ipykernel.iostream"})
+    assert is_notebook_stream(OutStream())
+    assert not is_notebook_stream(io.StringIO()) and not is_notebook_stream(_Tty())
+
+
+def test_chinese_lines_take_a_full_width_colon(monkeypatch):
+    """评估：3/28（…）, not 评估: 3/28 (the Chinese catalogs' punctuation)."""
+    import console.progress as P
+    from console.i18n import language
+    clock = iter([0.0, 12.0])
+    monkeypatch.setattr(P.time, "monotonic", lambda: next(clock))
+    out = io.StringIO()
+    with language("zh"):
+        bar = P.LineProgress(total=4, desc="评估", file=out)
+        bar.update(1)
+    assert out.getvalue() == "评估：1/4（已用 12 秒，约剩 36 秒）\n"

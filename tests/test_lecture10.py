@@ -599,13 +599,37 @@ def test_help_and_bad_flags():
     assert r.returncode == 2 and "--workers" in r.stderr
 
 
-def test_progress_is_one_line_per_run_off_a_terminal(capsys):
+def test_progress_is_one_line_per_run_off_a_terminal(capsys, monkeypatch):
+    """Each finished run's line says the seconds spent and, while runs remain, the seconds
+    left (30 s for the first of 4 runs: about 90 s left; fake clock)."""
+    from lectures.tinylm import runs
+
     class R:
         recipe, seed, final_val = "BF16", 1, 4.25
-    update, close = L.progress(2)             # pytest's stderr is not a terminal
+    clock = iter([100.0, 130.0, 220.0, 221.0, 222.0, 223.0])
+    monkeypatch.setattr(runs.time, "monotonic", lambda: next(clock))
+    update, close = L.progress(4)             # pytest's stderr is not a terminal
+    update("BF16", R())
     update("BF16", R())
     close()
-    assert capsys.readouterr().err == "run 1/2: BF16, seed 1: validation 4.250 bits/byte\n"
+    assert capsys.readouterr().err.splitlines() == [
+        "run 1/4: BF16, seed 1: validation 4.250 bits/byte (30 s, about 90 s left)",
+        "run 2/4: BF16, seed 1: validation 4.250 bits/byte (120 s, about 120 s left)"]
+
+
+def test_progress_in_a_notebook_keeps_times_out_of_the_stored_lines(monkeypatch):
+    """A notebook stores stderr with its outputs (nbval compares it): no times there."""
+    import io
+    OutStream = type("OutStream", (io.StringIO,), {"__module__": "ipykernel.iostream"})
+    err = OutStream()
+    monkeypatch.setattr(sys, "stderr", err)
+
+    class R:
+        recipe, seed, final_val = "BF16", 0, 4.5
+    update, close = L.progress(2)
+    update("BF16", R())
+    close()
+    assert err.getvalue() == "run 1/2: BF16, seed 0: validation 4.500 bits/byte\n"
 
 
 def test_progress_is_a_tqdm_bar_on_a_terminal(monkeypatch):

@@ -141,9 +141,33 @@ def test_a_system_font_serves_without_the_font_package(monkeypatch):
     assert cjk_font_path() == real
 
 
+def test_a_font_installed_after_matplotlib_listed_the_fonts_is_found(monkeypatch, tmp_path):
+    """matplotlib caches its font list and never rescans: a Chinese font installed later (here
+    the packaged file copied into a new font folder) is found by reading the folders again,
+    and only when the cached list has no Chinese font."""
+    import shutil
+
+    from matplotlib import font_manager
+    monkeypatch.setattr(font_manager.fontManager, "ttflist", list(font_manager.fontManager.ttflist))
+    new = tmp_path / "fonts" / "NotoSansSC-copy.otf"
+    new.parent.mkdir()
+    shutil.copy(cjk_font_path(), new)
+    assert fonts._fonts_new_to_matplotlib([str(new.parent)]) == [("Noto Sans SC", str(new))]
+    assert fonts._fonts_new_to_matplotlib([str(new.parent)]) == []        # now in the list
+    monkeypatch.setattr(fonts, "_packaged_fonts", lambda: [])
+    monkeypatch.setattr(fonts, "_system_fonts", lambda: [("DejaVu Sans", "/f/dv.ttf")])
+    monkeypatch.setattr(fonts, "_fonts_new_to_matplotlib",
+                        lambda: [("DejaVu Serif", "/f/dvs.ttf"), ("SimHei", "/f/simhei.ttf")])
+    assert fonts.cjk_font() == ("SimHei", "/f/simhei.ttf")
+    monkeypatch.setattr(fonts, "_system_fonts", lambda: [("WenQuanYi Zen Hei", "/f/wqy.ttc")])
+    monkeypatch.setattr(fonts, "_fonts_new_to_matplotlib", lambda: 1 / 0)    # never read
+    assert fonts.cjk_font() == ("WenQuanYi Zen Hei", "/f/wqy.ttc")
+
+
 def test_no_cjk_font_warns_what_to_install_and_does_not_raise(monkeypatch):
     monkeypatch.setattr(fonts, "_packaged_fonts", lambda: [])
     monkeypatch.setattr(fonts, "_system_fonts", lambda: [("DejaVu Sans", "/f/dv.ttf")])
+    monkeypatch.setattr(fonts, "_fonts_new_to_matplotlib", lambda: [])
     with matplotlib.rc_context():
         with pytest.warns(fonts.NoCJKFontWarning, match="fonts-noto-cjk"):
             assert use_language_fonts("zh") == ["sans-serif"]

@@ -194,6 +194,29 @@ def test_every_line_that_installs_torch_offers_its_cpu_build(path):
                 ), line
 
 
+def requirement_names(reqs) -> set[str]:
+    """The distribution names of requirement strings (``"scipy>=1.10"`` -> ``"scipy"``)."""
+    return {re.match(r"[A-Za-z0-9_.-]+", r).group(0).lower().replace("_", "-") for r in reqs}
+
+
+def labs_needs_missing(extras: dict) -> dict:
+    """For the lectures' and the notebooks' extras, the labs extra's requirements they lack (a
+    student grades each lecture's lab, and every notebook's last cell runs the checker)."""
+    labs = requirement_names(extras["labs"])
+    return {name: sorted(labs - requirement_names(extras[name]))
+            for name in ("lectures", "notebooks") if labs - requirement_names(extras[name])}
+
+
+def test_lectures_and_notebooks_extras_carry_what_the_labs_need():
+    import tomllib
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    assert labs_needs_missing(extras) == {}
+    assert labs_needs_missing({"labs": ["hypothesis>=6.80", "torch==2.13.0"],
+                               "lectures": ["torch==2.13.0"], "notebooks": ["Hypothesis", "torch"]}
+                              ) == {"lectures": ["hypothesis"]}
+
+
 @pytest.mark.parametrize("path", [EN, ZH], ids=["README.md", "README.zh.md"])
 def test_model_line_names_every_lecture_that_needs_the_model(path):
     """The set-up line for the real model says which lectures need it: every lecture whose

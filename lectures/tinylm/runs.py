@@ -14,10 +14,12 @@ from __future__ import annotations
 import contextlib
 import math
 import sys
+import time
 from dataclasses import dataclass
 
 import numpy as np
 
+from console.progress import is_notebook_stream, with_time_left
 from lectures.stats import T_975
 
 
@@ -94,17 +96,29 @@ def in_processes(fn, jobs, workers: int, on_done, meanwhile=None) -> None:
 
 def progress_lines(total: int, line, desc: str = "", unit: str = ""):
     """``(update(label, result), close())`` for :func:`run_all`: a tqdm bar on a terminal,
-    else one line per finished run on stderr, ``line(i, total, label, result)``."""
+    else one line per finished run on stderr, ``line(i, total, label, result)`` followed by
+    the seconds spent and an estimate of the seconds left (:func:`console.progress.
+    with_time_left`), except in a notebook, which stores the lines with its outputs."""
     if sys.stderr.isatty():
         from tqdm.auto import tqdm
         bar = tqdm(total=total, desc=desc, unit=unit, file=sys.stderr)
         return (lambda label, r: bar.update(1)), bar.close
-    count = [0]
+    count, start = [0], time.monotonic()
 
     def log(label, r):
         count[0] += 1
-        print(line(count[0], total, label, r), file=sys.stderr, flush=True)
+        text = line(count[0], total, label, r)
+        print(run_line_with_time(text, count[0], total, start), file=sys.stderr, flush=True)
     return log, (lambda: None)
+
+
+def run_line_with_time(text: str, done: int, total: int, start: float) -> str:
+    """A finished run's progress line with the time spent since ``start`` (a
+    ``time.monotonic()`` reading) and the time left, where stderr is a log; as it is in a
+    notebook."""
+    if is_notebook_stream(sys.stderr):
+        return text
+    return with_time_left(text, done, total, time.monotonic() - start)
 
 
 def printing():

@@ -14,7 +14,9 @@ The Chinese font is the first of, in order:
    from ``mplfonts``;
 2. a font the system already has, in the order of :data:`CJK_FAMILIES` (Noto Sans CJK SC,
    Source Han Sans SC, Microsoft YaHei on Windows, PingFang SC on macOS, SimHei, WenQuanYi on
-   Linux, ...).
+   Linux, ...). matplotlib lists the system's fonts once and caches the list; a font installed
+   after that is not in it, so without a Chinese font in the list the system's font folders
+   are read again (a font installed a minute ago serves after a kernel restart).
 
 Without any, the text of a Chinese notebook is still Chinese, its figures draw the Chinese
 characters as boxes, and :func:`use_language_fonts` warns once, saying how to get a font.
@@ -84,6 +86,24 @@ def _system_fonts() -> list[tuple[str, str]]:
     return [(f.name, f.fname) for f in font_manager.fontManager.ttflist]
 
 
+def _fonts_new_to_matplotlib(folders=None) -> list[tuple[str, str]]:
+    """(family name, path) of the font files in the system's font folders (or `folders`) that
+    matplotlib's cached font list lacks, each registered with matplotlib as it is found.
+
+    matplotlib builds that list once (``~/.cache/matplotlib``) and never rescans, so a font
+    installed afterwards (``apt install fonts-noto-cjk``) would stay unseen."""
+    from matplotlib import font_manager
+    known = {f.fname for f in font_manager.fontManager.ttflist}
+    found = []
+    for path in sorted(set(font_manager.findSystemFonts(folders)) - known):
+        try:
+            font_manager.fontManager.addfont(path)
+            found.append((font_manager.FontProperties(fname=path).get_name(), path))
+        except (OSError, RuntimeError, ValueError):     # unreadable or not a font
+            continue
+    return found
+
+
 def choose_cjk_font(packaged: list[tuple[str, str]],
                     installed: list[tuple[str, str]]) -> tuple[str, str] | None:
     """The Chinese font to use: the first packaged one, else the first installed font whose
@@ -121,7 +141,10 @@ def cjk_font() -> tuple[str, str] | None:
         if not any(f.fname == path for f in font_manager.fontManager.ttflist):
             font_manager.fontManager.addfont(path)
         packaged.append((font_manager.FontProperties(fname=path).get_name(), path))
-    return choose_cjk_font(packaged, _system_fonts())
+    found = choose_cjk_font(packaged, _system_fonts())
+    if found is None:
+        found = choose_cjk_font([], _fonts_new_to_matplotlib())
+    return found
 
 
 def cjk_font_path() -> str:
