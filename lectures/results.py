@@ -95,6 +95,9 @@ def save_results(path, results: dict, about: dict | None = None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)       # as open() would create it (mkstemp's is 0600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text + "\n")
         os.replace(tmp, path)

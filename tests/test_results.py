@@ -115,6 +115,9 @@ def test_later_modules_win_and_a_missing_class_is_named(tmp_path):
 
 def test_writes_atomically_and_refuses_what_it_cannot_store(tmp_path):
     path = results.save_results(tmp_path / "r.json", {"n": 1})
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask      # as open() creates a file
     before = path.read_bytes()
     with pytest.raises(TypeError, match="cannot store a object"):
         results.save_results(path, {"x": object()})
