@@ -29,7 +29,8 @@ __all__ = [
     "OBSERVATIONS_WIDTH", "display_width", "is_numeric", "use_color",
     "format_title", "format_header", "format_table", "format_observations",
     "format_paragraph", "print_title", "print_header", "print_table", "print_observations",
-    "print_paragraph", "lecture_parser", "run_lecture", "ROUNDING_BOUND", "below_bound",
+    "print_paragraph", "lecture_parser", "run_lecture", "save_path", "ROUNDING_BOUND",
+    "below_bound",
 ]
 
 HEADER_WIDTH = 72
@@ -596,6 +597,32 @@ def lecture_parser(description: str | None = None, prog: str | None = None):
                         help=_("language of the lecture's text: en or zh (default: from the "
                                "environment, LANGUAGE, LC_ALL, LC_MESSAGES or LANG)"))
     return parser
+
+
+def save_path(text: str):
+    """``--save PATH``'s argparse type: the path as a ``pathlib.Path``, refused at once
+    (argparse's exit 2 with the usage line, before a long run starts) where the file could not
+    be written at its end.
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        If ``text`` names a directory, or its directory does not exist or is not writable.
+    """
+    from pathlib import Path
+    path = Path(text)
+    parent = path.parent
+    if path.is_dir():
+        why = _("{path} is a directory; --save needs the path of a file").format(path=text)
+    elif not parent.is_dir():
+        why = _("{path}: its directory {parent} does not exist").format(path=text,
+                                                                      parent=parent)
+    elif not os.access(parent, os.W_OK | os.X_OK):
+        why = _("{path}: its directory {parent} is not writable").format(path=text,
+                                                                       parent=parent)
+    else:
+        return path
+    raise argparse.ArgumentTypeError(why)
 
 
 def _default_parser():

@@ -48,6 +48,8 @@ Run
                                                              7.5 min on 2 cores)
     python lectures/10_low_precision_training.py --quick    (20 steps, 2 seeds, about 1 min:
                                                              the tests' workload)
+    python lectures/10_low_precision_training.py --save r.json   (also the results as JSON:
+                                                             what notebook 10 prints and draws)
     Runs train on 2 worker processes with one torch thread each (the printed numbers do not
     depend on the number of threads); on CUDA they run one after another on the GPU. Each
     demo prints as soon as the runs it reads are done. Progress goes to stderr: a tqdm bar on
@@ -59,7 +61,8 @@ from __future__ import annotations
 import math
 import os
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
@@ -68,10 +71,11 @@ import torch  # noqa: E402
 
 import numfmt.torch.train as ntt  # noqa: E402
 from console import (lecture_parser, print_header, print_observations,  # noqa: E402
-                     print_paragraph, print_table, print_title, run_lecture)
+                     print_paragraph, print_table, print_title, run_lecture, save_path)
 from console.i18n import N_, sentences  # noqa: E402
 from lectures.i18n import domain  # noqa: E402
 from lectures.hardware import DATASHEETS  # noqa: E402
+from lectures.results import save_results  # noqa: E402
 from lectures.tinylm.loop import TrainConfig, train, train_job  # noqa: E402
 from lectures.tinylm.model import TinyLMConfig  # noqa: E402
 from lectures.tinylm.data import Batches, split  # noqa: E402
@@ -81,6 +85,8 @@ from lectures.tinylm.runs import (Runs, compare, demo_queue, finals,  # noqa: E4
                                   progress_lines, run_all)
 
 _ = domain("lecture10").gettext
+
+SCRIPT = Path(__file__).name                # the command a stored run names
 
 H100 = DATASHEETS["H100"]                   # the data sheet the summary quotes
 MODEL = TinyLMConfig()                      # d 128, 2 layers, SwiGLU 256, context 64
@@ -261,6 +267,24 @@ class Probe:
     grads: dict = None  # step -> [per batch {label: {"error", "cosine", "layer_error",
                         # "flushed"}}] (gradient_errors_batches); batch 0 is the step's own
     tiles: dict = None  # power-of-two 1x128 tiles against 1x32 blocks (pow2_tiles)
+    dy_histogram: Histogram = None      # log2 |dy| of every linear's nonzero dy (notebook 10)
+
+
+@dataclass
+class Histogram:
+    """Counts of log2 |v| over the nonzero values of a tensor, in equal bins from the smallest
+    value to the largest: what notebook 10 draws of dy (the values themselves, 1.3 M of them
+    in the full run, are not kept)."""
+    edges: np.ndarray       # (bins + 1,) float64, log2 |v| at the edges of the bins
+    counts: np.ndarray      # (bins,) int64
+
+
+def log2_histogram(values, bins: int = 120) -> Histogram:
+    """:class:`Histogram` of log2 |v| over the nonzero entries of ``values`` (any shape), as
+    ``numpy.histogram`` bins them (and ``matplotlib``'s ``hist`` draws them)."""
+    a = np.abs(np.asarray(values, dtype=np.float64).ravel())
+    counts, edges = np.histogram(np.log2(a[a > 0]), bins=bins)
+    return Histogram(edges, counts)
 
 
 #: The fixed loss scale of the gradient probe's "FP16 + loss scaling" (GradScaler's initial).
@@ -301,7 +325,9 @@ def probe_run(w: Workload, device: str | None = None) -> Probe:
 
     train("fp32", replace(w.train_config(0), steps=w.probe_steps, eval_steps=()), MODEL,
           probe=probe, device=device, capture=True)
-    return Probe(w.probe_steps, keep, grads, pow2_tiles(keep))
+    dy = torch.cat([o["dy"].flatten() for o in keep.values()])
+    return Probe(w.probe_steps, keep, grads, tiles=pow2_tiles(keep),
+                 dy_histogram=log2_histogram(dy.numpy()))
 
 
 def pow2_tiles(operands: dict) -> dict:
@@ -1060,13 +1086,16 @@ def params() -> int:
 
 
 def build_parser():
-    """The lecture's command line: --quick and --workers, plus console.lecture_parser's --help
-    and --lang; any other option is an error."""
+    """The lecture's command line: --quick, --workers and --save, plus console.lecture_parser's
+    --help and --lang; any other option is an error."""
     parser = lecture_parser(_("Lecture 10: training in low precision (FP16, FP8, MXFP8, NVFP4)."))
     parser.add_argument("--quick", action="store_true",
                         help=_("fewer steps and seeds (the tests' workload)"))
     parser.add_argument("--workers", type=int, default=2,
                         help=_("CPU worker processes, one torch thread each (default 2)"))
+    parser.add_argument("--save", metavar="PATH", type=save_path,
+                        help=_("also write the run's results as JSON to PATH (notebook 10 "
+                               "prints and draws lectures/widgets/lecture10_stored.json)"))
     return parser
 
 
@@ -1150,9 +1179,32 @@ def show(lec: Lecture) -> None:
         print_demo(lec.runs)
 
 
+def stored_lecture(lec: Lecture) -> Lecture:
+    """What a stored run keeps of ``lec``: everything :func:`show` prints and notebook 10 draws.
+    The probe keeps its step, the histogram of dy, the power-of-two tiles' count and each
+    recipe's dW error on each batch; its
+    GEMM operands and the other gradient statistics, which only the demos' computations read,
+    are left out."""
+    p = lec.probe
+    grads = {step: [{label: {"error": g["error"]} for label, g in batch.items()}
+                    for batch in batches] for step, batches in p.grads.items()}
+    return replace(lec, probe=Probe(p.step, {}, grads, tiles=p.tiles,
+                                    dy_histogram=p.dy_histogram))
+
+
+def save(lec: Lecture, path, command: str = SCRIPT) -> Path:
+    """Write :func:`stored_lecture` of ``lec`` to ``path`` as JSON, atomically
+    (:func:`lectures.results.save_results`), under the name ``"lecture"``, with the command
+    that ran it and its workload. Returns the path."""
+    return save_results(path, {"lecture": stored_lecture(lec)},
+                        {"command": command, "workload": asdict(lec.runs.workload)})
+
+
 def main(argv=None) -> None:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    compute(QUICK if args.quick else FULL, workers=args.workers, stream=True)
+    lec = compute(QUICK if args.quick else FULL, workers=args.workers, stream=True)
+    if args.save:
+        save(lec, args.save, SCRIPT + (" --quick" if args.quick else ""))
 
 
 if __name__ == "__main__":

@@ -592,11 +592,17 @@ def _run(*args):
 
 def test_help_and_bad_flags():
     r = _run("--help")
-    assert r.returncode == 0 and "--quick" in r.stdout and "--workers" in r.stdout
+    assert r.returncode == 0 and all(f in r.stdout for f in ("--quick", "--workers", "--save"))
     r = _run("--no-such-flag")
     assert r.returncode == 2 and "--no-such-flag" in r.stderr
     r = _run("--workers", "0")
     assert r.returncode == 2 and "--workers" in r.stderr
+    # a --save target that could not be written is refused before any training
+    for target, why in ((ROOT, "is a directory"), (ROOT / "no-such-dir" / "r.json",
+                                                   "does not exist")):
+        r = _run("--save", str(target))
+        assert r.returncode == 2 and "--save" in r.stderr and why in r.stderr, r.stderr
+        assert r.stdout == ""
 
 
 def test_progress_is_one_line_per_run_off_a_terminal(capsys, monkeypatch):

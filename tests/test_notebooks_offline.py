@@ -4,7 +4,8 @@ in a markdown cell, which no execution touches; notebooks 08 and 09 print their 
 data, lectures/widgets/lecture08_stored.json and lecture09_stored.json, by cells that need no
 model). The Chinese editions (notebooks/zh/) alike. Every other notebook that loads the model
 (found by its code: 11 and theirs) also runs all its cells without it, raising nothing and
-printing how to install it."""
+printing how to install it. Notebook 10, whose full training run takes minutes, prints and draws
+it from its stored data (lectures/widgets/lecture10_stored.json) without training."""
 
 import base64
 import contextlib
@@ -92,15 +93,20 @@ def test_run_all_without_the_model_raises_nothing_and_says_how_to_install(name, 
                        for k in numbers), out.getvalue()[:2000]
 
 
-@pytest.mark.parametrize("name", ["10_low_precision_training.ipynb",
-                                  "zh/10_low_precision_training.ipynb"])
-def test_run_all_of_notebook_10_shows_the_stored_run_and_trains_nothing(name, monkeypatch):
-    """Its full run (minutes of training) is stored in markdown: Run All leaves it alone and
-    starts no training unless the reader sets TRAIN = True."""
+@pytest.mark.parametrize("name, demo", [("10_low_precision_training.ipynb", "Demo {k}:"),
+                                        ("zh/10_low_precision_training.ipynb", "演示 {k}：")])
+def test_run_all_of_notebook_10_prints_the_stored_run_and_trains_nothing(name, demo,
+                                                                        monkeypatch):
+    """Its full run (minutes of training) is stored as data (lectures/widgets/
+    lecture10_stored.json): Run All prints it through the lecture's own show, in the notebook's
+    language, draws its four figures, and starts no training unless the reader sets
+    TRAIN = True. No text or image of the run is kept in markdown."""
     import importlib
 
     import matplotlib
     matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
     from console.i18n import language
     L = importlib.import_module("lectures.10_low_precision_training")
     W = importlib.import_module("lectures.widgets.lecture10")
@@ -110,13 +116,34 @@ def test_run_all_of_notebook_10_shows_the_stored_run_and_trains_nothing(name, mo
     monkeypatch.setattr(L, "compute", trains)
     monkeypatch.setattr(W, "recipe_explorer", lambda *a, **k: None)   # its own short runs
     nb = _read(name)
-    stored = [c for c in nb.cells if c.cell_type == "markdown" and "```text" in c.source]
-    assert len(stored) == 1 and sum(len(c.get("attachments", {})) for c in nb.cells) == 4
-    namespace = {"display": lambda *objects: None}
-    with contextlib.redirect_stdout(io.StringIO()), language(None), matplotlib.rc_context():
+    assert not any(c.get("attachments") or "```text" in c.source for c in nb.cells
+                   if c.cell_type == "markdown")
+    drawn = []
+    namespace = {"display": drawn.append}
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), language(None), matplotlib.rc_context():
         for cell in nb.cells:
             if cell.cell_type == "code":
                 source = "\n".join(line for line in cell.source.splitlines()
                                    if not line.lstrip().startswith("%"))
                 exec(compile(source, f"{name} cell {cell.get('id')}", "exec"), namespace)
-    assert namespace["TRAIN"] is False and "lec" not in namespace
+    assert namespace["TRAIN"] is False and namespace["lec"].probe.operands == {}
+    assert all(demo.format(k=k) in out.getvalue() for k in range(1, 7)), out.getvalue()[:2000]
+    assert sum(isinstance(f, Figure) for f in drawn) == 4
+
+
+def test_notebook_10_stores_the_run_printed_in_each_language():
+    """The committed outputs of the cell that prints the stored run: English in the English
+    notebook, Chinese in the Chinese one (printed from the catalogs, not translated text),
+    with the same numbers."""
+    from text_checks import english_runs, number_differences
+
+    def printed(name):
+        cell = next(c for c in _read(name).cells if c.cell_type == "code"
+                    and "W.load_stored()" in c.source)
+        return "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+    en, zh = printed("10_low_precision_training.ipynb"), printed(
+        "zh/10_low_precision_training.ipynb")
+    assert all(f"Demo {k}:" in en for k in range(1, 7))
+    assert all(f"演示 {k}：" in zh for k in range(1, 7)) and "Demo" not in zh
+    assert english_runs(zh) == [] and number_differences(en, zh) == []

@@ -340,9 +340,9 @@ NUMBER = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?(?:e[+-]?\d+)?")
 
 @pytest.mark.parametrize("nn", TRANSLATED)
 def test_stored_runs_in_markdown_carry_the_english_numbers(nn):
-    """A run kept as text in a markdown cell (a real-model run, lecture 10's full training run)
-    is printed in Chinese with every number of the English one, as many times. A notebook that
-    times the machine stores a run of its own in each language: other speeds."""
+    """A run kept as text in a markdown cell (a real-model run) is printed in Chinese with
+    every number of the English one, as many times. A notebook that times the machine stores a
+    run of its own in each language: other speeds."""
     if nn in MEASURES_THE_MACHINE:
         pytest.skip("its stored runs are timings, measured once per language")
     english = nbformat.read(zh.english_path(nn), as_version=4)

@@ -1,7 +1,11 @@
 """Notebook 10's plots and widgets: the recipe builder by hand, the plots on a tiny workload,
-and the explorer's callback driven by setting widget values (no browser)."""
+the stored run (what the lecture printed, printed again from the saved data), and the
+explorer's callback driven by setting widget values (no browser)."""
 
+import contextlib
 import importlib
+import io
+from dataclasses import replace
 
 import matplotlib
 
@@ -9,8 +13,15 @@ matplotlib.use("Agg")
 
 import pytest  # noqa: E402
 
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
 import numfmt.torch.train as ntt  # noqa: E402
+from console.i18n import language  # noqa: E402
+from lectures import results  # noqa: E402
+from lectures.tinylm import loop, runs as tinylm_runs  # noqa: E402
 from lectures.widgets import lecture10 as W  # noqa: E402
+from tests.test_results import assert_same  # noqa: E402
 
 L = importlib.import_module("lectures.10_low_precision_training")
 TINY = L.Workload(steps=4, seeds=(0, 1), eval_every=2, val_windows=4, probe_steps=2,
@@ -48,9 +59,19 @@ def test_format_ranges_from_the_standards():
 
 
 @pytest.fixture(scope="module")
-def tiny():
-    return (L.run_all(TINY, L.jobs(TINY, "cpu"), L.train_job, workers=1),
-            L.probe_run(TINY))
+def tiny_lecture():
+    """The lecture on the tiny workload, run as the script runs it (each demo printed as its
+    runs finish), and what it printed."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        lec = L.compute(TINY, workers=1, stream=True)
+    return lec, out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_lecture):
+    lec, _printed = tiny_lecture
+    return lec.runs, lec.probe
 
 
 def test_plots_are_labelled(tiny):
@@ -60,6 +81,81 @@ def test_plots_are_labelled(tiny):
         assert_labelled(fig)
     with pytest.raises(TypeError, match="run_all"):
         W.plot_ablation(probe)
+
+
+# ------------------------------------------------------------------------------ the stored run
+def _load(path):
+    return results.load_results(path, loop, tinylm_runs, L)
+
+
+def _shown(lec, lang="en") -> str:
+    buf = io.StringIO()
+    with language(lang), contextlib.redirect_stdout(buf):
+        L.show(lec)
+    return buf.getvalue()
+
+
+def test_stored_run_prints_the_bytes_the_lecture_printed(tiny_lecture, tmp_path):
+    lec, printed = tiny_lecture
+    path = L.save(lec, tmp_path / "lecture10.json")
+    back, about = _load(path)
+    assert about["command"] == L.SCRIPT and about["workload"]["steps"] == TINY.steps
+    stored = back["lecture"]
+    assert_same(stored, L.stored_lecture(lec))          # every type round-trips
+    assert stored.probe.operands == {}
+    assert {k for b in stored.probe.grads[1] for g in b.values() for k in g} == {"error"}
+    assert printed.count("Demo ") >= 6 and _shown(stored) == printed
+    assert _shown(stored, "zh") == _shown(lec, "zh")     # Chinese, from the catalogs
+    assert "演示 6：" in _shown(stored, "zh")
+
+
+def test_stored_histogram_draws_what_the_values_draw(tiny):
+    import matplotlib.pyplot as plt
+    _runs, probe = tiny
+    dy = torch.cat([o["dy"].flatten() for o in probe.operands.values()])
+    a = dy[dy != 0].abs().double()
+    h = probe.dy_histogram
+    lo, hi = np.log2(float(a.min())), np.log2(float(a.max()))
+    assert h.counts.sum() == len(a) and len(h.counts) == 120
+    assert h.edges[0] == lo and h.edges[-1] == hi
+    # each value's bin from the definition: 120 equal widths from the smallest to the largest
+    k = ((torch.log2(a) - lo) / (hi - lo) * 120).floor().clamp(max=119).long()
+    np.testing.assert_array_equal(h.counts, torch.bincount(k, minlength=120).numpy())
+    # the plot's bars, drawn from the counts, are the bars matplotlib draws from the values
+    fig = W.plot_gradient_histogram(L.stored_lecture(L.Lecture(*tiny, None, None, None)).probe)
+    ax = plt.figure().subplots()
+    _n, _bins, bars = ax.hist(np.log2(a.numpy()), bins=120)
+    drawn = fig.axes[0].patches[:120]
+    assert [r.get_height() for r in drawn] == [r.get_height() for r in bars]
+    assert [r.get_x() for r in drawn] == [r.get_x() for r in bars]
+    plt.close("all")
+
+
+def test_save_option_and_what_load_stored_refuses(tiny_lecture, tmp_path, monkeypatch):
+    lec, _printed = tiny_lecture
+    monkeypatch.setattr(L, "compute", lambda w, workers=2, stream=False: lec)
+    quick, other, full = (tmp_path / f"{n}.json" for n in ("quick", "other", "full"))
+    L.main(["--quick", "--save", str(quick)])
+    assert _load(quick)[1]["command"] == L.SCRIPT + " --quick"
+    with pytest.raises(ValueError, match="not a full run"):
+        W.load_stored(quick)
+    L.main(["--save", str(other)])                  # the full command, another workload
+    with pytest.raises(ValueError, match="full one"):
+        W.load_stored(other)
+    L.save(replace(lec, runs=L.Runs(L.FULL, lec.runs.results)), full)
+    assert W.load_stored(full).runs.workload == L.FULL
+
+
+def test_the_stored_full_run():
+    lec = W.load_stored()
+    assert W.STORED.stat().st_size < 1_000_000
+    assert lec.runs.workload == L.FULL and lec.probe.operands == {}
+    assert set(lec.runs.results) == set(L.recipes())
+    text = _shown(lec)
+    assert all(f"Demo {k}:" in text for k in range(1, 7))
+    for fig in (W.plot_loss_curves(lec.runs), W.plot_gradient_histogram(lec.probe),
+                W.plot_ablation(lec.runs)):
+        assert_labelled(fig)
 
 
 def test_explorer_trains_what_the_controls_say(monkeypatch):

@@ -34,7 +34,8 @@ Calibration (:mod:`lectures.llm.calibrate`)
     ``INPUT_GROUPS``, ``map_items``, ``workers``, ``one_blas_thread``.
 Results (:mod:`lectures.llm.results`)
     ``save_results(path, results)``, ``load_results(path, module)``: a lecture's demo results
-    as JSON, to print or plot them again without the model.
+    as JSON (:mod:`lectures.results`, which knows the harness's classes here), to print or
+    plot them again without the model.
 Quantizers (:mod:`lectures.llm.quantizers`)
     ``WeightFormat``, ``ActFormat``, ``kv_quantizer``, ``model_bits_per_weight``: settings of
     numfmt calls, and what each costs in bits per weight.

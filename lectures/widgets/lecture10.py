@@ -1,7 +1,10 @@
 """Plots and widgets for notebook 10 (training in low precision).
 
 ``plot_*(...)`` draws what lecture 10 computed (its :class:`Runs` and :class:`Probe`) and
-returns a ``matplotlib.figure.Figure``; nothing is recomputed. :func:`recipe_explorer` returns an
+returns a ``matplotlib.figure.Figure``; nothing is recomputed. :func:`load_stored` reads one
+full run of the lecture (``STORED``, written by its ``--save``), which the notebook prints with
+the lecture's own ``show`` in the reader's language and draws with these plots.
+:func:`recipe_explorer` returns an
 :class:`Explorer` whose callback trains a short run under a recipe built from its controls
 (:func:`custom_recipe`, a pure function) and draws the loss curve against a stored BF16 run.
 
@@ -24,7 +27,9 @@ from matplotlib.figure import Figure
 import numfmt
 import numfmt.torch.train as ntt
 from console.i18n import N_
+from lectures import results
 from lectures.i18n import domain
+from lectures.tinylm import loop, runs as tinylm_runs
 from lectures.tinylm.loop import TrainConfig, train
 from lectures.widgets.explorer import Explorer, check_result, explorer_figure
 
@@ -32,6 +37,9 @@ L = importlib.import_module("lectures.10_low_precision_training")
 _ = domain("lecture10").gettext     # the recipes' names are in its catalog (lecture 10's N_())
 
 EXPLORER_STEPS = 12          # a short run: a few seconds per recipe on one core
+
+#: One full run of the lecture: ``python lectures/10_low_precision_training.py --save <this>``.
+STORED = results.stored_path("10")
 
 #: The words of an operand's label (``OperandSpec.describe()``) that are not format names,
 #: block shapes or abbreviations (SR, RHT), translated where the explorer shows the label.
@@ -49,6 +57,24 @@ INVALID_REASONS = (
         "take it; here one of them is a plain cast. Turn RHT off, or give both a scaled "
         "format.")),
 )
+
+
+def load_stored(path=STORED):
+    """The stored full run: the :class:`Lecture` that ``L.stored_lecture`` kept of it (its
+    runs, the probe's dW errors and histogram of dy, and the demos' results), which
+    ``L.show`` prints and the plots below draw.
+
+    Raises
+    ------
+    ValueError
+        If the file was not written by the lecture's full workload (``--quick``, or a workload
+        other than ``L.FULL``: not a run the notebook presents as the lecture's).
+    """
+    lec = results.load_full_run(path, (loop, tinylm_runs, L), L.SCRIPT, ("lecture",))["lecture"]
+    if lec.runs.workload != L.FULL:
+        raise ValueError(f"{path} holds a run of the workload {lec.runs.workload}, not the "
+                         f"lecture's full one; store it again with --save")
+    return lec
 
 
 # ------------------------------------------------------------------------------ pure helpers
@@ -149,14 +175,15 @@ def plot_loss_curves(runs, labels=("FP32", "BF16", "FP16, no loss scaling",
 
 
 def plot_gradient_histogram(probe, fig=None) -> Figure:
-    """Histogram of log2 |dy| over every linear, with each format's range drawn across it:
-    FP16 and BF16 as cast (no scale), E4M3 and E5M2 under a per-tensor scale at the amax."""
+    """Histogram of log2 |dy| over every linear (the probe's ``dy_histogram``), with each
+    format's range drawn across it: FP16 and BF16 as cast (no scale), E4M3 and E5M2 under a
+    per-tensor scale at the amax."""
     check_result(probe, L.Probe, "probe_run")
-    dy = np.concatenate([o["dy"].numpy().ravel() for o in probe.operands.values()])
-    a = np.abs(dy[dy != 0]).astype(np.float64)
+    h = probe.dy_histogram
     fig, ax = explorer_figure(fig, (10, 4.5))
-    ax.hist(np.log2(a), bins=120, color="0.6", label=_("|dy|, all linears"))
-    top = np.log2(a.max())
+    ax.hist(h.edges[:-1], bins=h.edges, weights=h.counts, color="0.6",
+            label=_("|dy|, all linears"))
+    first, top = h.edges[0], h.edges[-1]   # log2 of the smallest and the largest |dy|
     spans = [("FP16", *format_range("FP16"), 0.0), ("BF16", *format_range("BF16"), 0.0)]
     for name in ("E4M3", "E5M2"):
         sub, low, high = format_range(name)
@@ -171,7 +198,7 @@ def plot_gradient_histogram(probe, fig=None) -> Figure:
                 label=_("{format}: subnormal (dotted), normal (solid)").format(format=name))
     ax.set(title=_("Gradients dy after {steps} steps against each format's range").format(
                steps=probe.step),
-           xlabel="log2 |dy|", ylabel=_("count"), xlim=(np.log2(a.min()) - 2, top + 4))
+           xlabel="log2 |dy|", ylabel=_("count"), xlim=(first - 2, top + 4))
     ax.legend(fontsize=7, loc="upper left")
     return fig
 
