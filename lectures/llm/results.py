@@ -1,4 +1,4 @@
-"""A lecture's results as data: written by ``--save PATH`` (lectures 08 and 09), read back
+"""A lecture's results as data: written by ``--save PATH`` (lectures 08, 09 and 11), read back
 with :func:`load_results` to print or plot them again without the model.
 
 A notebook that shows a run too long to repeat (a real-model run) keeps it as such a file,
