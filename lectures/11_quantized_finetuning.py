@@ -865,6 +865,15 @@ def show_demo5(r: Results) -> None:
                            "may find a better one.").format(
                 method=label(sw.method), lr=sw.chosen,
                 end=_("largest") if sw.chosen == rates[-1] else _("smallest")))
+        else:
+            i = rates.index(sw.chosen)
+            lines.append(_("{method}: the best rate, {lr:g}, lies inside the sweep: {below:g} and "
+                           "{above:g} on either side train worse over steps 2-{n} ({ppl_below:.2f} "
+                           "and {ppl_above:.2f} against {ppl:.2f}).").format(
+                method=label(sw.method), lr=sw.chosen, below=rates[i - 1], above=rates[i + 1],
+                n=r.workload.sweep_steps, ppl=ppl_of(sw.losses[sw.chosen]),
+                ppl_below=ppl_of(sw.losses[rates[i - 1]]),
+                ppl_above=ppl_of(sw.losses[rates[i + 1]])))
         if near:
             lines.append(_("{method}: {lr:g} is within noise of the chosen {best:g} over the "
                            "sweep's {n} windows.").format(

@@ -168,6 +168,28 @@ def test_stored_results_round_trip_exactly(tmp_path):
         assert render(L.show_demos, back, lang) == render(L.show_demos, r, lang)
 
 
+def test_demo5_says_where_the_chosen_rate_lies_in_its_sweep():
+    """An interior best rate is said to be bracketed, with its neighbours' scores; a best rate
+    at the end of the grid is said to be one (the made-up run: full fine-tuning and LoRA best
+    at their middle rate, QLoRA at its largest)."""
+    from lecture11_results import fake_results
+    r = fake_results()
+    out = " ".join(printed(L.show_demo5, r).split())
+    for run in (r.full, r.lora):
+        sw = run.info["sweep"]
+        low, mid, high = sorted(sw.losses)
+        assert sw.chosen == mid
+        ppl = {lr: np.exp(np.mean(sw.losses[lr])) for lr in (low, mid, high)}
+        assert ppl[low] > ppl[mid] < ppl[high]
+        assert (f"{run.method}: the best rate, {mid:g}, lies inside the sweep: {low:g} and "
+                f"{high:g} on either side train worse over steps 2-{L.QUICK.sweep_steps} "
+                f"({ppl[low]:.2f} and {ppl[high]:.2f} against {ppl[mid]:.2f})") in out
+    sw = r.qlora.info["sweep"]
+    assert sw.chosen == max(sw.losses)
+    assert f"QLoRA (NF4 base): the best rate, {sw.chosen:g}, is the largest swept" in out
+    assert out.count("lies inside the sweep") == 2
+
+
 def assert_same(a, b, where="r"):
     """``a`` equals ``b`` with the same types all the way down (arrays: dtype and values)."""
     import dataclasses
