@@ -601,6 +601,7 @@ def demo1_gap(r: Results) -> list:
 
 
 def show_demo1(r: Results) -> None:
+    """Print demo 1 from ``r``, :func:`run_all`'s Results or :func:`stored_results` of them."""
     rows = demo1_gap(r)
     print_header(_("Demo 1: the gap post-training quantization leaves"))
     print_paragraph(_(
@@ -643,6 +644,7 @@ def demo2_rows(r: Results) -> list:
 
 
 def show_demo2(r: Results) -> None:
+    """Print demo 2 from ``r``, :func:`run_all`'s Results or :func:`stored_results` of them."""
     rows = demo2_rows(r)
     print_header(_("Demo 2: quantization-aware training from RTN"))
     w = r.workload
@@ -697,6 +699,7 @@ def demo3_rows(r: Results) -> list:
 
 
 def show_demo3(r: Results) -> None:
+    """Print demo 3 from ``r``, :func:`run_all`'s Results or :func:`stored_results` of them."""
     rows = demo3_rows(r)
     print_header(_("Demo 3: QAT by distillation from the float model"))
     w, t = r.workload, r.teacher
@@ -770,6 +773,7 @@ def demo4_rows(r: Results) -> list:
 
 
 def show_demo4(r: Results) -> None:
+    """Print demo 4 from ``r``, :func:`run_all`'s Results or :func:`stored_results` of them."""
     rows = demo4_rows(r)
     print_header(_("Demo 4: learned step sizes (LSQ) against fixed scales"))
     bits, group = r.workload.lsq[0] if r.workload.lsq else (3, 128)
@@ -797,6 +801,7 @@ def show_demo4(r: Results) -> None:
 
 
 def show_demo5(r: Results) -> None:
+    """Print demo 5 from ``r``, :func:`run_all`'s Results or :func:`stored_results` of them."""
     print_header(_("Demo 5: QLoRA, LoRA and full fine-tuning, each at its best learning rate"))
     w = r.workload
     print_paragraph(_(
@@ -901,6 +906,7 @@ def demo6_rows(r: Results) -> list:
 
 
 def show_demo6(r: Results) -> None:
+    """Print demo 6 from ``r``, :func:`run_all`'s Results or :func:`stored_results` of them."""
     rows = demo6_rows(r)
     print_header(_("Demo 6: one table"))
     print_paragraph(_(
