@@ -131,8 +131,8 @@ class Workload:
     alpha: float = 16.0           # LoRA alpha: the update is scaled by alpha / rank
     kd: tuple = ((3, 128),)       # the settings also trained by distillation from float
     lr_full: float = 2e-5         # Adam learning rate of QAT's weights
-    rates_full: tuple = (2e-5, 6e-5, 2e-4)   # full fine-tuning's learning rates, swept
-    rates_lora: tuple = (3e-4, 1e-3, 3e-3)   # LoRA's and QLoRA's, swept
+    rates_full: tuple = (6e-5, 2e-4, 6e-4)   # full fine-tuning's learning rates, swept
+    rates_lora: tuple = (1e-3, 3e-3, 1e-2)   # LoRA's and QLoRA's, swept
     sweep_steps: int = 8          # the sweep's steps (of ``steps``): the chosen rate goes on
     scale_lr: float = 3e-3        # Adam learning rate of LSQ's scales: this fraction of each
                                   # linear's mean scale per step (LSQ's gradient scale cancels
