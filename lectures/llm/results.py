@@ -1,6 +1,6 @@
 """The real-model lectures' results as data: :mod:`lectures.results` with the harness's own
 result classes (:class:`~lectures.llm.evaluate.PairedRatio`, the quantizer settings) known to
-the reader, so that ``load_results(path, L)`` rebuilds what lectures 08 and 09 saved.
+the reader, so that ``load_results(path, L)`` rebuilds what lectures 08, 09 and 11 saved.
 """
 
 from __future__ import annotations
