@@ -334,6 +334,8 @@ def pow2_tiles(operands: dict) -> dict:
     """Where E4M3 with power-of-two (E8M0, RCEIL) scales rounds a value differently in 1x128
     tiles (TransformerEngine's Float8BlockScaling with its default power-of-two scales) than in
     1x32 blocks (MXFP8), over the x and dy of every linear, blocks along each row.
+    ``operands`` is :attr:`Probe.operands`: layer name -> {"x": (N, in), "dy": (N, out), ...},
+    float64, every width a multiple of 128 (as this model's are).
 
     Notice: multiplying by 2^k moves a value by whole binades and leaves E4M3's 3-bit
     mantissa rounding as it was, so the block a value sits in matters only where the scaled

@@ -53,17 +53,15 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
-import os
 import platform
 import re
 import sys
 import time
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 import numpy as np
 
-from console import lecture_parser, run_lecture
+from console import lecture_parser, run_lecture, save_path
 from console.i18n import N_
 from lectures.i18n import domain, numbered_label
 
@@ -951,7 +949,7 @@ def build_parser() -> argparse.ArgumentParser:
                                "workload)"))
     parser.add_argument("--steps", type=int, default=None,
                         help=_("training steps of every method (default 32; 12 with --quick)"))
-    parser.add_argument("--save", metavar="PATH",
+    parser.add_argument("--save", metavar="PATH", type=save_path,
                         help=_("also write every demo's results as JSON to PATH "
                                "(lectures.llm.load_results reads them back)"))
     return parser
@@ -962,8 +960,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.steps is not None and args.steps < 3:
         parser.error(_("--steps must be an integer of at least 3"))
-    if args.save is not None and (why := save_target_problem(args.save)):
-        parser.error(_("--save {path}: {why}").format(path=args.save, why=why))
     return args
 
 
@@ -1024,20 +1020,6 @@ def stored_results(r: Results) -> Results:
         return replace(run, info={k: v for k, v in run.info.items() if k not in LIVE_INFO})
     return replace(r, full=keep(r.full), lora=keep(r.lora), qlora=keep(r.qlora),
                    qat={m: keep(run) for m, run in r.qat.items()})
-
-
-def save_target_problem(path) -> str | None:
-    """Why ``--save PATH`` could not be written at the end of the run (None if it can): a
-    directory, a missing or unwritable parent directory. Checked before the long run."""
-    path = Path(path)
-    parent = path.parent
-    if path.is_dir():
-        return _("{path} is a directory").format(path=path)
-    if not parent.is_dir():
-        return _("its directory {parent} does not exist").format(parent=parent)
-    if not os.access(parent, os.W_OK | os.X_OK):
-        return _("its directory {parent} is not writable").format(parent=parent)
-    return None
 
 
 if __name__ == "__main__":

@@ -218,7 +218,7 @@ def test_save_target_is_checked_before_the_run(tmp_path, capsys):
         assert e.value.code == 2
         err = capsys.readouterr().err
         assert "--save" in err and why in err
-    assert L.parse_args(["--save", str(tmp_path / "s.json")]).save == str(tmp_path / "s.json")
+    assert L.parse_args(["--save", str(tmp_path / "s.json")]).save == tmp_path / "s.json"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -33,7 +33,21 @@ def without_residues(dy: torch.Tensor) -> torch.Tensor:
     leaves residues there, below 2^-46 of the tensor's amax, and whether one comes out 0 or
     1e-22 depends on the order of the BLAS's sums, so counting "nonzero" values with them would
     print different figures on different kernels. Every other gradient of this model lies
-    above 2^-32 of its tensor's amax (tests/test_tinylm_probe.py)."""
+    above 2^-32 of its tensor's amax (tests/test_tinylm_probe.py).
+
+    Parameters
+    ----------
+    dy : floating-point tensor of any shape (a linear's output gradient, (tokens, out))
+
+    Returns
+    -------
+    A new tensor of ``dy``'s shape and dtype.
+
+    Raises
+    ------
+    TypeError
+        If ``dy`` is not a floating-point tensor.
+    """
     if not torch.is_tensor(dy) or not dy.is_floating_point():
         raise TypeError(f"dy must be a floating-point tensor, got {type(dy).__name__}")
     floor = dy.abs().max() * RESIDUE_FLOOR if dy.numel() else 0.0
