@@ -36,7 +36,10 @@ How to read the output
     no change (lectures.llm.paired_ratio, the rule of lectures 08-09); otherwise it is within
     noise.
     CPU-seconds are measured on the machine that runs the lecture (named in the output) and
-    differ from machine to machine; every other number is the same on every run there.
+    differ from machine to machine. Every other number is the same on any machine: weights,
+    adapters and optimizer state are float32, but the model computes in float64
+    (lectures.llm.float64_copy; the trained modules take their input's dtype), so no order of
+    a CPU's sums shows in a printed digit (tests/test_blas_independence.py).
 
 Run
     python lectures/11_quantized_finetuning.py            (INT4 and INT3, 32 steps per run)
@@ -51,7 +54,6 @@ Run
 from __future__ import annotations
 
 import argparse
-import copy
 import dataclasses
 import platform
 import re
@@ -84,9 +86,9 @@ from console import (print_header, print_observations, print_paragraph,  # noqa:
 from console.progress import progress  # noqa: E402
 from lectures import llm  # noqa: E402
 from lectures.llm.finetune import (Lab, Start, States, StoredInt, frozen_states,  # noqa: E402
-                                   make_start, optimizer_state_bytes, pack, packed_model_nll,
-                                   ppl_of, replaced_modules, tail_nll, teacher_log_probs,
-                                   tensor_bytes, train)
+                                   make_start, master_linear, optimizer_state_bytes, pack,
+                                   packed_model_nll, ppl_of, replaced_modules, tail_nll,
+                                   teacher_log_probs, tensor_bytes, train)
 from lectures.llm.finetune import open_lab as _open_lab  # noqa: E402
 from numfmt.torch.train.lora import LoRALinear, NF4Weight  # noqa: E402
 from numfmt.torch.train.lsq import GroupQuantLinear, lsq_gradient_scale  # noqa: E402
@@ -236,8 +238,8 @@ def _fit(lab: Lab, states: States, modules: dict, params: list, lr: float,
     start NLL)."""
     w = lab.w
     c = _Curve(lab, states)
-    with replaced_modules(lab.ck.model, modules):
-        r = train(lab.ck.model, w.first, params, states.train, lab.train_windows, w.steps,
+    with replaced_modules(lab.model, modules):
+        r = train(lab.model, w.first, params, states.train, lab.train_windows, w.steps,
                   lr, c.evaluate, set(curve_points(w)), teacher=teacher)
     r.extra["curve_nll"] = c.all              # per-window NLL at each point of r.curve
     return r, c.all[-1], c.all[0]
@@ -264,7 +266,7 @@ def _swept_fit(lab: Lab, states: States, method: str, build, rates: tuple):
     and never the evaluation windows), and let that run go on to ``steps``, as if it had never
     stopped. Returns (TrainResult of the chosen run, final NLL, start NLL, Sweep, modules,
     params)."""
-    w, model = lab.w, lab.ck.model
+    w, model = lab.w, lab.model
     start_nll = tail_nll(lab, states)              # every rate starts from the same model
     runs = {}
     for lr in rates:
@@ -398,10 +400,7 @@ def full_run(lab: Lab, states: States) -> Run:
     method = "full fine-tuning (float)"
 
     def build(lr):
-        modules = {n: copy.deepcopy(lin).requires_grad_(True) for n, lin in lab.tail.items()}
-        for m in modules.values():
-            if m.bias is not None:
-                m.bias.requires_grad_(False)
+        modules = {n: master_linear(lin) for n, lin in lab.tail.items()}
         return modules, [m.weight for m in modules.values()]
 
     r, nll, nll0, sweep, modules, params = _swept_fit(lab, states, method, build,
@@ -508,7 +507,8 @@ def machine_name() -> str:
     cpu = platform.processor() or platform.machine()
     if torch.cuda.is_available():
         return torch.cuda.get_device_name(0)
-    return f"{cpu}, {torch.get_num_threads()} threads"
+    n = torch.get_num_threads()
+    return f"{cpu}, {n} thread{'' if n == 1 else 's'}"
 
 
 def run_all(lab: Lab) -> Results:
@@ -563,7 +563,7 @@ def run_all(lab: Lab) -> Results:
         ptq[(label, st.setting)] = (r.start_nll, st.bits_per_weight, cpu, st.packed_bits)
         if (bits, group) in w.kd:
             t0 = time.process_time()
-            teacher = teacher_log_probs(model, w.first, fs_train[:w.steps])
+            teacher = teacher_log_probs(lab.model, w.first, fs_train[:w.steps])
             teacher_info = {"bytes": tensor_bytes(teacher), "windows": len(teacher),
                             "cpu_s": time.process_time() - t0,
                             "vocab": int(teacher[0].shape[-1])}
@@ -910,8 +910,11 @@ def show_demo6(r: Results) -> None:
     print_paragraph(_(
         "CPU-s is the one measured column: CPU-seconds of the training steps (PTQ rows: "
             "quantizing and packing) on this machine ({machine}); it changes from run to run "
-            "and machine to machine. Every other number is the same on every run. Bits per "
-            "weight: the base as stored (adapters not included)."
+            "and machine to machine. Every other number is the same on every run and on any "
+            "machine: the weights, adapters and Adam's state are float32, as in a real run, but "
+            "every product and sum is computed in float64, where each float32 value is exact "
+            "(in float32 the order in which a CPU adds would move the trained figures). Bits "
+            "per weight: the base as stored (adapters not included)."
             ).format(machine=r.machine))
     print_table([_("method"), _("bits/weight"), _("trainable"), _("CPU-s"), _("perplexity")],
                 [[label(m), f"{b:.3f}", f"{n:,}", f"{c:.0f}", f"{p:.2f}"]

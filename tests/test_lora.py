@@ -133,3 +133,33 @@ def test_bad_settings_raise_naming_the_argument():
         LoRALinear(np.zeros((8, 16)), 2, 4.0)
     with pytest.raises(ValueError, match="rank"):
         lora_parameter_count([(8, 16)], 10)
+
+
+@pytest.mark.parametrize("nf4", [False, True])
+def test_a_float64_input_computes_in_float64_on_the_float32_values(nf4):
+    """LoRALinear keeps W (or its NF4 storage), A and B as they are but takes its input's
+    dtype: a float64 x gets every product in float64 on the float32 values, and A's and B's
+    gradients are the float64 ones rounded once to float32."""
+    rng = np.random.default_rng(5)
+    w = torch.tensor(rng.standard_normal((12, 20)) * 0.1, dtype=torch.float32)
+    base = NF4Weight.quantize(w) if nf4 else w
+    bias = torch.tensor(rng.standard_normal(12), dtype=torch.float32)
+    lin = LoRALinear(base, 3, 6.0, bias, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        lin.lora_B.copy_(torch.tensor(rng.standard_normal((12, 3)), dtype=torch.float32))
+    x = torch.tensor(rng.standard_normal((4, 20)), dtype=torch.float64)
+    y = lin(x)
+    W = (base.dequantize() if nf4 else w).double().numpy()
+    A, B = lin.lora_A.detach().double().numpy(), lin.lora_B.detach().double().numpy()
+    xa = x.numpy() @ A.T
+    want = x.numpy() @ W.T + bias.double().numpy() + 2.0 * xa @ B.T
+    assert y.dtype == torch.float64
+    np.testing.assert_allclose(y.detach().numpy(), want, rtol=1e-13, atol=1e-13)
+    y.sum().backward()
+    # d/dB of Σ y = 2 · 1ᵀ (x Aᵀ); d/dA = 2 · (1 B)ᵀ x
+    ones = np.ones((4, 12))
+    np.testing.assert_allclose(lin.lora_B.grad.numpy(), (2.0 * ones.T @ xa).astype(np.float32),
+                               rtol=1e-6)
+    np.testing.assert_allclose(lin.lora_A.grad.numpy(),
+                               (2.0 * (ones @ B).T @ x.numpy()).astype(np.float32), rtol=1e-6)
+    assert lin.lora_A.grad.dtype == lin.lora_B.grad.dtype == torch.float32

@@ -138,3 +138,35 @@ def test_bad_settings_raise_naming_the_argument():
         GroupQuantLinear(w, -s, z, 4, 16)
     with pytest.raises(ValueError, match="group"):
         group_fake_quantize(w, s, z, 4, 0)
+
+
+@pytest.mark.parametrize("learn_scale", [False, True])
+def test_a_float64_input_computes_in_float64_on_the_float32_values(learn_scale):
+    """GroupQuantLinear keeps float32 master weights and scales but takes its input's dtype:
+    a float64 x gets x @ Ŵᵀ + b in float64 (Ŵ's float32 values are exact there), and the
+    parameters' gradients are the float64 ones rounded once to float32."""
+    rng = np.random.default_rng(3)
+    w, scale, zero, _g = _grid(rng, out=16, k=80, group=16, bits=4)
+    bias = torch.tensor(rng.standard_normal(16), dtype=torch.float32)
+    lin = GroupQuantLinear(torch.tensor(w, dtype=torch.float32),
+                           torch.tensor(scale, dtype=torch.float32), torch.tensor(zero), 4, 16,
+                           bias, learn_scale)
+    x = torch.tensor(rng.standard_normal((5, 80)), dtype=torch.float64)
+    y = lin(x)
+    w_hat = lin.quantized_weight().detach().double().numpy()
+    want = x.numpy() @ w_hat.T + bias.double().numpy()
+    assert y.dtype == torch.float64
+    np.testing.assert_allclose(y.detach().numpy(), want, rtol=1e-13, atol=1e-13)
+    y.pow(2).sum().backward()
+    # d/dŴ of Σ y² is 2 yᵀ x; the STE passes it where the code was not clamped (LSQ: where
+    # the unrounded code lies strictly inside the grid)
+    cols = np.arange(80) // 16
+    u = w.astype(np.float32) / scale.astype(np.float32)[:, cols]
+    inside = (((u + zero[:, cols] > 0) & (u + zero[:, cols] < 15)) if learn_scale else
+              ((np.rint(u) + zero[:, cols] >= 0) & (np.rint(u) + zero[:, cols] <= 15)))
+    grad = (2 * y.detach().numpy().T @ x.numpy()) * inside
+    assert lin.weight.grad.dtype == torch.float32
+    np.testing.assert_allclose(lin.weight.grad.numpy(), grad.astype(np.float32), rtol=1e-6,
+                               atol=1e-6)
+    if learn_scale:
+        assert lin.scale.grad.dtype == torch.float32

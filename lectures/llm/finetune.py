@@ -17,6 +17,12 @@ from its optimizer exactly as if it had not stopped (``train(..., start=, optimi
 Evaluation uses :func:`lectures.llm.evaluate.token_nll` (a float64 log-softmax), as
 :func:`perplexity` does.
 
+In lecture 11 the model that computes is ``Lab.model``, a float64 copy of the checkpoint's
+float32 model (:func:`lectures.llm.float64_copy`). What trains stays float32, as in a real run
+(master weights, LSQ's scales, LoRA's adapters, Adam's state: :func:`master_linear` and the
+modules of numfmt.torch.train compute in their input's dtype), while every product and sum is
+float64's, where each float32 value is exact: no order of a CPU's sums reaches a printed digit.
+
 Lecture 11's lab sits here too: :func:`open_lab` (the model and its evaluation, calibration
 and training windows), :func:`frozen_states` (the frozen prefix run once, float or as some
 method stores it), :class:`StoredInt` and :func:`pack` (a linear as a GPTQ checkpoint stores
@@ -209,7 +215,9 @@ def train(model, first: int, params, states: list, windows, steps: int, lr: floa
 
 def teacher_log_probs(model, first: int, states: list) -> list:
     """The model's log-probabilities of every next token, float32 (B, T-1, V) per batch of
-    ``states`` (:func:`layer_inputs`), computed once under no_grad: a distillation teacher."""
+    ``states`` (:func:`layer_inputs`), computed once under no_grad: a distillation teacher.
+    The log-softmax is float64's (the logits' own dtype in lecture 11's float64 model), rounded
+    once to float32 for storage."""
     import torch
 
     _check_first(model, first)
@@ -217,7 +225,7 @@ def teacher_log_probs(model, first: int, states: list) -> list:
     with torch.no_grad():
         for hidden, kwargs in states:
             logits = tail_logits(model, first, hidden, kwargs)[:, :-1]   # (B, T-1, V)
-            out.append(torch.log_softmax(logits.float(), dim=-1))
+            out.append(torch.log_softmax(logits.double(), dim=-1).float())
     return out
 
 
@@ -234,7 +242,8 @@ def distillation_loss(student_logits, teacher_log_probs):
     ----------
     student_logits : float tensor (..., V)
     teacher_log_probs : float tensor of the same shape, log-probabilities (each row's
-        logsumexp is 0)
+        logsumexp is 0); taken to the student's dtype before ``exp`` (float32 teacher
+        storage, float64 arithmetic in lecture 11)
 
     Raises
     ------
@@ -247,7 +256,31 @@ def distillation_loss(student_logits, teacher_log_probs):
         raise ValueError(f"student_logits {tuple(student_logits.shape)} and teacher_log_probs "
                          f"{tuple(teacher_log_probs.shape)} must have the same shape")
     log_p = torch.log_softmax(student_logits, dim=-1)
-    return -(teacher_log_probs.exp() * log_p).sum(-1).mean()
+    return -(teacher_log_probs.to(log_p.dtype).exp() * log_p).sum(-1).mean()
+
+
+def master_linear(linear):
+    """Full fine-tuning's module for ``linear`` (an nn.Linear): a trainable float32 copy of its
+    weight (its bias copied, frozen) that computes in its input's dtype, so that it can sit
+    in the float64 model that computes (float32 values are exact in float64; the weight's
+    gradient is rounded once, to float32). The original is left as it was."""
+    import torch
+    from torch import nn
+    from torch.nn import functional as F
+
+    class MasterLinear(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(linear.weight.detach().float().clone())
+            self.register_buffer("bias", None if linear.bias is None
+                                 else linear.bias.detach().float().clone())
+            self.in_features, self.out_features = linear.in_features, linear.out_features
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            b = None if self.bias is None else self.bias.to(x.dtype)
+            return F.linear(x, self.weight.to(x.dtype), b)
+
+    return MasterLinear()
 
 
 def tensor_bytes(tensors) -> int:
@@ -286,6 +319,7 @@ class Lab:
     prefix: list                    # names of the frozen linears before them
     progress: object = None         # a tqdm bar, or None
     device: str = "cpu"
+    model: object = None            # what computes: float64_copy(ck.model) (open_lab)
 
 
 def open_lab(w, ck=None) -> Lab:
@@ -296,6 +330,7 @@ def open_lab(w, ck=None) -> Lab:
     ``train_len`` and ``first`` (the first trained decoder layer)."""
     from lectures.llm.checkpoint import load_checkpoint
     from lectures.llm.hooks import decoder_linears, layer_of
+    from lectures.llm.lab import float64_copy
     from lectures.llm.text import (calibration_windows, corpus_tokens, eval_windows,
                                    training_windows)
 
@@ -309,7 +344,7 @@ def open_lab(w, ck=None) -> Lab:
     tail = {n: m for n, m in linears.items() if layer_of(n)[0] >= w.first}
     prefix = [n for n in linears if n not in tail]
     device = str(next(ck.model.parameters()).device)
-    return Lab(ck, w, ev, cal, tr, tail, prefix, None, device)
+    return Lab(ck, w, ev, cal, tr, tail, prefix, None, device, float64_copy(ck.model))
 
 
 def tick(lab: Lab, n: int = 1) -> None:
@@ -332,7 +367,7 @@ def frozen_states(lab: Lab, prefix_weights: dict | None) -> States:
     tensor swapped in for the frozen linears; None keeps the float32 weights)."""
     from lectures.llm.hooks import swapped_weights
 
-    model = lab.ck.model
+    model = lab.model
     with contextlib.ExitStack() as stack:
         if prefix_weights:
             stack.enter_context(swapped_weights(model, prefix_weights))
@@ -344,7 +379,7 @@ def frozen_states(lab: Lab, prefix_weights: dict | None) -> States:
 def tail_nll(lab: Lab, states: States) -> np.ndarray:
     """Per-window NLL (nats/token) of the model as it is now, from frozen-prefix states."""
     tick(lab)
-    return tail_window_nll(lab.ck.model, lab.w.first, states.eval, lab.eval_windows)
+    return tail_window_nll(lab.model, lab.w.first, states.eval, lab.eval_windows)
 
 
 def ppl_of(nll: np.ndarray) -> float:
@@ -426,7 +461,7 @@ def gptq_stored(lab: Lab, bits: int, group: int) -> dict:
                                 partial_last_group=True), group)
 
     results = {}
-    calibrate_layers(lab.ck.model, lab.calib_windows, q, desc=f"GPTQ INT{bits} g{group}",
+    calibrate_layers(lab.model, lab.calib_windows, q, desc=f"GPTQ INT{bits} g{group}",
                      results=results)
     out = {}
     for (li, g), s in results.items():
@@ -495,12 +530,12 @@ def packed_model_nll(lab: Lab, packed: dict) -> np.ndarray:
 
     weights = {n: torch.from_numpy(unpack(gw)) for n, gw in packed.items()}
     tick(lab)
-    with swapped_weights(lab.ck.model, weights):
-        return window_nll(lab.ck.model, lab.eval_windows, batch_size=len(lab.eval_windows))
+    with swapped_weights(lab.model, weights):
+        return window_nll(lab.model, lab.eval_windows, batch_size=len(lab.eval_windows))
 
 
 __all__ = ["layer_inputs", "tail_logits", "tail_window_nll", "replaced_modules", "train",
-           "TrainResult", "teacher_log_probs", "distillation_loss", "tensor_bytes",
+           "TrainResult", "teacher_log_probs", "distillation_loss", "master_linear", "tensor_bytes",
            "optimizer_state_bytes", "Lab", "open_lab", "tick", "States", "frozen_states",
            "tail_nll", "ppl_of", "SCALE_BITS", "StoredInt", "stored_from", "pack", "unpack",
            "rtn_stored", "gptq_stored", "bits_per_weight", "Start", "make_start",

@@ -204,8 +204,13 @@ class LoRALinear(nn.Module):
             return self.base_weight_value() + self.scaling * (self.lora_B @ self.lora_A)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = F.linear(x, self.base_weight_value(), self.bias)        # (..., out), frozen path
-        return y + self.scaling * F.linear(F.linear(x, self.lora_A), self.lora_B)
+        """``x Wᵀ + b + (α/r) · (x Aᵀ) Bᵀ`` in ``x``'s dtype: W, b, A and B hold float32
+        values, exact in float64, so a float64 ``x`` gets float64 products (A's and B's
+        gradients are rounded once, to float32)."""
+        dt = x.dtype
+        b = None if self.bias is None else self.bias.to(dt)
+        y = F.linear(x, self.base_weight_value().to(dt), b)          # (..., out), frozen path
+        return y + self.scaling * F.linear(F.linear(x, self.lora_A.to(dt)), self.lora_B.to(dt))
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "

@@ -294,7 +294,11 @@ class GroupQuantLinear(nn.Module):
         return self.scale.detach().to(torch.float16)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.quantized_weight(), self.bias)
+        """``x Ŵᵀ + b`` in ``x``'s dtype: the float32 values of Ŵ and b, exact in float64, so
+        a float64 ``x`` gets a float64 product (the gradient reaches the float32 master
+        weights rounded once, to float32)."""
+        b = None if self.bias is None else self.bias.to(x.dtype)
+        return F.linear(x, self.quantized_weight().to(x.dtype), b)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
