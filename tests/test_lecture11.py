@@ -1,10 +1,12 @@
 """Lecture 11 (QAT and QLoRA on SmolLM2-135M): every printed claim, computed by the lecture's
-own functions on the quick workload and asserted; the harness's training windows and tail
-evaluation against independent references; the bad settings."""
+own functions on a small workload (the quick one, shorter: :data:`TESTS`) and asserted; the
+harness's training windows and tail evaluation against independent references; the bad
+settings."""
 
 import contextlib
 import importlib
 import io
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -224,9 +226,14 @@ def test_save_target_is_checked_before_the_run(tmp_path, capsys):
 # ---------------------------------------------------------------------------------------------
 # The harness's tail evaluation and training loop on the real model
 # ---------------------------------------------------------------------------------------------
+#: The tests' workload: the lecture's --quick with 8 training steps of 64 tokens (its sweep of
+#: 4 steps and 4 evaluation windows of 128 tokens kept), a third of its training arithmetic.
+TESTS = replace(L.QUICK, steps=8, train_len=64)
+
+
 @pytest.fixture(scope="module")
 def lab(checkpoint):
-    return L.open_lab(L.QUICK, ck=checkpoint)
+    return L.open_lab(TESTS, ck=checkpoint)
 
 
 @pytest.mark.slow
@@ -502,24 +509,24 @@ def test_demo3_distillation(results, lab):
         assert kd.info["packed_nll"].tolist() == kd.nll.tolist()
     t = results.teacher
     # full vocabulary, float32, one (T-1, V) block per training window
-    assert t["bytes"] == 4 * t["windows"] * (L.QUICK.train_len - 1) * t["vocab"]
-    assert t["vocab"] == 49152 and t["windows"] == L.QUICK.steps
+    assert t["bytes"] == 4 * t["windows"] * (TESTS.train_len - 1) * t["vocab"]
+    assert t["vocab"] == 49152 and t["windows"] == TESTS.steps
     out = " ".join(printed(L.show_demo3, results).split())
     assert f"{rows[0][4].percent()}, {L.verdict(rows[0][4])}" in out
 
 
 @pytest.mark.slow
 def test_demo5_sweep_chooses_on_fresh_training_windows(results):
-    for run, rates in ((results.full, L.QUICK.rates_full), (results.lora, L.QUICK.rates_lora),
-                       (results.qlora, L.QUICK.rates_lora)):
+    for run, rates in ((results.full, TESTS.rates_full), (results.lora, TESTS.rates_lora),
+                       (results.qlora, TESTS.rates_lora)):
         sw = run.info["sweep"]
         assert sorted(sw.losses) == sorted(rates)
         means = {lr: float(np.mean(v)) for lr, v in sw.losses.items()}
         assert sw.chosen == min(means, key=means.get)
         # the chosen run is the sweep's run at that rate, gone on: the same losses first
-        n = L.QUICK.sweep_steps
+        n = TESTS.sweep_steps
         assert run.info["train"].losses[1:n] == sw.losses[sw.chosen].tolist()
-        assert len(run.info["train"].losses) == L.QUICK.steps
-        assert [s for s, _p in run.curve] == L.curve_points(L.QUICK)
+        assert len(run.info["train"].losses) == TESTS.steps
+        assert [s for s, _p in run.curve] == L.curve_points(TESTS)
     out = printed(L.show_demo5, results)
     assert "chosen" in out and "steps 2-4" in out
