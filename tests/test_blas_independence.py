@@ -49,7 +49,9 @@ import pytest
 
 import lecture_runs
 
-pytestmark = pytest.mark.slow
+#: Every test here reruns lectures under the second configuration: minutes of CPU, skipped by
+#: the default run (pyproject.toml's addopts); ``pytest -m slow`` runs them.
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 ROOT = Path(__file__).resolve().parent.parent
 LECTURES = sorted(p for p in (ROOT / "lectures").glob("[0-9][0-9]_*.py") if int(p.name[:2]) <= 7)

@@ -124,7 +124,7 @@ def test_main_opens_with_the_title_and_labels_every_demo(ste, master, digits, sp
     assert max(display_width(line) for line in lines) <= 100   # fits a 100-column terminal
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_script_output_is_identical_from_root_and_from_lectures_dir(english_run):
     import lecture_runs
     script = "06_quantization_aware_training.py"

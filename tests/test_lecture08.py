@@ -22,7 +22,7 @@ from lectures import lecture
 
 L = lecture(8)
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.long
 
 
 @pytest.fixture(scope="module")

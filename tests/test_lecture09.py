@@ -137,7 +137,7 @@ def model(checkpoint):
     return L.load_model(checkpoint, L.QUICK)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_batched_perplexity_equals_one_window_at_a_time(model):
     """L.ppl runs all windows in one forward pass of the float64 model; the number is the one
     a window-by-window run gives, also with a per-tensor activation quantizer (NVFP4's FP32
@@ -178,7 +178,7 @@ def d5(model, d4):
     return L.demo5_calibration(model, activations=d4)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_demo2_gptq_beats_rtn_more_at_three_bits(d2):
     gains = {}
     settings = L.QUICK.settings
@@ -199,7 +199,7 @@ def test_demo2_gptq_beats_rtn_more_at_three_bits(d2):
     assert_fits(printed(L.show_demo2, d2))
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_demo2_first_layer_is_gptq_on_the_harness_hessian(model, d2):
     # Layer 0 sees the float model's inputs in any calibration, so its GPTQ weights must be
     # numfmt.ptq.gptq on the Hessian the harness accumulates (2 * sum x x^T / n): equal but
@@ -221,7 +221,7 @@ def test_demo2_first_layer_is_gptq_on_the_harness_hessian(model, d2):
         assert np.mean(np.isclose(got, expect, rtol=1e-9, atol=0)) > 0.999
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_demo3_awq_beats_rtn(d3):
     for s, rtn, awq, _ in d3.rows:
         assert awq < rtn, s
@@ -230,7 +230,7 @@ def test_demo3_awq_beats_rtn(d3):
     assert_fits(printed(L.show_demo3, d3))
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_demo4_claims(model, d4):
     assert min(v for a, v in d4.smooth_ppl.items() if a is not None) < d4.smooth_ppl[None]
     assert d4.rotation_ppl[True] < d4.rotation_ppl[False]
@@ -252,7 +252,7 @@ def test_demo4_claims(model, d4):
     assert_fits(printed(L.show_demo4, d4))
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_demo5_claims(d5):
     static = {k: d5.ppl[k] for k in L.CALIBRATORS}
     # printed: the calibrator that clips hardest is the worst (massive activations are signal)
@@ -264,7 +264,7 @@ def test_demo5_claims(d5):
     assert_fits(printed(L.show_demo5, d5))
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_demo5_reuses_demo4s_w8a8_exactly(model, d4, d5):
     # demo 4's W8A8 without smoothing (s = 1) is demo 5's dynamic per-tensor model: measured
     # here the way demo 5 measured it on its own
@@ -274,7 +274,7 @@ def test_demo5_reuses_demo4s_w8a8_exactly(model, d4, d5):
     assert d5.ppl["dynamic per-tensor"] == d4.smooth_ppl[None]
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_demo6_summary(model, d2, d3):
     rows = L.demo6_summary(model, d2, d3)
     assert len(rows) == 1 + 4 * len(model.workload.settings)
@@ -284,7 +284,7 @@ def test_demo6_summary(model, d2, d3):
     assert_fits(printed(L.show_demo6, rows))
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_saved_results_print_the_same(tmp_path, model, d2, d3, d4, d5):
     """What --save writes (the form a notebook's stored run takes) prints, demo by demo, what
     the run printed."""
@@ -383,13 +383,13 @@ def d6(model, d2, d3):
     return L.demo6_summary(model, d2, d3)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize("demo", [2, 3, 4, 5, 6])
 def test_real_model_demo_in_chinese(request, demo):
     assert_chinese(getattr(L, f"show_demo{demo}"), request.getfixturevalue(f"d{demo}"))
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_real_model_row_labels_are_translated(d4, d5, d6):
     labels = ([row[0] for row in d4.smooth_rows if row[0] == "none"] + [d4.rotation_rows[1][0]]
               + [row[0] for row in d4.int8_rows] + [row[0] for row in d5.rows]
@@ -408,7 +408,7 @@ def _t_interval(nll_a, nll_b):
     return np.exp(d.mean() - half), np.exp(d.mean() + half)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_demo2_counts_beyond_noise_and_prints_act_orders_interval(d2):
     from lectures import llm
     c = L.gptq_counts(d2)
@@ -430,7 +430,7 @@ def test_demo2_counts_beyond_noise_and_prints_act_orders_interval(d2):
     assert "IST-DASLab/gptq" in out and "section 3" in out and "section 4" not in out
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_act_order_g_idx_costs_0_045_bits_per_weight(model, d2, d6):
     # one decoder layer of SmolLM2-135M: q, o 576 x 576; k, v 192 x 576; gate, up 1536 x 576;
     # down 576 x 1536: 3,538,944 weights and 6 x 576 + 1536 input columns of 32 bits each
@@ -444,7 +444,7 @@ def test_act_order_g_idx_costs_0_045_bits_per_weight(model, d2, d6):
             bits[f"GPTQ INT{b} g{g}"] + 0.045, abs=1.5e-3)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_demo3_awq_and_gptq_calibrate_on_the_same_tokens_and_print_both(model, d3):
     n = model.calib_windows.size
     assert n == 512 and d3.tokens == (n, n)              # 2 windows of 256 in --quick
@@ -454,7 +454,7 @@ def test_demo3_awq_and_gptq_calibrate_on_the_same_tokens_and_print_both(model, d
     assert "on the same calibration tokens" in out
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_out_of_domain_rows_follow_their_intervals(model, d2, d3):
     from lectures import llm
     assert model.ood_windows.shape == model.calib_windows.shape
@@ -481,7 +481,7 @@ def test_out_of_domain_rows_follow_their_intervals(model, d2, d3):
     assert "argparse.py" in out and "(out-of-domain)" in out
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_act_order_static_groups_separate_order_from_regrouping(d2):
     bits, group = d2.order_setting
     assert (bits, group) == L.QUICK.settings[-1]
@@ -522,7 +522,7 @@ def test_rotated_gptq_undoes_its_rotation_and_is_gptq_on_the_rotated_layer():
     assert np.abs(L.rotated_gptq(4, 32)(w, x) - w).max() > 1e-2 * np.abs(w).max()
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_rotation_with_gptq_row_follows_its_interval(d4):
     from lectures import llm
     a, b = d4.rotation_nll[True], d4.rotation_nll["GPTQ"]
@@ -535,7 +535,7 @@ def test_rotation_with_gptq_row_follows_its_interval(d4):
     assert d4.rotation_rows[1] == ["W4A4 INT4 g32, GPTQ weights", None, d4.rotation_ppl["GPTQ"]]
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_smoothquant_and_rotation_text_follow_the_intervals(d4, d5):
     from lectures import llm
     out = printed(L.show_demo4, d4)

@@ -236,7 +236,7 @@ def lab(checkpoint):
     return L.open_lab(TESTS, ck=checkpoint)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_tail_evaluation_equals_the_whole_model(lab):
     from lectures import llm
     states = L.float_states(lab)
@@ -251,7 +251,7 @@ def test_tail_evaluation_equals_the_whole_model(lab):
         assert torch.equal(lab.model.get_submodule(n).weight, m.weight.double())
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_train_refuses_bad_steps(lab):
     from lectures.llm.finetune import train
     with pytest.raises(ValueError, match="steps"):
@@ -270,7 +270,7 @@ def results(lab):
     return L.run_all(lab)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_demo1_gap(results):
     rows = L.demo1_gap(results)
     assert [row[:2] for row in rows] == [["INT3 g128", "RTN"]]
@@ -294,7 +294,7 @@ def test_demo1_gap(results):
     assert ("the loss is real" in out) == all(not row[6].within_noise for row in rows)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_demo2_qat_export_and_claims(results, lab):
     rows = L.demo2_rows(results)
     assert rows
@@ -316,7 +316,7 @@ def test_demo2_qat_export_and_claims(results, lab):
     assert results.reach == {}                       # the quick workload has no GPTQ start
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_saved_results_print_the_same(results, tmp_path):
     """What --save writes (the Results as data) prints every demo as the run printed it, in
     English and in Chinese."""
@@ -331,7 +331,7 @@ def test_saved_results_print_the_same(results, tmp_path):
     assert {"train", "modules"} <= set(results.full.info)      # the live run keeps them
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_demo4_lsq(results, lab):
     rows = L.demo4_rows(results)
     assert [row[0] for row in rows] == ["INT3 g128 from RTN"]
@@ -348,7 +348,7 @@ def test_demo4_lsq(results, lab):
     assert "0.0334" in out                   # g = 1/sqrt(128 · 7)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_demo5_memory_bill_and_counts(results, lab):
     for b in results.bills:
         assert L.bill_matches(b), b
@@ -371,7 +371,7 @@ def test_demo5_memory_bill_and_counts(results, lab):
     assert results.lora.info["adapter_bits"] == 32 * results.lora.trainable / n_lin
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_demo6_table_and_noise(results):
     rows = L.demo6_rows(results)
     methods = [row[0] for row in rows]
@@ -383,7 +383,7 @@ def test_demo6_table_and_noise(results):
     assert all(display_width(line) <= 100 for line in out.splitlines())
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_printed_in_chinese_keeps_the_numbers(results):
     from text_checks import english_runs, number_differences, render
     for show in (L.show_demo2, L.show_demo3, L.show_demo5):
@@ -446,7 +446,7 @@ def test_bad_sweeps_name_the_setting():
         L.check_workload(replace(L.QUICK, kd=((4, 128),)))
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_teacher_log_probs_are_the_whole_float_models(lab):
     import torch
 
@@ -464,7 +464,7 @@ def test_teacher_log_probs_are_the_whole_float_models(lab):
     torch.testing.assert_close(got.double(), want, rtol=2**-23, atol=0)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_continued_run_is_the_run_that_never_stopped(lab):
     """The sweep's chosen run goes on from its optimizer: 1 + 2 steps equal 3 steps."""
     from lectures.llm.finetune import master_linear, replaced_modules, train
@@ -495,7 +495,7 @@ def torch_equal(a, b) -> bool:
     return bool(torch.equal(a, b))
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_demo3_distillation(results, lab):
     rows = L.demo3_rows(results)
     assert [row[0] for row in rows] == ["INT3 g128 from RTN"]
@@ -515,7 +515,7 @@ def test_demo3_distillation(results, lab):
     assert f"{rows[0][4].percent()}, {L.verdict(rows[0][4])}" in out
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_demo5_sweep_chooses_on_fresh_training_windows(results):
     for run, rates in ((results.full, TESTS.rates_full), (results.lora, TESTS.rates_lora),
                        (results.qlora, TESTS.rates_lora)):

@@ -251,7 +251,7 @@ def d4(checkpoint, m, d3, paths):
     return L.demo4_operating_points(checkpoint, m, d3, paths[0], TINY)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_model_shape_is_the_published_one(checkpoint):
     model = checkpoint.model
     assert speed.ModelShape.of(model.config) == L.SMOLLM2
@@ -263,7 +263,7 @@ def test_model_shape_is_the_published_one(checkpoint):
     assert norms == L.SMOLLM2.norm_params
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_demo3_decode(d3, m, capsys):
     labels = [t.label for t in d3.rows]
     assert labels[:2] == ["float32", "W8A8 dynamic (torch.ao)"]
@@ -293,7 +293,7 @@ def test_demo3_decode(d3, m, capsys):
         assert f"{t.label} against float32: {verdict}" in " ".join(out.split())
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_demo4_operating_points(d4, m, capsys):
     fp = [p for p in d4.points if p.path == "float32"]
     assert [(p.batch, p.tokens) for p in fp] == [(1, 1)] + list(TINY.passes)

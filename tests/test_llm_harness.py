@@ -167,7 +167,7 @@ def test_weights_equal_gguf_dequantized_directly(checkpoint):
         np.testing.assert_array_equal(weight.numpy(), ref.astype(np.float32), err_msg=gname)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_cached_weights_equal_transformers_gguf_loading(checkpoint, tmp_path):
     """The safetensors cache round trip changes no bit: a fresh transformers GGUF load (no
     cache) and the session's model agree on every tensor and on the logits."""
@@ -303,7 +303,7 @@ def test_lab_computes_on_a_float64_copy_with_the_same_weights(checkpoint, corpus
     assert llm.Lab(checkpoint, corpus, llm.QUICK, dtype="float32").model is checkpoint.model
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_float64_copy_computes_norms_and_rotary_in_float64(checkpoint):
     """transformers' LlamaRMSNorm casts its input to float32 and its rotary embedding computes
     cos and sin in float32 whatever the model's dtype; in float64_copy both stay in float64:

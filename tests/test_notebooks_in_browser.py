@@ -46,7 +46,7 @@ CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.whic
 playwright_sync = pytest.importorskip("playwright.sync_api", reason="needs the playwright package "
                                      "(pip install playwright) to drive a real browser")
 pytestmark = [
-    pytest.mark.slow,
+    pytest.mark.long,
     pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (apt-get install chromium)"),
 ]
 

@@ -61,7 +61,7 @@ def test_every_notebook_with_stored_figures_loads_the_model():
     assert set(FIGURES) <= set(MODEL_NOTEBOOKS) and len(MODEL_NOTEBOOKS) > len(FIGURES)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize("name", MODEL_NOTEBOOKS)
 def test_run_all_without_the_model_raises_nothing_and_says_how_to_install(name, monkeypatch):
     import matplotlib

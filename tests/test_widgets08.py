@@ -14,7 +14,7 @@ import pytest  # noqa: E402
 from lectures import lecture  # noqa: E402
 
 L = lecture(8)
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.long
 TINY = L.Workload(n_eval=1, seq_len=64, n_calib=1)
 
 
