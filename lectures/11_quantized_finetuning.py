@@ -104,6 +104,14 @@ _NUMBERED_LABELS = (
 )
 
 
+#: machine_name()'s "<cpu>, <n> thread(s)", stored in English with a run, printed in the
+#: reader's language.
+_MACHINE_LABELS = (
+    (re.compile(r"(?P<cpu>.+), (?P<n>1) thread"), N_("{cpu}, {n} thread")),
+    (re.compile(r"(?P<cpu>.+), (?P<n>\d+) threads"), N_("{cpu}, {n} threads")),
+)
+
+
 def label(text: str) -> str:
     """A method's name in the current language (itself where none is known)."""
     return numbered_label(text, _NUMBERED_LABELS, _)
@@ -915,7 +923,7 @@ def show_demo6(r: Results) -> None:
             "every product and sum is computed in float64, where each float32 value is exact "
             "(in float32 the order in which a CPU adds would move the trained figures). Bits "
             "per weight: the base as stored (adapters not included)."
-            ).format(machine=r.machine))
+            ).format(machine=numbered_label(r.machine, _MACHINE_LABELS, _)))
     print_table([_("method"), _("bits/weight"), _("trainable"), _("CPU-s"), _("perplexity")],
                 [[label(m), f"{b:.3f}", f"{n:,}", f"{c:.0f}", f"{p:.2f}"]
                  for m, b, n, c, p, _nll in rows])

@@ -530,3 +530,22 @@ def test_demo5_sweep_chooses_on_fresh_training_windows(results):
         assert [s for s, _p in run.curve] == L.curve_points(TESTS)
     out = printed(L.show_demo5, results)
     assert "chosen" in out and "steps 2-4" in out
+
+
+def test_the_machine_is_named_in_the_readers_language():
+    """machine_name()'s English "<cpu>, <n> thread(s)" is stored with a run; demo 6 prints it
+    in the reader's language, and a name of another shape (a GPU's) as it is."""
+    import dataclasses
+
+    from lecture11_results import fake_results
+    from text_checks import render
+    r = fake_results()
+    for machine, en, zh in (("x86_64, 1 thread", "(x86_64, 1 thread)", "（x86_64，1 个线程）"),
+                            ("x86_64, 16 threads", "(x86_64, 16 threads)",
+                             "（x86_64，16 个线程）"),
+                            ("NVIDIA H100 80GB HBM3", "(NVIDIA H100 80GB HBM3)",
+                             "（NVIDIA H100 80GB HBM3）")):
+        run = dataclasses.replace(r, machine=machine)
+        assert en in " ".join(render(L.show_demo6, run, "en").split())
+        # Chinese lines wrap at any character: compare with every space and line break removed
+        assert "".join(zh.split()) in "".join(render(L.show_demo6, run, "zh").split())
