@@ -428,8 +428,9 @@ def test_distillation_loss_is_torch_cross_entropy_with_soft_targets():
     t32 = teacher.float()
     assert distillation_loss(student, t32).dtype == torch.float64
     torch.testing.assert_close(distillation_loss(student, t32),
-                               -(t32.double().exp() * torch.log_softmax(student, -1)).sum(-1)
-                               .mean(), rtol=0, atol=0)
+                               F.cross_entropy(student.reshape(-1, 11),
+                                               t32.double().exp().reshape(-1, 11)),
+                               rtol=1e-12, atol=0)
     with pytest.raises(ValueError, match="same shape"):
         distillation_loss(student, teacher[:, :4])
 
@@ -549,3 +550,30 @@ def test_the_machine_is_named_in_the_readers_language():
         assert en in " ".join(render(L.show_demo6, run, "en").split())
         # Chinese lines wrap at any character: compare with every space and line break removed
         assert "".join(zh.split()) in "".join(render(L.show_demo6, run, "zh").split())
+
+
+def test_master_linear_is_a_float32_copy_that_computes_in_its_inputs_dtype():
+    """Full fine-tuning's module: a trainable float32 copy of the weight (the original left
+    alone), its bias frozen, a float64 input computed in float64 on the float32 values."""
+    import torch
+
+    from lectures.llm.finetune import master_linear
+    gen = torch.Generator().manual_seed(1)
+    lin = torch.nn.Linear(6, 4).requires_grad_(False)
+    with torch.no_grad():
+        lin.weight.copy_(torch.randn(4, 6, generator=gen))
+    before = lin.weight.clone()
+    m = master_linear(lin)
+    assert m.weight.dtype == torch.float32 and m.weight.requires_grad
+    assert m.weight.data_ptr() != lin.weight.data_ptr() and torch.equal(m.weight, lin.weight)
+    assert [name for name, _p in m.named_parameters()] == ["weight"]      # the bias is frozen
+    x = torch.randn(3, 6, generator=gen, dtype=torch.float64)
+    y = m(x)
+    want = x.numpy() @ lin.weight.double().numpy().T + lin.bias.double().numpy()
+    assert y.dtype == torch.float64
+    np.testing.assert_allclose(y.detach().numpy(), want, rtol=1e-14, atol=1e-14)
+    y.sum().backward()
+    assert m.weight.grad.dtype == torch.float32
+    with torch.no_grad():
+        m.weight.add_(1.0)
+    assert torch.equal(lin.weight, before)

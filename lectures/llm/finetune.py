@@ -260,10 +260,21 @@ def distillation_loss(student_logits, teacher_log_probs):
 
 
 def master_linear(linear):
-    """Full fine-tuning's module for ``linear`` (an nn.Linear): a trainable float32 copy of its
-    weight (its bias copied, frozen) that computes in its input's dtype, so that it can sit
-    in the float64 model that computes (float32 values are exact in float64; the weight's
-    gradient is rounded once, to float32). The original is left as it was."""
+    """Full fine-tuning's module for ``linear``: a trainable float32 copy of its weight (its
+    bias copied, frozen) that computes in its input's dtype, so that it can sit in the float64
+    model that computes (float32 values are exact in float64; the weight's gradient is rounded
+    once, to float32). The original is left as it was.
+
+    Parameters
+    ----------
+    linear : torch.nn.Linear, weight (out, in), bias (out,) or None
+
+    Returns
+    -------
+    torch.nn.Module with ``weight`` a float32 Parameter (out, in), ``bias`` a float32 buffer
+    or None; ``forward(x)`` maps (..., in) to (..., out) in ``x``'s dtype:
+    ``x Wᵀ + b`` (``torch.nn.functional.linear``).
+    """
     import torch
     from torch import nn
     from torch.nn import functional as F
