@@ -724,3 +724,28 @@ def test_in_processes_returns_every_result_by_index(tmp_path):
     in_processes(mark_and_wait, [(str(tmp_path), i) for i in range(5)], 2,
                  lambda i, r: got.__setitem__(i, r))
     assert got == {i: i for i in range(5)} and len(list(tmp_path.glob("started.*"))) == 5
+
+
+def test_linear_in_input_dtype_is_autocasts_cast_and_float64s_product():
+    """``linear_in_input_dtype`` casts the float32 parameters to x's dtype: with a bf16 x it is
+    what torch.autocast(cpu, bfloat16) makes of F.linear on float32 parameters; with a float64 x
+    the product of the float32 values in float64 (numpy's), and float32 gradients."""
+    gen = torch.Generator().manual_seed(3)
+    w = torch.randn(5, 7, generator=gen).requires_grad_(True)
+    b = torch.randn(5, generator=gen)
+    x = torch.randn(2, 3, 7, generator=gen)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want = torch.nn.functional.linear(x.bfloat16(), w, b)
+    got = ntt.linear_in_input_dtype(x.bfloat16(), w, b)
+    assert got.dtype == want.dtype == torch.bfloat16 and torch.equal(got, want)
+    x64 = x.double()
+    y = ntt.linear_in_input_dtype(x64, w, b)
+    assert y.dtype == torch.float64 and y.shape == (2, 3, 5)
+    ref = x64.numpy() @ w.detach().double().numpy().T + b.double().numpy()
+    np.testing.assert_allclose(y.detach().numpy(), ref, rtol=1e-14, atol=1e-14)
+    y.sum().backward()
+    assert w.grad.dtype == torch.float32
+    # the float64 gradient rounded once to float32 (within that rounding of numpy's sum)
+    np.testing.assert_allclose(w.grad.numpy(), np.tile(x64.numpy().reshape(-1, 7).sum(0), (5, 1)),
+                               rtol=2**-24, atol=0)
+    assert ntt.linear_in_input_dtype(x64, w).shape == (2, 3, 5)      # no bias

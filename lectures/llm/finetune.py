@@ -277,7 +277,8 @@ def master_linear(linear):
     """
     import torch
     from torch import nn
-    from torch.nn import functional as F
+
+    from numfmt.torch.train.linear import linear_in_input_dtype
 
     class MasterLinear(nn.Module):
         def __init__(self):
@@ -288,8 +289,7 @@ def master_linear(linear):
             self.in_features, self.out_features = linear.in_features, linear.out_features
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            b = None if self.bias is None else self.bias.to(x.dtype)
-            return F.linear(x, self.weight.to(x.dtype), b)
+            return linear_in_input_dtype(x, self.weight, self.bias)
 
     return MasterLinear()
 

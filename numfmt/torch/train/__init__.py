@@ -83,7 +83,7 @@ Micikevicius et al., "Mixed Precision Training", ICLR 2018 (loss scaling).
 from numfmt.torch.train.amax import AmaxHistory
 from numfmt.torch.train.hadamard import (RHT_SIZE, TE_WGRAD_SIGNS, apply_rht, hadamard,
                                          random_hadamard)
-from numfmt.torch.train.linear import QuantLinear
+from numfmt.torch.train.linear import QuantLinear, linear_in_input_dtype
 from numfmt.torch.train.loss_scale import DynamicLossScaler
 from numfmt.torch.train.optim import AdamW
 from numfmt.torch.train.operand import quantize_operand
@@ -94,4 +94,4 @@ from numfmt.torch.train.recipes import (GEMMS, HIGH_PRECISION_LAYERS, OPERANDS, 
 __all__ = ["OperandSpec", "Recipe", "RECIPES", "HIGH_PRECISION_LAYERS", "nvfp4_recipe",
            "mxfp4_recipe", "fp8_recipe", "get_recipe", "quantize_operand", "random_hadamard",
            "hadamard", "apply_rht", "TE_WGRAD_SIGNS", "AmaxHistory",
-           "QuantLinear", "DynamicLossScaler", "GEMMS", "OPERANDS", "AdamW"]
+           "QuantLinear", "linear_in_input_dtype", "DynamicLossScaler", "GEMMS", "OPERANDS", "AdamW"]

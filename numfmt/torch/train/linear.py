@@ -67,6 +67,28 @@ class _QuantLinearFunction(torch.autograd.Function):
         return dx, dw, db, None
 
 
+def linear_in_input_dtype(x: torch.Tensor, weight: torch.Tensor,
+                          bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``x Wᵀ + b`` (``torch.nn.functional.linear``) computed in ``x``'s dtype, whatever the
+    dtype of the parameters: a trainable module's float32 master weight, bias, scales or
+    adapters are cast to ``x``'s dtype first. A float32 value is exact in float64, so a float64
+    ``x`` gets the product in float64 of the float32 values, and autograd rounds the gradient
+    once, to the parameter's float32. (torch.autocast casts the same way, toward bf16/fp16.)
+
+    Parameters
+    ----------
+    x : floating-point tensor (..., in)
+    weight : floating-point tensor (out, in)
+    bias : floating-point tensor (out,), or None
+
+    Returns
+    -------
+    tensor (..., out) in ``x``'s dtype. Shape errors are ``F.linear``'s.
+    """
+    b = None if bias is None else bias.to(x.dtype)
+    return nn.functional.linear(x, weight.to(x.dtype), b)
+
+
 def _round_output(t: torch.Tensor, recipe: Recipe) -> torch.Tensor:
     """A GEMM's output rounded to ``recipe.output`` and back to ``t``'s dtype: the float32
     accumulator rounded to bf16 or fp16, as torch.autocast's matmul returns it (a float64

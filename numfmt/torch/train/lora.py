@@ -26,9 +26,9 @@ import numbers
 import numpy as np
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from numfmt.packing import DoubleQuantizedScales, QLoRATensor, qlora_quantize
+from numfmt.torch.train.linear import linear_in_input_dtype
 
 __all__ = ["NF4Weight", "LoRALinear", "lora_parameter_count"]
 
@@ -207,10 +207,9 @@ class LoRALinear(nn.Module):
         """``x Wᵀ + b + (α/r) · (x Aᵀ) Bᵀ`` in ``x``'s dtype: W, b, A and B hold float32
         values, exact in float64, so a float64 ``x`` gets float64 products (A's and B's
         gradients are rounded once, to float32)."""
-        dt = x.dtype
-        b = None if self.bias is None else self.bias.to(dt)
-        y = F.linear(x, self.base_weight_value().to(dt), b)          # (..., out), frozen path
-        return y + self.scaling * F.linear(F.linear(x, self.lora_A.to(dt)), self.lora_B.to(dt))
+        y = linear_in_input_dtype(x, self.base_weight_value(), self.bias)  # frozen path
+        xa = linear_in_input_dtype(x, self.lora_A)                           # (..., r)
+        return y + self.scaling * linear_in_input_dtype(xa, self.lora_B)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "

@@ -29,9 +29,9 @@ import numbers
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from numfmt.intquant import int_range
+from numfmt.torch.train.linear import linear_in_input_dtype
 
 __all__ = ["group_index", "int_codes", "group_fake_quantize", "lsq_fake_quantize",
            "lsq_gradient_scale", "GroupQuantLinear"]
@@ -297,8 +297,7 @@ class GroupQuantLinear(nn.Module):
         """``x Ŵᵀ + b`` in ``x``'s dtype: the float32 values of Ŵ and b, exact in float64, so
         a float64 ``x`` gets a float64 product (the gradient reaches the float32 master
         weights rounded once, to float32)."""
-        b = None if self.bias is None else self.bias.to(x.dtype)
-        return F.linear(x, self.quantized_weight().to(x.dtype), b)
+        return linear_in_input_dtype(x, self.quantized_weight(), self.bias)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
